@@ -1,0 +1,68 @@
+//! ferry's configuration file.
+//!
+//! - [`schema`]: the TOML shape, every key documented where it is defined.
+//! - [`substitute`]: `${VAR}` / `${VAR:-default}` expansion in string values.
+//! - [`load`] / [`parse`]: text -> substituted -> typed -> validated
+//!   [`Config`], or a [`ConfigError`] naming the offending key path.
+//!
+//! Validation here is pure (no network, no filesystem); the daemon adds the
+//! checks that need the outside world, such as whether a plugin file loads.
+
+pub mod schema;
+pub mod substitute;
+mod validate;
+
+pub use validate::valid_plugin_name;
+
+use std::path::Path;
+
+pub use schema::*;
+
+/// A configuration problem, with the key path it concerns.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct ConfigError {
+    /// Dotted key path such as `routes[0].bindings[1].sender`; `(file)` for
+    /// problems with the file as a whole.
+    pub path: String,
+    /// What is wrong and, where it helps, what would be right.
+    pub message: String,
+}
+
+impl ConfigError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { path: path.into(), message: message.into() }
+    }
+}
+
+/// Reads, substitutes, parses and validates a config file.
+pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new("(file)", format!("cannot read {}: {e}", path.display())))?;
+    parse_with_env(&text, &|name| std::env::var(name).ok())
+}
+
+/// Parses and validates config text using the process environment.
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    parse_with_env(text, &|name| std::env::var(name).ok())
+}
+
+/// Parses and validates config text, resolving `${VAR}` with `env`.
+pub fn parse_with_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::new("(file)", toml_message(&e)))?;
+    substitute::substitute_value(&mut value, "", env)?;
+    let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { "(file)".to_owned() } else { path };
+        ConfigError::new(path, e.into_inner().to_string())
+    })?;
+    validate::validate(&config)?;
+    Ok(config)
+}
+
+fn toml_message(e: &toml::de::Error) -> String {
+    e.to_string().trim().replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,389 @@
+//! The configuration schema. Every key is documented here and in the README;
+//! unknown keys are rejected everywhere.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where plugins come from and what limits they run under.
+    #[serde(default)]
+    pub plugins: PluginsConfig,
+    /// Where ferry keeps its own durable state (the dead-letter queue).
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Named message sources.
+    #[serde(default)]
+    pub receivers: BTreeMap<String, ReceiverConfig>,
+    /// Named message destinations.
+    #[serde(default)]
+    pub senders: BTreeMap<String, SenderConfig>,
+    /// Receiver -> processors -> bindings pipelines.
+    #[serde(default)]
+    pub routes: Vec<RouteConfig>,
+}
+
+/// `[plugins]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PluginsConfig {
+    /// Directory scanned for `*.wasm` components (relative to the working
+    /// directory). Default `plugins`.
+    #[serde(default = "default_plugin_dir")]
+    pub dir: String,
+    /// Wall-clock budget of one plugin call in milliseconds; a call that
+    /// runs longer is interrupted and fails its message. Default 1000.
+    #[serde(default = "default_call_timeout_ms")]
+    pub call_timeout_ms: u64,
+    /// Linear-memory cap of one plugin instance in MiB. Default 64.
+    #[serde(default = "default_memory_limit_mib")]
+    pub memory_limit_mib: u64,
+}
+
+impl Default for PluginsConfig {
+    fn default() -> Self {
+        Self {
+            dir: default_plugin_dir(),
+            call_timeout_ms: default_call_timeout_ms(),
+            memory_limit_mib: default_memory_limit_mib(),
+        }
+    }
+}
+
+fn default_plugin_dir() -> String {
+    "plugins".to_owned()
+}
+fn default_call_timeout_ms() -> u64 {
+    1000
+}
+fn default_memory_limit_mib() -> u64 {
+    64
+}
+
+/// `[store]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// Directory for ferry's durable state. Default `ferry-data`.
+    #[serde(default = "default_store_path")]
+    pub path: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        Self { path: default_store_path() }
+    }
+}
+
+fn default_store_path() -> String {
+    "ferry-data".to_owned()
+}
+
+/// `[receivers.NAME]`, chosen by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ReceiverConfig {
+    Mqtt(MqttReceiverConfig),
+}
+
+/// `[senders.NAME]`, chosen by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum SenderConfig {
+    Mqtt(MqttSenderConfig),
+}
+
+/// MQTT 5 connection settings shared by receivers and senders (the
+/// `url`, `client_id`, `keep_alive_secs`, `reconnect_*` keys of both).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MqttConnection {
+    pub url: String,
+    pub client_id: String,
+    pub keep_alive_secs: u64,
+    pub reconnect_initial_ms: u64,
+    pub reconnect_max_ms: u64,
+}
+
+fn default_keep_alive_secs() -> u64 {
+    30
+}
+fn default_reconnect_initial_ms() -> u64 {
+    200
+}
+fn default_reconnect_max_ms() -> u64 {
+    10_000
+}
+
+/// `type = "mqtt"` receiver.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttReceiverConfig {
+    /// `mqtt://[user[:password]@]host[:port]`. Port defaults to 1883.
+    pub url: String,
+    /// MQTT client id. Default `ferry-<name>`. A receiver's id names its
+    /// persistent session, so keep it stable across restarts.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Keep-alive interval in seconds. Default 30.
+    #[serde(default = "default_keep_alive_secs")]
+    pub keep_alive_secs: u64,
+    /// First reconnect delay in milliseconds. Default 200.
+    #[serde(default = "default_reconnect_initial_ms")]
+    pub reconnect_initial_ms: u64,
+    /// Reconnect delay cap in milliseconds. Default 10000.
+    #[serde(default = "default_reconnect_max_ms")]
+    pub reconnect_max_ms: u64,
+    /// Topic filters to subscribe to (wildcards allowed).
+    pub topics: Vec<String>,
+    /// Subscription QoS (0, 1 or 2). Default 1. With 1 and 2 a message is
+    /// acknowledged to the broker only after the route finished with it.
+    #[serde(default = "default_qos")]
+    pub qos: u8,
+    /// How long the broker keeps the session (and unacknowledged messages)
+    /// after a disconnect, in seconds. Default 3600.
+    #[serde(default = "default_session_expiry_secs")]
+    pub session_expiry_secs: u32,
+    /// Larger payloads are poison: dropped and counted. Default 1 MiB.
+    #[serde(default = "default_max_payload_bytes")]
+    pub max_payload_bytes: usize,
+}
+
+fn default_qos() -> u8 {
+    1
+}
+fn default_session_expiry_secs() -> u32 {
+    3600
+}
+fn default_max_payload_bytes() -> usize {
+    1024 * 1024
+}
+
+/// `type = "mqtt"` sender.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MqttSenderConfig {
+    /// `mqtt://[user[:password]@]host[:port]`. Port defaults to 1883.
+    pub url: String,
+    /// MQTT client id. Default `ferry-<name>`. A receiver's id names its
+    /// persistent session, so keep it stable across restarts.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    /// Keep-alive interval in seconds. Default 30.
+    #[serde(default = "default_keep_alive_secs")]
+    pub keep_alive_secs: u64,
+    /// First reconnect delay in milliseconds. Default 200.
+    #[serde(default = "default_reconnect_initial_ms")]
+    pub reconnect_initial_ms: u64,
+    /// Reconnect delay cap in milliseconds. Default 10000.
+    #[serde(default = "default_reconnect_max_ms")]
+    pub reconnect_max_ms: u64,
+    /// Topic used when a binding's address is empty.
+    #[serde(default)]
+    pub default_topic: Option<String>,
+    /// Publish QoS (0, 1 or 2). Default 1: a send succeeds on PUBACK (QoS 1)
+    /// or PUBCOMP (QoS 2).
+    #[serde(default = "default_qos")]
+    pub qos: u8,
+    /// RETAIN flag on every publish. Default false.
+    #[serde(default)]
+    pub retain: bool,
+    /// How long to wait for the broker's acknowledgement, in milliseconds,
+    /// before the send counts as a transient failure. Default 10000.
+    #[serde(default = "default_ack_timeout_ms")]
+    pub ack_timeout_ms: u64,
+}
+
+fn default_ack_timeout_ms() -> u64 {
+    10_000
+}
+
+/// How a route holds its source messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryMode {
+    /// The source message is acknowledged only after every binding accepted it.
+    #[default]
+    DirectHold,
+    /// Persist to the outbox, then acknowledge (not available yet).
+    SharedOutbox,
+}
+
+/// How many bindings a message goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum DispatchMode {
+    /// The first binding only.
+    #[default]
+    Single,
+    /// Every binding.
+    FanOut,
+}
+
+/// What happens to a message that cannot be delivered (expired, rejected).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureAction {
+    /// Acknowledge and count it.
+    Drop,
+    /// Write it to the dead-letter queue, then acknowledge.
+    Dlq,
+}
+
+/// `[routes.backoff]`: retry delays for transient failures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackoffConfig {
+    /// First delay in milliseconds. Default 100.
+    #[serde(default = "default_backoff_initial_ms")]
+    pub initial_ms: u64,
+    /// Cap in milliseconds. Default 30000.
+    #[serde(default = "default_backoff_max_ms")]
+    pub max_ms: u64,
+    /// Growth factor per attempt (>= 1). Default 2.
+    #[serde(default = "default_backoff_multiplier")]
+    pub multiplier: f64,
+    /// Random spread as a fraction of the delay, 0..=1. Default 0.2.
+    #[serde(default = "default_backoff_jitter")]
+    pub jitter: f64,
+}
+
+impl Default for BackoffConfig {
+    fn default() -> Self {
+        Self {
+            initial_ms: default_backoff_initial_ms(),
+            max_ms: default_backoff_max_ms(),
+            multiplier: default_backoff_multiplier(),
+            jitter: default_backoff_jitter(),
+        }
+    }
+}
+
+fn default_backoff_initial_ms() -> u64 {
+    100
+}
+fn default_backoff_max_ms() -> u64 {
+    30_000
+}
+fn default_backoff_multiplier() -> f64 {
+    2.0
+}
+fn default_backoff_jitter() -> f64 {
+    0.2
+}
+
+/// `[[routes]]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// Unique route id; stamped as `x-bridge.route-id`.
+    pub id: String,
+    /// Name of a `[receivers.NAME]` entry.
+    pub receiver: String,
+    #[serde(default)]
+    pub delivery_mode: DeliveryMode,
+    #[serde(default)]
+    pub dispatch_mode: DispatchMode,
+    /// Messages handled at once. Default 100.
+    #[serde(default = "default_max_in_flight")]
+    pub max_in_flight: usize,
+    #[serde(default)]
+    pub backoff: BackoffConfig,
+    /// Expired messages: `drop` (default) or `dlq`.
+    #[serde(default = "default_on_expired")]
+    pub on_expired: FailureAction,
+    /// Permanently failed messages: `dlq` (default) or `drop`.
+    #[serde(default = "default_on_permanent_failure")]
+    pub on_permanent_failure: FailureAction,
+    /// Redelivery attempts before a message is dead-lettered. Default 5.
+    #[serde(default = "default_max_replay_attempts")]
+    pub max_replay_attempts: u32,
+    /// Outbox backpressure limit (shared_outbox). Default 10000.
+    #[serde(default = "default_max_outbox_depth")]
+    pub max_outbox_depth: usize,
+    /// Keep `x-bridge.*` headers that arrive from the source (bridge-to-bridge
+    /// links you trust). Default false: they are stripped.
+    #[serde(default)]
+    pub trust_bridge_headers: bool,
+    /// Processor chain, run in order.
+    #[serde(default)]
+    pub processors: Vec<ProcessorConfig>,
+    /// Where messages go.
+    pub bindings: Vec<BindingConfig>,
+}
+
+fn default_max_in_flight() -> usize {
+    100
+}
+fn default_on_expired() -> FailureAction {
+    FailureAction::Drop
+}
+fn default_on_permanent_failure() -> FailureAction {
+    FailureAction::Dlq
+}
+fn default_max_replay_attempts() -> u32 {
+    5
+}
+fn default_max_outbox_depth() -> usize {
+    10_000
+}
+
+/// `[[routes.processors]]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessorConfig {
+    /// Plugin name: the file `<plugins.dir>/<plugin>.wasm`.
+    pub plugin: String,
+    /// Handed to the plugin's `init` as JSON.
+    #[serde(default = "empty_table")]
+    pub config: serde_json::Value,
+}
+
+fn empty_table() -> serde_json::Value {
+    serde_json::Value::Object(serde_json::Map::new())
+}
+
+/// `[[routes.bindings]]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BindingConfig {
+    /// Binding id, for logs and metrics. Default: the sender name.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Name of a `[senders.NAME]` entry.
+    pub sender: String,
+    /// Destination for the sender (an MQTT topic template such as
+    /// `bridged/{mqtt.topic}`). Empty: the sender's default.
+    #[serde(default)]
+    pub address: String,
+}
+
+impl BindingConfig {
+    /// The binding id, defaulting to the sender name.
+    pub fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or(&self.sender)
+    }
+}
+
+/// Builds the shared connection settings from either MQTT config struct
+/// (serde cannot flatten them under `deny_unknown_fields`).
+macro_rules! mqtt_connection {
+    ($ty:ty) => {
+        impl $ty {
+            /// Connection settings; the client id defaults to `ferry-<name>`.
+            pub fn connection(&self, name: &str) -> MqttConnection {
+                MqttConnection {
+                    url: self.url.clone(),
+                    client_id: self.client_id.clone().unwrap_or_else(|| format!("ferry-{name}")),
+                    keep_alive_secs: self.keep_alive_secs,
+                    reconnect_initial_ms: self.reconnect_initial_ms,
+                    reconnect_max_ms: self.reconnect_max_ms,
+                }
+            }
+        }
+    };
+}
+mqtt_connection!(MqttReceiverConfig);
+mqtt_connection!(MqttSenderConfig);

@@ -1,0 +1,96 @@
+use super::*;
+
+const VALID: &str = r#"
+[plugins]
+dir = "plugins"
+[receivers.in]
+type = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+topics = ["sensors/#"]
+[senders.out]
+type = "mqtt"
+url = "${BROKER:-mqtt://127.0.0.1:1883}"
+default_topic = "bridged"
+[[routes]]
+id = "sensors"
+receiver = "in"
+delivery_mode = "direct_hold"
+[[routes.processors]]
+plugin = "filter"
+config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
+[[routes.bindings]]
+sender = "out"
+address = "bridged/{mqtt.topic}"
+"#;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+#[test]
+fn the_documented_example_parses_with_defaults() {
+    let c = parse_with_env(VALID, &no_env).expect("valid");
+    let SenderConfig::Mqtt(out) = &c.senders["out"];
+    assert_eq!(out.url, "mqtt://127.0.0.1:1883");
+    assert_eq!(out.qos, 1);
+    assert_eq!(c.routes[0].max_in_flight, 100);
+    assert_eq!(c.routes[0].processors[0].config["when"][0]["op"], "eq");
+    assert_eq!(c.routes[0].bindings[0].id(), "out");
+}
+
+#[test]
+fn env_variables_are_substituted_in_values() {
+    let env = |n: &str| (n == "BROKER").then(|| "mqtt://broker:1884".to_owned());
+    let c = parse_with_env(VALID, &env).expect("valid");
+    let SenderConfig::Mqtt(out) = &c.senders["out"];
+    assert_eq!(out.url, "mqtt://broker:1884");
+}
+
+#[test]
+fn a_missing_variable_without_default_names_the_key() {
+    let text = VALID.replace("${BROKER:-mqtt://127.0.0.1:1883}", "${NOPE_NOT_SET}");
+    let err = parse_with_env(&text, &no_env).expect_err("must fail");
+    assert_eq!(err.path, "senders.out.url");
+    assert!(err.message.contains("NOPE_NOT_SET"), "{err}");
+}
+
+#[test]
+fn dollar_dollar_is_a_literal_dollar() {
+    assert_eq!(substitute::expand("a$$b$", &no_env).as_deref(), Ok("a$b$"));
+}
+
+/// Each invalid fixture, with the key path and message fragment it must report.
+#[test]
+fn invalid_fixtures_report_their_key() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[[routes]]\nid = \"sensors\"", "[[routes]]\nid = \"sensors\"\nbogus = 1", "routes[0]"),
+        ("sender = \"out\"", "sender = \"nowhere\"", "routes[0].bindings[0].sender"),
+        ("receiver = \"in\"", "receiver = \"missing\"", "routes[0].receiver"),
+        ("plugin = \"filter\"", "plugin = \"../etc/passwd\"", "routes[0].processors[0].plugin"),
+        ("topics = [\"sensors/#\"]", "topics = []", "receivers.in.topics"),
+        ("default_topic = \"bridged\"", "default_topic = \"bridged\"\nqos = 3", "senders.out.qos"),
+        ("delivery_mode = \"direct_hold\"", "delivery_mode = \"sometimes\"", "routes[0].delivery_mode"),
+        ("delivery_mode = \"direct_hold\"", "delivery_mode = \"shared_outbox\"", "routes[0].delivery_mode"),
+        ("url = \"mqtt://127.0.0.1:1883\"\ntopics", "url = \"http://x\"\ntopics", "receivers.in.url"),
+        ("[plugins]\ndir = \"plugins\"", "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"", "plugins"),
+    ];
+    for (from, to, path) in cases {
+        assert!(VALID.contains(from), "fixture anchor {from:?} missing");
+        let text = VALID.replacen(from, to, 1);
+        let err = parse_with_env(&text, &no_env).expect_err(to);
+        assert!(err.path.starts_with(path), "{to:?}: expected path {path}, got {err}");
+    }
+}
+
+#[test]
+fn unknown_key_message_names_the_key() {
+    let text = VALID.replace("[[routes]]\nid = \"sensors\"", "[[routes]]\nid = \"sensors\"\nbogus = 1");
+    let err = parse_with_env(&text, &no_env).expect_err("unknown key");
+    assert!(err.message.contains("bogus"), "{err}");
+}
+
+#[test]
+fn malformed_toml_is_a_file_error() {
+    let err = parse_with_env("[receivers.in\n", &no_env).expect_err("bad toml");
+    assert_eq!(err.path, "(file)");
+}

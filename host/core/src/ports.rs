@@ -1,0 +1,110 @@
+//! The ports adapters implement. Transports and the plugin host live in
+//! other crates and plug in here as `Arc<dyn …>`, so tests can swap in fakes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ferry_envelope::{Envelope, Timestamp};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::TransportError;
+
+/// One received message: the envelope and the transport's handle to settle it.
+pub struct Delivery {
+    pub envelope: Envelope,
+    pub handle: Box<dyn DeliveryHandle>,
+}
+
+/// Transport-native acknowledgement of one received message.
+#[async_trait]
+pub trait DeliveryHandle: Send + Sync {
+    /// Done with the message: the source may forget it (MQTT PUBACK/PUBREC,
+    /// SQS DeleteMessage, AMQP accepted/ack).
+    async fn ack(self: Box<Self>) -> Result<(), TransportError>;
+
+    /// Not done: leave the message at the source so that it comes back. A
+    /// transport that can delay redelivery (SQS visibility) uses `after`;
+    /// one that cannot (MQTT) leaves it unacknowledged, and the broker
+    /// resends it when the session reconnects.
+    async fn release(self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError>;
+
+    /// Ask the source to keep the message reserved until `until`.
+    async fn extend(&self, until: Timestamp) -> Result<(), TransportError> {
+        let _ = until;
+        Ok(())
+    }
+
+    /// How many times the source has delivered this message before, when
+    /// the transport knows.
+    fn redelivery_count(&self) -> Option<u32> {
+        None
+    }
+}
+
+/// Where a receiver hands its deliveries. Bounded: a full sink makes the
+/// receiver wait, which is the route's backpressure.
+pub type DeliverySink = mpsc::Sender<Delivery>;
+
+/// Reads deliveries from a transport until `shutdown` fires.
+#[async_trait]
+pub trait Receiver: Send + Sync {
+    /// Runs until cancelled. Connection loss is handled inside (reconnect
+    /// with backoff); an error return means the receiver cannot go on.
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError>;
+}
+
+/// An envelope and the transport destination chosen for it. The address
+/// travels beside the envelope and never overwrites its subject.
+#[derive(Debug, Clone)]
+pub struct OutboundMessage {
+    pub envelope: Envelope,
+    pub address: String,
+}
+
+/// Sends messages to one transport.
+#[async_trait]
+pub trait Sender: Send + Sync {
+    /// Succeeds once the broker has accepted the message durably enough for
+    /// the transport's settings (e.g. MQTT PUBACK for QoS 1).
+    async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError>;
+
+    /// Closes connections after in-flight sends finished.
+    async fn close(&self) {}
+}
+
+/// What a processor decided for a message it could handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Continue to the next processor and the bindings.
+    Pass,
+    /// Acknowledge and send nowhere (not dead-lettered).
+    Drop(String),
+    /// Send to these addresses instead of the bindings' own.
+    Route(Vec<String>),
+}
+
+/// Why a processor could not handle a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessError {
+    /// Try again after the delay.
+    Retry { after: Duration, reason: String },
+    /// Never processable: dead-letter or drop per policy.
+    Reject(String),
+}
+
+/// A step of a route's processor chain (a WebAssembly plugin in practice).
+#[async_trait]
+pub trait Processor: Send + Sync {
+    /// The name used in logs, metrics and dead-letter reasons.
+    fn name(&self) -> &str;
+
+    /// Processes the envelope, which the processor may change, and returns
+    /// it with the decision.
+    async fn process(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>);
+}
+
+/// Shared handle types.
+pub type SharedSender = Arc<dyn Sender>;
+pub type SharedProcessor = Arc<dyn Processor>;

@@ -1,0 +1,422 @@
+//! The route runtime: receiver -> ingress header rules -> expiry check ->
+//! processor chain -> destination resolution -> bindings, in `direct_hold`
+//! mode (the source message is held until every binding accepted it).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_config::{DispatchMode, FailureAction};
+use ferry_envelope::{Envelope, Timestamp};
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{Instrument, debug, info, info_span, warn};
+
+use crate::backoff::Backoff;
+use crate::dlq::{DeadLetter, DeadLetterStore};
+use crate::headers::apply_ingress_rules;
+use crate::metrics::Metrics;
+use crate::ports::{Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SharedProcessor, SharedSender, Verdict};
+use crate::TransportError;
+
+/// A concrete destination: a sender and the address to use with it.
+#[derive(Clone)]
+pub struct Binding {
+    pub id: String,
+    pub sender: SharedSender,
+    /// Transport destination (may be a template the sender expands).
+    pub address: String,
+}
+
+/// Per-route behaviour.
+#[derive(Debug, Clone)]
+pub struct RoutePolicy {
+    pub max_in_flight: usize,
+    pub backoff: Backoff,
+    pub dispatch_mode: DispatchMode,
+    pub on_expired: FailureAction,
+    pub on_permanent_failure: FailureAction,
+    /// Redeliveries a source with a delivery count gets before the message
+    /// is treated as permanently failed.
+    pub max_replay_attempts: u32,
+    pub trust_bridge_headers: bool,
+}
+
+impl RoutePolicy {
+    /// The policy a route's config describes.
+    pub fn from_config(c: &ferry_config::RouteConfig) -> Self {
+        Self {
+            max_in_flight: c.max_in_flight,
+            backoff: Backoff::from(&c.backoff),
+            dispatch_mode: c.dispatch_mode,
+            on_expired: c.on_expired,
+            on_permanent_failure: c.on_permanent_failure,
+            max_replay_attempts: c.max_replay_attempts,
+            trust_bridge_headers: c.trust_bridge_headers,
+        }
+    }
+}
+
+/// One configured route, ready to run.
+pub struct Route {
+    pub id: String,
+    /// The receiver's name, stamped as `x-bridge.source-id`.
+    pub source_id: String,
+    pub receiver: Arc<dyn Receiver>,
+    pub processors: Vec<SharedProcessor>,
+    pub bindings: Vec<Binding>,
+    pub policy: RoutePolicy,
+    pub dlq: Arc<dyn DeadLetterStore>,
+    pub metrics: Metrics,
+}
+
+/// A send that failed for good at one binding.
+struct BindingFailure {
+    binding: String,
+    address: String,
+    error: TransportError,
+}
+
+/// How handling a delivery ended, before the source is settled.
+enum Settle {
+    Ack,
+    Release { after: Duration, reason: String },
+}
+
+/// One planned send.
+struct Plan {
+    binding: usize,
+    address: String,
+}
+
+impl Route {
+    /// Runs the route until `shutdown` fires, then stops taking deliveries,
+    /// lets in-flight ones finish (or releases them unacknowledged if they
+    /// are waiting to retry) and returns once the receiver has closed.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> Result<(), TransportError> {
+        let (tx, mut rx) = mpsc::channel::<Delivery>(self.policy.max_in_flight);
+        let receiver_stop = CancellationToken::new();
+        let receiver = self.receiver.clone();
+        let receiver_token = receiver_stop.clone();
+        let mut receiver_task = tokio::spawn(async move { receiver.run(tx, receiver_token).await });
+        let permits = Arc::new(Semaphore::new(self.policy.max_in_flight));
+        let mut handlers = JoinSet::new();
+        let mut receiver_result = None;
+        info!(route = %self.id, "route started");
+
+        loop {
+            let permit = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                p = permits.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+            };
+            let delivery = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                res = &mut receiver_task, if receiver_result.is_none() => {
+                    receiver_result = Some(res);
+                    break;
+                }
+                d = rx.recv() => match d {
+                    Some(d) => d,
+                    None => break,
+                },
+            };
+            let route = self.clone();
+            let stop = shutdown.clone();
+            handlers.spawn(async move {
+                route.handle(delivery, &stop).await;
+                drop(permit);
+            });
+            while handlers.try_join_next().is_some() {}
+        }
+
+        // Deliveries not yet started are released: dropping their handles
+        // leaves them unacknowledged at the source.
+        drop(rx);
+        while handlers.join_next().await.is_some() {}
+        receiver_stop.cancel();
+        let result = match receiver_result {
+            Some(r) => r,
+            None => receiver_task.await,
+        };
+        info!(route = %self.id, "route stopped");
+        match result {
+            Ok(r) => r,
+            Err(e) => Err(TransportError::permanent(format!("receiver task failed: {e}"))),
+        }
+    }
+
+    /// Handles one delivery from arrival to ack or release.
+    pub async fn handle(&self, delivery: Delivery, shutdown: &CancellationToken) {
+        let Delivery { mut envelope, handle } = delivery;
+        let span = info_span!("delivery", route = %self.id, message_id = %envelope.id);
+        let route = self.id.as_str();
+        Metrics::inc(&self.metrics.received, &[("route", route)]);
+        let gauge = self.metrics.in_flight.get_or_create(&crate::metrics::labels(&[("route", route)])).clone();
+        gauge.inc();
+        async {
+            apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
+            let settle = self.decide(envelope, handle.as_ref(), shutdown).await;
+            self.settle(handle, settle).await;
+        }
+        .instrument(span)
+        .await;
+        gauge.dec();
+    }
+
+    async fn decide(&self, envelope: Envelope, handle: &dyn DeliveryHandle, shutdown: &CancellationToken) -> Settle {
+        let route = self.id.as_str();
+        let first_seen = Timestamp::now();
+        if envelope.is_expired_at(first_seen) {
+            Metrics::inc(&self.metrics.expired, &[("route", route)]);
+            return self
+                .fail_permanently(envelope, None, self.policy.on_expired, "expired", "message expired before delivery", 1, first_seen, shutdown)
+                .await;
+        }
+
+        // The chain runs again from the ingress copy after a retry request.
+        let mut attempt: u32 = 0;
+        let (envelope, routed) = loop {
+            match self.run_chain(envelope.clone()).await {
+                Ok(ChainOutcome::Continue(env, routed)) => break (env, routed),
+                Ok(ChainOutcome::Dropped(reason)) => {
+                    debug!(%reason, "dropped by processor");
+                    Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "filtered")]);
+                    return Settle::Ack;
+                }
+                Err((env, ProcessError::Reject(reason))) => {
+                    let (code, detail) = split_reason(&reason);
+                    return self
+                        .fail_permanently(env, None, self.policy.on_permanent_failure, code, detail, attempt + 1, first_seen, shutdown)
+                        .await;
+                }
+                Err((_, ProcessError::Retry { after, reason })) => {
+                    Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
+                    if let Some(settle) = self.release_instead_of_waiting(handle, after, &reason) {
+                        return settle;
+                    }
+                    debug!(%reason, ?after, "processor asked for a retry");
+                    if !sleep_or_shutdown(after, shutdown).await {
+                        return Settle::Release { after, reason };
+                    }
+                    attempt = attempt.saturating_add(1);
+                }
+            }
+        };
+
+        let plans = self.plan(routed);
+        if plans.is_empty() {
+            Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
+            return Settle::Ack;
+        }
+        self.dispatch(envelope, plans, handle, first_seen, shutdown).await
+    }
+
+    /// Sends to every planned binding, retrying transient failures, and
+    /// dead-letters (or drops) the bindings that failed for good.
+    async fn dispatch(
+        &self,
+        envelope: Envelope,
+        mut pending: Vec<Plan>,
+        handle: &dyn DeliveryHandle,
+        first_seen: Timestamp,
+        shutdown: &CancellationToken,
+    ) -> Settle {
+        let route = self.id.as_str();
+        let mut failures = Vec::new();
+        let mut attempt: u32 = 0;
+        loop {
+            let mut still_pending = Vec::new();
+            let mut last_error = String::new();
+            for plan in pending {
+                let binding = &self.bindings[plan.binding];
+                let msg = OutboundMessage { envelope: envelope.clone(), address: plan.address.clone() };
+                match binding.sender.send(msg).await {
+                    Ok(()) => Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]),
+                    Err(error) if error.is_transient() => {
+                        warn!(binding = %binding.id, address = %plan.address, %error, attempt, "send failed, will retry");
+                        last_error = error.reason;
+                        still_pending.push(plan);
+                    }
+                    Err(error) => {
+                        warn!(binding = %binding.id, address = %plan.address, %error, "send failed permanently");
+                        failures.push(BindingFailure { binding: binding.id.clone(), address: plan.address, error });
+                    }
+                }
+            }
+            if still_pending.is_empty() {
+                break;
+            }
+            Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
+            let delay = self.policy.backoff.delay(attempt);
+            if let Some(settle) = self.release_instead_of_waiting(handle, delay, &last_error) {
+                return settle;
+            }
+            if !sleep_or_shutdown(delay, shutdown).await {
+                return Settle::Release { after: delay, reason: last_error };
+            }
+            attempt = attempt.saturating_add(1);
+            pending = still_pending;
+        }
+
+        let mut settle = Settle::Ack;
+        for failure in failures {
+            let outcome = self
+                .fail_permanently(
+                    envelope.clone(),
+                    Some((failure.binding, failure.address)),
+                    self.policy.on_permanent_failure,
+                    "send_rejected",
+                    &failure.error.reason,
+                    attempt + 1,
+                    first_seen,
+                    shutdown,
+                )
+                .await;
+            if let Settle::Release { .. } = outcome {
+                settle = outcome;
+            }
+        }
+        settle
+    }
+
+    /// For sources that redeliver with a count (SQS, AMQP), a transient
+    /// failure goes back to the source instead of being held here; once the
+    /// count passes `max_replay_attempts` the message is held and retried
+    /// here like any other (issue 5 turns that into a dead letter).
+    fn release_instead_of_waiting(&self, handle: &dyn DeliveryHandle, after: Duration, reason: &str) -> Option<Settle> {
+        let count = handle.redelivery_count()?;
+        (count < self.policy.max_replay_attempts).then(|| Settle::Release { after, reason: reason.to_owned() })
+    }
+
+    /// Dead-letters or drops a message per `action`. A dead letter that
+    /// cannot be stored is retried; if the route stops meanwhile the source
+    /// message is released, never acknowledged.
+    #[allow(clippy::too_many_arguments)]
+    async fn fail_permanently(
+        &self,
+        envelope: Envelope,
+        binding: Option<(String, String)>,
+        action: FailureAction,
+        reason: &str,
+        detail: &str,
+        attempts: u32,
+        first_failure: Timestamp,
+        shutdown: &CancellationToken,
+    ) -> Settle {
+        let route = self.id.as_str();
+        match action {
+            FailureAction::Drop => {
+                warn!(%reason, %detail, "message dropped");
+                let label = if reason == "expired" { "expired" } else { "permanent_failure" };
+                Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
+                Settle::Ack
+            }
+            FailureAction::Dlq => {
+                let (binding, address) = binding.unzip();
+                let entry = DeadLetter {
+                    route: self.id.clone(),
+                    binding,
+                    address,
+                    reason: reason.to_owned(),
+                    detail: detail.to_owned(),
+                    attempts,
+                    first_failure,
+                    last_failure: Timestamp::now(),
+                    envelope,
+                };
+                let mut attempt = 0;
+                loop {
+                    match self.dlq.put(entry.clone()).await {
+                        Ok(()) => {
+                            warn!(%reason, %detail, "message dead-lettered");
+                            Metrics::inc(&self.metrics.dead_lettered, &[("route", route), ("reason", reason)]);
+                            return Settle::Ack;
+                        }
+                        Err(e) => {
+                            let delay = self.policy.backoff.delay(attempt);
+                            warn!(error = %e, "cannot write dead letter, will retry");
+                            if !sleep_or_shutdown(delay, shutdown).await {
+                                return Settle::Release { after: delay, reason: format!("dead-letter store: {e}") };
+                            }
+                            attempt += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    async fn settle(&self, handle: Box<dyn DeliveryHandle>, settle: Settle) {
+        match settle {
+            Settle::Ack => match handle.ack().await {
+                Ok(()) => Metrics::inc(&self.metrics.acked, &[("route", &self.id)]),
+                Err(error) => warn!(%error, "acknowledgement failed; the source will redeliver"),
+            },
+            Settle::Release { after, reason } => {
+                if let Err(error) = handle.release(after, &reason).await {
+                    warn!(%error, "release failed; the source will redeliver");
+                }
+            }
+        }
+    }
+
+    async fn run_chain(&self, mut env: Envelope) -> Result<ChainOutcome, (Envelope, ProcessError)> {
+        let mut routed = None;
+        for p in &self.processors {
+            let (next, result) = p.process(env).await;
+            env = next;
+            match result {
+                Ok(Verdict::Pass) => {}
+                Ok(Verdict::Drop(reason)) => return Ok(ChainOutcome::Dropped(format!("{}: {reason}", p.name()))),
+                Ok(Verdict::Route(addresses)) => routed = Some(addresses),
+                Err(e) => return Err((env, e)),
+            }
+        }
+        Ok(ChainOutcome::Continue(env, routed))
+    }
+
+    fn plan(&self, routed: Option<Vec<String>>) -> Vec<Plan> {
+        let chosen = match self.policy.dispatch_mode {
+            DispatchMode::Single => 0..self.bindings.len().min(1),
+            DispatchMode::FanOut => 0..self.bindings.len(),
+        };
+        let mut plans = Vec::new();
+        for binding in chosen {
+            match &routed {
+                Some(addresses) => {
+                    plans.extend(addresses.iter().map(|a| Plan { binding, address: a.clone() }));
+                }
+                None => plans.push(Plan { binding, address: self.bindings[binding].address.clone() }),
+            }
+        }
+        plans
+    }
+}
+
+enum ChainOutcome {
+    Continue(Envelope, Option<Vec<String>>),
+    Dropped(String),
+}
+
+/// Splits `code: detail` reasons (as the plugin host reports traps) into a
+/// short code for metrics and the full text.
+fn split_reason(reason: &str) -> (&str, &str) {
+    match reason.split_once(": ") {
+        Some((code, _)) if !code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_') => (code, reason),
+        _ => ("rejected", reason),
+    }
+}
+
+/// Sleeps; false when shutdown came first.
+async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests;

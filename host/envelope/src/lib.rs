@@ -1,0 +1,206 @@
+//! The envelope: the one shape every message takes inside ferry.
+//!
+//! A receiving transport turns its native message into an [`Envelope`]; a
+//! sending transport turns an envelope back into its own message. This crate
+//! holds only plain data types so the host and the guest SDK share them.
+//!
+//! - [`Envelope`]: identity, subject, payload, typed headers and times.
+//! - [`HeaderValue`] / [`Headers`]: the typed header map.
+//! - [`Timestamp`]: milliseconds since the Unix epoch.
+//! - [`names`]: the reserved header names every route knows about.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+pub mod names;
+
+/// A point in time, in milliseconds since the Unix epoch (UTC).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Timestamp(pub i64);
+
+impl Timestamp {
+    /// The current wall-clock time.
+    pub fn now() -> Self {
+        Self::from_system_time(SystemTime::now())
+    }
+
+    /// Converts a `SystemTime`; times before 1970 become negative.
+    pub fn from_system_time(t: SystemTime) -> Self {
+        match t.duration_since(UNIX_EPOCH) {
+            Ok(d) => Self(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            Err(e) => Self(-i64::try_from(e.duration().as_millis()).unwrap_or(i64::MAX)),
+        }
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub fn as_millis(self) -> i64 {
+        self.0
+    }
+
+    /// This time plus a duration, saturating.
+    pub fn plus(self, d: Duration) -> Self {
+        Self(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
+    }
+
+    /// How long from `now` until this time; zero when it has passed.
+    pub fn remaining_from(self, now: Timestamp) -> Duration {
+        Duration::from_millis(u64::try_from(self.0.saturating_sub(now.0)).unwrap_or(0))
+    }
+}
+
+/// A typed header value.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "value", rename_all = "lowercase")]
+pub enum HeaderValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Boolean(bool),
+    Time(Timestamp),
+    Bytes(Bytes),
+}
+
+impl HeaderValue {
+    /// The text, when this is a text value.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            HeaderValue::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The kind of value, for messages and metrics labels.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            HeaderValue::Text(_) => "text",
+            HeaderValue::Integer(_) => "integer",
+            HeaderValue::Float(_) => "float",
+            HeaderValue::Boolean(_) => "boolean",
+            HeaderValue::Time(_) => "time",
+            HeaderValue::Bytes(_) => "bytes",
+        }
+    }
+}
+
+impl From<&str> for HeaderValue {
+    fn from(s: &str) -> Self {
+        HeaderValue::Text(s.to_owned())
+    }
+}
+
+impl From<String> for HeaderValue {
+    fn from(s: String) -> Self {
+        HeaderValue::Text(s)
+    }
+}
+
+/// Header map: names are case-sensitive and kept sorted.
+pub type Headers = BTreeMap<String, HeaderValue>;
+
+/// The normalized message unit flowing through a route.
+///
+/// `Clone` copies the header map but shares the payload bytes, which are
+/// immutable: a transform installs a new payload with [`Envelope::set_payload`]
+/// instead of changing the shared one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Message identity, used for deduplication and retry counting.
+    pub id: String,
+    /// Logical event subject (e.g. `order.created`); never a topic or queue.
+    pub subject: Option<String>,
+    payload: Bytes,
+    /// Typed metadata.
+    pub headers: Headers,
+    /// When the message was created (send time when the transport has one).
+    pub created_at: Timestamp,
+    /// After this time the message is expired (dropped or dead-lettered).
+    pub expires_at: Option<Timestamp>,
+}
+
+impl Envelope {
+    /// A new envelope created now, with no subject, headers or expiry.
+    pub fn new(id: impl Into<String>, payload: impl Into<Bytes>) -> Self {
+        Self {
+            id: id.into(),
+            subject: None,
+            payload: payload.into(),
+            headers: Headers::new(),
+            created_at: Timestamp::now(),
+            expires_at: None,
+        }
+    }
+
+    /// The payload bytes (shared, immutable).
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+
+    /// Installs a new payload.
+    pub fn set_payload(&mut self, payload: impl Into<Bytes>) {
+        self.payload = payload.into();
+    }
+
+    /// A header's text value, when present and text.
+    pub fn text_header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(HeaderValue::as_text)
+    }
+
+    /// Sets a header.
+    pub fn set_header(&mut self, name: impl Into<String>, value: impl Into<HeaderValue>) {
+        self.headers.insert(name.into(), value.into());
+    }
+
+    /// Whether the envelope carries an expiry.
+    pub fn has_expiry(&self) -> bool {
+        self.expires_at.is_some()
+    }
+
+    /// Whether the envelope's expiry is at or before `now`.
+    pub fn is_expired_at(&self, now: Timestamp) -> bool {
+        self.expires_at.is_some_and(|e| e <= now)
+    }
+
+    /// Time left before expiry, from `now`; `None` without an expiry.
+    pub fn remaining_ttl(&self, now: Timestamp) -> Option<Duration> {
+        self.expires_at.map(|e| e.remaining_from(now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clone_shares_payload_but_not_headers() {
+        let mut a = Envelope::new("1", vec![1u8; 1024]);
+        a.set_header("k", "v");
+        let mut b = a.clone();
+        assert_eq!(a.payload().as_ptr(), b.payload().as_ptr());
+        b.set_header("k", "changed");
+        b.set_payload(vec![2u8]);
+        assert_eq!(a.text_header("k"), Some("v"));
+        assert_eq!(a.payload().len(), 1024);
+    }
+
+    #[test]
+    fn expiry_is_inclusive_and_remaining_saturates() {
+        let mut e = Envelope::new("1", Bytes::new());
+        assert!(!e.is_expired_at(Timestamp(10)));
+        e.expires_at = Some(Timestamp(10));
+        assert!(e.is_expired_at(Timestamp(10)));
+        assert!(!e.is_expired_at(Timestamp(9)));
+        assert_eq!(e.remaining_ttl(Timestamp(20)), Some(Duration::ZERO));
+        assert_eq!(e.remaining_ttl(Timestamp(4)), Some(Duration::from_millis(6)));
+    }
+
+    #[test]
+    fn header_values_serialize_with_their_type() {
+        let v = HeaderValue::Time(Timestamp(5));
+        let s = serde_json::to_string(&v).unwrap_or_default();
+        assert_eq!(s, r#"{"type":"time","value":5}"#);
+    }
+}
