@@ -36,7 +36,8 @@ pub const SUBJECT_CARRIER: &str = "gobridge.subject";
 
 /// Reserved headers a receiving adapter derives from the wire itself (never
 /// copied from publisher metadata). The route keeps them on ingress.
-pub const ADAPTER_DERIVED: [&str; 4] = [CORRELATION_ID, CORRELATION_DATA, CONTENT_TYPE, GENERATED_ID];
+pub const ADAPTER_DERIVED: [&str; 4] =
+    [CORRELATION_ID, CORRELATION_DATA, CONTENT_TYPE, GENERATED_ID];
 
 /// Reserved headers that never leave the process as ordinary headers:
 /// transports either map them onto native fields or skip them. The

@@ -1,0 +1,139 @@
+//! The `ferry` subcommands.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use ferry_core::metrics::Metrics;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::wiring::{Bridge, build_processors};
+
+/// `ferry validate`: config, plugins and each processor's `init`, without
+/// connecting to any broker. Prints `ok` or `<key path>: <why>`.
+pub fn validate(path: &Path) -> ExitCode {
+    let config = match ferry_config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = build_processors(&config, &Metrics::new()) {
+        eprintln!("{}: {e}", path.display());
+        return ExitCode::from(2);
+    }
+    println!("{}: ok", path.display());
+    ExitCode::SUCCESS
+}
+
+/// `ferry render`: the resolved config (defaults filled in, `${VAR}`
+/// substituted) as JSON, with passwords in URLs masked.
+pub fn render(path: &Path) -> ExitCode {
+    match ferry_config::load(path) {
+        Ok(config) => {
+            let mut value = match serde_json::to_value(&config) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("cannot render: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            mask_secrets(&mut value);
+            match serde_json::to_string_pretty(&value) {
+                Ok(text) => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("cannot render: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Masks the password of every `url` value.
+fn mask_secrets(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (k, v) in map.iter_mut() {
+                if k == "url"
+                    && let serde_json::Value::String(s) = v
+                    && let Ok(mut url) = url::Url::parse(s)
+                    && url.password().is_some()
+                {
+                    let _ = url.set_password(Some("****"));
+                    *s = url.to_string();
+                } else {
+                    mask_secrets(v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(mask_secrets),
+        _ => {}
+    }
+}
+
+/// `ferry run`: runs until SIGTERM/SIGINT, then stops receiving, finishes
+/// or releases in-flight messages and exits 0.
+pub async fn run(path: &Path) -> ExitCode {
+    let config = match ferry_config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            error!(config = %path.display(), error = %e, "invalid configuration");
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let bridge = match Bridge::build(&config, Metrics::new()) {
+        Ok(b) => b,
+        Err(e) => {
+            error!(config = %path.display(), error = %e, "cannot start");
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(signal_shutdown(shutdown.clone()));
+    info!(routes = bridge.routes.len(), "ferry running");
+    if bridge.run(shutdown).await {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+async fn signal_shutdown(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        error!("cannot install signal handlers; stop ferry with SIGKILL");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = int.recv() => info!("SIGINT: shutting down"),
+    }
+    shutdown.cancel();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_passwords_are_masked() {
+        let mut v = serde_json::json!({"senders": {"a": {"url": "mqtt://u:secret@h:1883"}}, "x": ["mqtt://no-pass"]});
+        mask_secrets(&mut v);
+        assert_eq!(v["senders"]["a"]["url"], "mqtt://u:****@h:1883");
+        assert!(!v.to_string().contains("secret"));
+    }
+}

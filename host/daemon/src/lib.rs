@@ -1,0 +1,9 @@
+//! The ferry daemon as a library, so the binary stays a thin CLI.
+//!
+//! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
+//! - [`commands`]: `run`, `validate` and `render`.
+//! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
+
+pub mod commands;
+pub mod logging;
+pub mod wiring;

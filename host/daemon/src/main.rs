@@ -1,0 +1,63 @@
+//! `ferry`: the message bridge daemon's command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use ferry_daemon::logging::{self, LogFormat};
+
+#[derive(Parser)]
+#[command(
+    name = "ferry",
+    version,
+    about = "Moves messages between MQTT 5, AMQP and SQS through WebAssembly processors"
+)]
+struct Cli {
+    /// Log line format.
+    #[arg(long, global = true, value_enum, default_value = "text")]
+    log_format: LogFormat,
+    /// Log level or filter (overridden by the FERRY_LOG environment variable).
+    #[arg(long, global = true, default_value = "info")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the bridge until SIGTERM or SIGINT.
+    Run {
+        /// Config file.
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Check a config file and the plugins it uses; exit 0 when valid.
+    Validate {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Print the resolved config as JSON (secrets masked).
+    Render {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    logging::init(cli.log_format, &cli.log_level);
+    match cli.command {
+        Command::Validate { config } => ferry_daemon::commands::validate(&config),
+        Command::Render { config } => ferry_daemon::commands::render(&config),
+        Command::Run { config } => match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config)),
+            Err(e) => {
+                eprintln!("cannot start the runtime: {e}");
+                ExitCode::FAILURE
+            }
+        },
+    }
+}

@@ -1,0 +1,96 @@
+//! Connection settings shared by the MQTT receiver and sender.
+
+use std::time::Duration;
+
+use ferry_config::MqttConnection;
+use ferry_core::TransportError;
+use ferry_core::backoff::Backoff;
+use rumqttc::v5::MqttOptions;
+
+/// Where and how to connect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+    pub username: Option<String>,
+    pub password: Option<String>,
+}
+
+/// Parses `mqtt://[user[:password]@]host[:port]`.
+pub fn parse_url(raw: &str) -> Result<Endpoint, TransportError> {
+    let url = url::Url::parse(raw)
+        .map_err(|e| TransportError::permanent(format!("invalid MQTT url: {e}")))?;
+    if url.scheme() != "mqtt" {
+        return Err(TransportError::permanent(format!(
+            "MQTT url scheme must be mqtt://, got {}://",
+            url.scheme()
+        )));
+    }
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| TransportError::permanent("MQTT url has no host"))?;
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let username = (!url.username().is_empty()).then(|| decode(url.username()));
+    let password = url.password().map(decode);
+    Ok(Endpoint {
+        host: host.trim_matches(['[', ']']).to_owned(),
+        port: url.port().unwrap_or(1883),
+        username,
+        password,
+    })
+}
+
+/// Base client options for a connection.
+pub fn options(conn: &MqttConnection) -> Result<MqttOptions, TransportError> {
+    let endpoint = parse_url(&conn.url)?;
+    let mut options = MqttOptions::new(conn.client_id.clone(), endpoint.host, endpoint.port);
+    options.set_keep_alive(Duration::from_secs(conn.keep_alive_secs.max(5)));
+    if let Some(user) = endpoint.username {
+        options.set_credentials(user, endpoint.password.unwrap_or_default());
+    }
+    Ok(options)
+}
+
+/// Reconnect delays for a connection: capped exponential with jitter.
+pub fn reconnect_backoff(conn: &MqttConnection) -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(conn.reconnect_initial_ms),
+        max: Duration::from_millis(conn.reconnect_max_ms),
+        multiplier: 2.0,
+        jitter: 0.3,
+    }
+}
+
+/// The URL with any password masked, for logs.
+pub fn redacted(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut url) if url.password().is_some() => {
+            let _ = url.set_password(Some("****"));
+            url.to_string()
+        }
+        Ok(url) => url.to_string(),
+        Err(_) => "(invalid url)".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_with_credentials_and_defaults() {
+        let e = parse_url("mqtt://user:p%40ss@broker.example:1884").expect("valid");
+        assert_eq!(e.host, "broker.example");
+        assert_eq!(e.port, 1884);
+        assert_eq!(e.username.as_deref(), Some("user"));
+        assert_eq!(e.password.as_deref(), Some("p@ss"));
+        assert_eq!(parse_url("mqtt://127.0.0.1").expect("valid").port, 1883);
+        assert!(parse_url("http://x").is_err());
+        assert_eq!(redacted("mqtt://u:secret@h:1"), "mqtt://u:****@h:1");
+    }
+}

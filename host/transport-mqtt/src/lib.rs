@@ -1,0 +1,21 @@
+//! ferry's MQTT 5 transport, on rumqttc's v5 client.
+//!
+//! - [`ingress`]: MQTT publish -> envelope (seed 000 "MQTT into the
+//!   envelope" and seed 002: reserved `mqtt.*` headers, user-property
+//!   admission, poison rules, identity precedence, correlation data).
+//! - [`egress`]: envelope -> MQTT publish (topic templates, correlation
+//!   data, expiry, user properties, non-text header drops).
+//! - [`receiver`]: [`MqttReceiver`], a persistent session with manual acks:
+//!   a QoS 1/2 message is acknowledged only when the route is done with it.
+//! - [`sender`]: [`MqttSender`], which completes a send on PUBACK (QoS 1)
+//!   or PUBCOMP (QoS 2).
+//! - [`connection`]: URL parsing, client options and reconnect backoff.
+
+pub mod connection;
+pub mod egress;
+pub mod ingress;
+pub mod receiver;
+pub mod sender;
+
+pub use receiver::MqttReceiver;
+pub use sender::MqttSender;

@@ -1,0 +1,217 @@
+//! The one `bindgen!` of the plugin contract, and the host state a plugin
+//! instance's store carries.
+
+use ferry_envelope::{Envelope, HeaderValue as EnvHeaderValue, Timestamp, names};
+use tracing::{debug, error, info, trace, warn};
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime::{ResourceLimiter, StoreLimits};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+wasmtime::component::bindgen!({
+    path: "../../wit",
+    world: "processor",
+    with: {
+        "ferry:plugin/types.message": MessageState,
+    },
+    imports: { default: trappable },
+});
+
+pub use ferry::plugin::types::HeaderValue;
+
+/// The host side of the `message` resource: the envelope being processed.
+/// It stays in the host; the guest reads it through accessor calls.
+pub struct MessageState {
+    pub envelope: Envelope,
+    /// Reserved headers the guest tried to set or remove (ignored).
+    pub refused_reserved: u32,
+}
+
+/// What one plugin instance's store holds.
+pub struct HostState {
+    pub table: ResourceTable,
+    pub wasi: WasiCtx,
+    pub limits: StoreLimits,
+    pub plugin: String,
+    pub route: String,
+}
+
+impl HostState {
+    pub fn new(plugin: &str, route: &str, memory_limit_bytes: usize) -> Self {
+        Self {
+            table: ResourceTable::new(),
+            // No environment, arguments, directories or network: a plugin
+            // sees nothing of the host unless a later grant adds it.
+            wasi: WasiCtx::builder().build(),
+            limits: wasmtime::StoreLimitsBuilder::new()
+                .memory_size(memory_limit_bytes)
+                .table_elements(100_000)
+                .instances(64)
+                .tables(64)
+                .memories(4)
+                .trap_on_grow_failure(true)
+                .build(),
+            plugin: plugin.to_owned(),
+            route: route.to_owned(),
+        }
+    }
+
+    pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
+        &mut self.limits
+    }
+
+    fn message(&mut self, msg: &Resource<MessageState>) -> wasmtime::Result<&mut MessageState> {
+        Ok(self.table.get_mut(msg)?)
+    }
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+pub fn to_wit(value: &EnvHeaderValue) -> HeaderValue {
+    match value {
+        EnvHeaderValue::Text(s) => HeaderValue::Text(s.clone()),
+        EnvHeaderValue::Integer(i) => HeaderValue::Integer(*i),
+        EnvHeaderValue::Float(f) => HeaderValue::Float(*f),
+        EnvHeaderValue::Boolean(b) => HeaderValue::Boolean(*b),
+        EnvHeaderValue::Time(t) => HeaderValue::Time(t.as_millis()),
+        EnvHeaderValue::Bytes(b) => HeaderValue::Bytes(b.to_vec()),
+    }
+}
+
+pub fn from_wit(value: HeaderValue) -> EnvHeaderValue {
+    match value {
+        HeaderValue::Text(s) => EnvHeaderValue::Text(s),
+        HeaderValue::Integer(i) => EnvHeaderValue::Integer(i),
+        HeaderValue::Float(f) => EnvHeaderValue::Float(f),
+        HeaderValue::Boolean(b) => EnvHeaderValue::Boolean(b),
+        HeaderValue::Time(t) => EnvHeaderValue::Time(Timestamp(t)),
+        HeaderValue::Bytes(b) => EnvHeaderValue::Bytes(b.into()),
+    }
+}
+
+impl ferry::plugin::types::Host for HostState {}
+
+impl ferry::plugin::types::HostMessage for HostState {
+    fn id(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<String> {
+        Ok(self.message(&msg)?.envelope.id.clone())
+    }
+
+    fn subject(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<Option<String>> {
+        Ok(self.message(&msg)?.envelope.subject.clone())
+    }
+
+    fn set_subject(
+        &mut self,
+        msg: Resource<MessageState>,
+        subject: Option<String>,
+    ) -> wasmtime::Result<()> {
+        self.message(&msg)?.envelope.subject = subject;
+        Ok(())
+    }
+
+    fn header(
+        &mut self,
+        msg: Resource<MessageState>,
+        name: String,
+    ) -> wasmtime::Result<Option<HeaderValue>> {
+        Ok(self.message(&msg)?.envelope.headers.get(&name).map(to_wit))
+    }
+
+    fn header_names(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<Vec<String>> {
+        Ok(self
+            .message(&msg)?
+            .envelope
+            .headers
+            .keys()
+            .cloned()
+            .collect())
+    }
+
+    fn set_header(
+        &mut self,
+        msg: Resource<MessageState>,
+        name: String,
+        value: HeaderValue,
+    ) -> wasmtime::Result<()> {
+        let plugin = self.plugin.clone();
+        let m = self.message(&msg)?;
+        if names::is_reserved(&name) {
+            m.refused_reserved += 1;
+            warn!(%plugin, header = %name, "plugin may not set reserved headers; ignored");
+        } else {
+            m.envelope.headers.insert(name, from_wit(value));
+        }
+        Ok(())
+    }
+
+    fn remove_header(&mut self, msg: Resource<MessageState>, name: String) -> wasmtime::Result<()> {
+        let plugin = self.plugin.clone();
+        let m = self.message(&msg)?;
+        if names::is_reserved(&name) {
+            m.refused_reserved += 1;
+            warn!(%plugin, header = %name, "plugin may not remove reserved headers; ignored");
+        } else {
+            m.envelope.headers.remove(&name);
+        }
+        Ok(())
+    }
+
+    fn payload_len(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<u64> {
+        Ok(self.message(&msg)?.envelope.payload().len() as u64)
+    }
+
+    fn payload(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<Vec<u8>> {
+        Ok(self.message(&msg)?.envelope.payload().to_vec())
+    }
+
+    fn set_payload(
+        &mut self,
+        msg: Resource<MessageState>,
+        payload: Vec<u8>,
+    ) -> wasmtime::Result<()> {
+        self.message(&msg)?.envelope.set_payload(payload);
+        Ok(())
+    }
+
+    fn created_at(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<i64> {
+        Ok(self.message(&msg)?.envelope.created_at.as_millis())
+    }
+
+    fn expires_at(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<Option<i64>> {
+        Ok(self
+            .message(&msg)?
+            .envelope
+            .expires_at
+            .map(Timestamp::as_millis))
+    }
+
+    fn drop(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<()> {
+        // The host created the resource and deletes it after the call; a
+        // guest can only ever hold a borrow, so there is nothing to free.
+        let _ = msg;
+        Ok(())
+    }
+}
+
+impl ferry::plugin::host::Host for HostState {
+    fn log(&mut self, level: ferry::plugin::host::Level, message: String) -> wasmtime::Result<()> {
+        use ferry::plugin::host::Level;
+        let (plugin, route) = (self.plugin.as_str(), self.route.as_str());
+        // Bound what one call can put in the log.
+        let message: String = message.chars().take(4096).collect();
+        match level {
+            Level::Trace => trace!(plugin, route, "{message}"),
+            Level::Debug => debug!(plugin, route, "{message}"),
+            Level::Info => info!(plugin, route, "{message}"),
+            Level::Warn => warn!(plugin, route, "{message}"),
+            Level::Error => error!(plugin, route, "{message}"),
+        }
+        Ok(())
+    }
+}

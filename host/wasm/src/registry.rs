@@ -1,0 +1,244 @@
+//! The plugin registry: every `*.wasm` component in the plugin directory,
+//! compiled once and checked against the processor world.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tracing::{info, warn};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{Component, Linker};
+
+use crate::bindings::{HostState, ProcessorPre};
+use crate::engine::PluginEngine;
+
+/// The plugin package and version this host provides.
+pub const PLUGIN_PACKAGE: &str = "ferry:plugin";
+pub const PLUGIN_VERSION: &str = "0.1.0";
+
+/// Why a plugin cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("cannot read plugin directory {dir}: {source}")]
+    Dir {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("plugin {name:?} ({path}): cannot read: {source}")]
+    Read {
+        name: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("plugin {name:?} ({path}) is not a valid WebAssembly component: {detail}")]
+    Compile {
+        name: String,
+        path: PathBuf,
+        detail: String,
+    },
+    #[error("plugin {name:?} ({path}) does not fit this host: {detail}")]
+    WrongWorld {
+        name: String,
+        path: PathBuf,
+        detail: String,
+    },
+    #[error("{0}")]
+    Refused(String),
+    #[error("no plugin named {name:?} in {dir} (found: {found})")]
+    Missing {
+        name: String,
+        dir: PathBuf,
+        found: String,
+    },
+    #[error("plugin {plugin:?} refused its configuration for route {route:?}: {message}")]
+    Init {
+        plugin: String,
+        route: String,
+        message: String,
+    },
+    #[error("plugin {plugin:?} could not start for route {route:?}: {detail}")]
+    Instantiate {
+        plugin: String,
+        route: String,
+        detail: String,
+    },
+}
+
+/// A compiled plugin that passed the world check.
+pub struct LoadedPlugin {
+    pub name: String,
+    pub path: PathBuf,
+    pub size: u64,
+    pub(crate) pre: ProcessorPre<HostState>,
+}
+
+/// The plugins of one directory.
+pub struct PluginRegistry {
+    engine: PluginEngine,
+    dir: PathBuf,
+    plugins: BTreeMap<String, Arc<LoadedPlugin>>,
+    refused: BTreeMap<String, String>,
+}
+
+impl PluginRegistry {
+    /// Loads every `*.wasm` file in `dir`. A file that does not load is
+    /// logged and remembered with its reason; only the directory itself
+    /// being unreadable is an error here.
+    pub fn load_dir(engine: &PluginEngine, dir: &Path) -> Result<Self, PluginError> {
+        let entries = std::fs::read_dir(dir).map_err(|source| PluginError::Dir {
+            dir: dir.to_owned(),
+            source,
+        })?;
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
+            .collect();
+        paths.sort();
+        let mut registry = Self {
+            engine: engine.clone(),
+            dir: dir.to_owned(),
+            plugins: BTreeMap::new(),
+            refused: BTreeMap::new(),
+        };
+        for path in paths {
+            let name = plugin_name(&path);
+            match load_file(engine, &path) {
+                Ok(plugin) => {
+                    info!(plugin = %name, size = plugin.size, "plugin loaded");
+                    registry.plugins.insert(name, Arc::new(plugin));
+                }
+                Err(e) => {
+                    warn!(plugin = %name, error = %e, "plugin refused");
+                    registry.refused.insert(name, e.to_string());
+                }
+            }
+        }
+        Ok(registry)
+    }
+
+    /// The plugin named `name`, or why it is not available.
+    pub fn get(&self, name: &str) -> Result<Arc<LoadedPlugin>, PluginError> {
+        if let Some(p) = self.plugins.get(name) {
+            return Ok(p.clone());
+        }
+        if let Some(reason) = self.refused.get(name) {
+            return Err(PluginError::Refused(reason.clone()));
+        }
+        let found: Vec<&str> = self.plugins.keys().map(String::as_str).collect();
+        Err(PluginError::Missing {
+            name: name.to_owned(),
+            dir: self.dir.clone(),
+            found: if found.is_empty() {
+                "none".into()
+            } else {
+                found.join(", ")
+            },
+        })
+    }
+
+    /// Names of the plugins that loaded.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.plugins.keys().map(String::as_str)
+    }
+
+    /// Plugins that were refused, with the reason.
+    pub fn refused(&self) -> &BTreeMap<String, String> {
+        &self.refused
+    }
+
+    pub fn engine(&self) -> &PluginEngine {
+        &self.engine
+    }
+}
+
+/// The plugin name a file provides: its file name without `.wasm`.
+pub fn plugin_name(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Compiles one component and checks it against the processor world.
+pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<LoadedPlugin, PluginError> {
+    let name = plugin_name(path);
+    let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
+        name: name.clone(),
+        path: path.to_owned(),
+        source,
+    })?;
+    let wrong = |detail: String| PluginError::WrongWorld {
+        name: name.clone(),
+        path: path.to_owned(),
+        detail,
+    };
+    let component =
+        Component::from_binary(engine.engine(), &bytes).map_err(|e| PluginError::Compile {
+            name: name.clone(),
+            path: path.to_owned(),
+            detail: format!("{e:#}"),
+        })?;
+    check_world(engine, &component).map_err(&wrong)?;
+    let mut linker: Linker<HostState> = Linker::new(engine.engine());
+    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+    crate::bindings::Processor::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)
+        .map_err(|e| wrong(format!("{e:#}")))?;
+    let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
+        wrong(format!(
+            "does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}"
+        ))
+    })?;
+    let pre = ProcessorPre::new(instance_pre).map_err(|e| {
+        wrong(format!(
+            "does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}"
+        ))
+    })?;
+    Ok(LoadedPlugin {
+        name,
+        path: path.to_owned(),
+        size: bytes.len() as u64,
+        pre,
+    })
+}
+
+/// Explains, before linking, why a component does not target this host's
+/// processor world: another package version, a missing export, or an
+/// import the host does not provide.
+fn check_world(engine: &PluginEngine, component: &Component) -> Result<(), String> {
+    let ty = component.component_type();
+    for (import, item) in ty.imports(engine.engine()) {
+        if matches!(item.ty, ComponentItem::Type(_) | ComponentItem::Resource(_)) {
+            // Types a world `use`s (such as `message`) are named imports too.
+            continue;
+        }
+        if let Some(rest) = import.strip_prefix(&format!("{PLUGIN_PACKAGE}/")) {
+            let version = rest
+                .split_once('@')
+                .map(|(_, v)| v)
+                .unwrap_or("(unversioned)");
+            if version != PLUGIN_VERSION {
+                return Err(format!(
+                    "built against {PLUGIN_PACKAGE}@{version} (imports {import}); this host provides {PLUGIN_PACKAGE}@{PLUGIN_VERSION} — rebuild the plugin against wit/ of this ferry"
+                ));
+            }
+        } else if !import.starts_with("wasi:") {
+            return Err(format!(
+                "imports {import}, which ferry does not provide to plugins"
+            ));
+        }
+    }
+    let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
+    for required in ["init", "process"] {
+        if !exports.contains(&required) {
+            return Err(format!(
+                "does not export `{required}` (exports: {}); it is not a {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION} component",
+                if exports.is_empty() {
+                    "nothing".to_owned()
+                } else {
+                    exports.join(", ")
+                }
+            ));
+        }
+    }
+    Ok(())
+}

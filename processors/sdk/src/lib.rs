@@ -1,0 +1,130 @@
+//! The guest SDK: write a ferry processor in a few lines of Rust.
+//!
+//! ```ignore
+//! use ferry_plugin_sdk::{Message, Processor, Verdict, Failure};
+//!
+//! struct OnlyTemp;
+//! impl Processor for OnlyTemp {
+//!     fn init(_config: serde_json::Value) -> Result<Self, String> { Ok(OnlyTemp) }
+//!     fn process(&self, msg: &Message) -> Result<Verdict, Failure> {
+//!         match msg.text_header("kind").as_deref() {
+//!             Some("temp") => Ok(Verdict::Pass),
+//!             _ => Ok(Verdict::Drop("not a temperature".into())),
+//!         }
+//!     }
+//! }
+//! ferry_plugin_sdk::export_processor!(OnlyTemp);
+//! ```
+//!
+//! Build with `cargo build --release --target wasm32-wasip2` and copy the
+//! `.wasm` into the daemon's plugin directory as `<name>.wasm`.
+//!
+//! - [`bindings`]: the generated WIT bindings (`ferry:plugin@0.1.0`).
+//! - [`Processor`]: the trait a plugin implements.
+//! - [`export_processor!`]: wires a `Processor` to the component exports.
+//! - [`log`]: write to the host's log.
+
+#[doc(hidden)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "processor",
+        pub_export_macro: true,
+        export_macro_name: "export_guest",
+        default_bindings_module: "ferry_plugin_sdk::bindings",
+        additional_derives: [PartialEq],
+    });
+}
+
+pub use bindings::ferry::plugin::types::{Failure, HeaderValue, Message, RetryAfter, Verdict};
+pub use serde_json;
+
+/// A message processor. One value is created per plugin instance by
+/// [`Processor::init`] and then handles many messages.
+pub trait Processor: Sized + 'static {
+    /// Builds the processor from the route's `config` table (as JSON).
+    /// An error refuses the route's configuration with that text.
+    fn init(config: serde_json::Value) -> Result<Self, String>;
+
+    /// Decides what happens to one message; it may change the message.
+    fn process(&self, msg: &Message) -> Result<Verdict, Failure>;
+}
+
+/// Conveniences on the host-owned message.
+pub trait MessageExt {
+    /// A header's value when it is text.
+    fn text_header(&self, name: &str) -> Option<String>;
+}
+
+impl MessageExt for Message {
+    fn text_header(&self, name: &str) -> Option<String> {
+        match self.header(name) {
+            Some(HeaderValue::Text(s)) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// Writes to the host's log, tagged with the plugin and route.
+pub mod log {
+    use crate::bindings::ferry::plugin::host::{Level, log};
+
+    pub fn debug(message: &str) {
+        log(Level::Debug, message);
+    }
+    pub fn info(message: &str) {
+        log(Level::Info, message);
+    }
+    pub fn warn(message: &str) {
+        log(Level::Warn, message);
+    }
+    pub fn error(message: &str) {
+        log(Level::Error, message);
+    }
+}
+
+#[doc(hidden)]
+pub fn parse_config(config: &str) -> Result<serde_json::Value, String> {
+    serde_json::from_str(config).map_err(|e| format!("config is not valid JSON: {e}"))
+}
+
+/// Exports a [`Processor`] implementation as the component's `init` and
+/// `process` functions.
+#[macro_export]
+macro_rules! export_processor {
+    ($ty:ty) => {
+        struct __FerryGuest;
+
+        ::std::thread_local! {
+            static __FERRY_PROCESSOR: ::std::cell::RefCell<::std::option::Option<$ty>> =
+                const { ::std::cell::RefCell::new(::std::option::Option::None) };
+        }
+
+        impl $crate::bindings::Guest for __FerryGuest {
+            fn init(
+                config: ::std::string::String,
+            ) -> ::std::result::Result<(), ::std::string::String> {
+                let value = $crate::parse_config(&config)?;
+                let processor = <$ty as $crate::Processor>::init(value)?;
+                __FERRY_PROCESSOR
+                    .with(|p| *p.borrow_mut() = ::std::option::Option::Some(processor));
+                ::std::result::Result::Ok(())
+            }
+
+            fn process(
+                msg: &$crate::Message,
+            ) -> ::std::result::Result<$crate::Verdict, $crate::Failure> {
+                __FERRY_PROCESSOR.with(|p| match p.borrow().as_ref() {
+                    ::std::option::Option::Some(processor) => {
+                        $crate::Processor::process(processor, msg)
+                    }
+                    ::std::option::Option::None => ::std::result::Result::Err(
+                        $crate::Failure::Reject("processor used before init".into()),
+                    ),
+                })
+            }
+        }
+
+        $crate::bindings::export_guest!(__FerryGuest);
+    };
+}
