@@ -1,1 +1,38 @@
-//! Shared helpers for the black-box tests.
+//! Helpers for tests that use real brokers and the real daemon.
+//!
+//! - [`unique`]: names with a random suffix, so tests run in parallel and
+//!   repeat without seeing each other's messages.
+//! - [`mqtt`]: a plain MQTT 5 test client (publish with properties,
+//!   subscribe and collect) and a private Mosquitto that a test can stop
+//!   and restart.
+//! - [`daemon`]: runs the `ferry` binary on a config and stops it.
+
+pub mod daemon;
+pub mod mqtt;
+
+use std::path::PathBuf;
+
+/// `prefix-<8 random hex chars>`.
+pub fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
+}
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A built component: `plugins/<name>.wasm` or `tests/plugins/<name>.wasm`.
+pub fn plugin_file(name: &str) -> PathBuf {
+    let root = repo_root();
+    for dir in ["plugins", "tests/plugins"] {
+        let p = root.join(dir).join(format!("{name}.wasm"));
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("{name}.wasm is not built: run `just plugins test-plugins` first");
+}

@@ -97,6 +97,11 @@ impl WasmProcessor {
         })
     }
 
+    /// Instances waiting for work (for tests and diagnostics).
+    pub fn idle_instances(&self) -> usize {
+        self.pool.idle.lock().map(|i| i.len()).unwrap_or(0)
+    }
+
     /// Runs one call synchronously on the current thread.
     pub fn process_blocking(
         &self,

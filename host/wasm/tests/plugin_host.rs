@@ -1,0 +1,250 @@
+//! The plugin host against real components: the built-in filter and the
+//! hostile/future-version fixtures (`just plugins test-plugins` builds them).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::{ProcessError, Verdict};
+use ferry_envelope::{Envelope, HeaderValue};
+use ferry_wasm::registry::load_file;
+use ferry_wasm::{PluginEngine, PluginError, PluginLimits, PluginRegistry, WasmProcessor};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn wasm(path: &str) -> PathBuf {
+    let p = repo().join(path);
+    assert!(
+        p.exists(),
+        "{} is missing: run `just plugins test-plugins` first",
+        p.display()
+    );
+    p
+}
+
+fn engine() -> PluginEngine {
+    PluginEngine::new(PluginLimits {
+        call_timeout: Duration::from_millis(300),
+        memory_limit_bytes: 32 << 20,
+    })
+    .expect("engine")
+}
+
+fn processor(
+    engine: &PluginEngine,
+    file: &str,
+    config: serde_json::Value,
+) -> Result<WasmProcessor, PluginError> {
+    let plugin = Arc::new(load_file(engine, &wasm(file))?);
+    WasmProcessor::new(engine, plugin, "r1", config.to_string(), Metrics::new())
+}
+
+fn msg(headers: &[(&str, &str)]) -> Envelope {
+    let mut e = Envelope::new("m1", &br#"{"reading":{"value":30}}"#[..]);
+    for (k, v) in headers {
+        e.set_header(*k, *v);
+    }
+    e
+}
+
+#[test]
+fn filter_passes_drops_and_routes() {
+    let engine = engine();
+    let f = processor(
+        &engine,
+        "plugins/filter.wasm",
+        serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}),
+    )
+    .expect("filter loads");
+    assert_eq!(
+        f.process_blocking(msg(&[("kind", "temp")])).1,
+        Ok(Verdict::Pass)
+    );
+    assert_eq!(
+        f.process_blocking(msg(&[("kind", "rh")])).1,
+        Ok(Verdict::Drop("filtered".into()))
+    );
+
+    let r = processor(
+        &engine,
+        "plugins/filter.wasm",
+        serde_json::json!({"when": [{"field": "reading.value", "op": "gt", "value": 25}], "action": "route", "route": ["alerts/hot"]}),
+    )
+    .expect("filter loads");
+    assert_eq!(
+        r.process_blocking(msg(&[])).1,
+        Ok(Verdict::Route(vec!["alerts/hot".into()]))
+    );
+}
+
+#[test]
+fn instances_are_reused_not_created_per_message() {
+    let engine = engine();
+    let f = processor(&engine, "plugins/filter.wasm", serde_json::json!({})).expect("loads");
+    for _ in 0..50 {
+        assert_eq!(f.process_blocking(msg(&[])).1, Ok(Verdict::Pass));
+    }
+    assert_eq!(f.idle_instances(), 1);
+}
+
+#[test]
+fn a_bad_filter_config_is_refused_at_init_with_the_plugin_reason() {
+    let engine = engine();
+    let err = processor(
+        &engine,
+        "plugins/filter.wasm",
+        serde_json::json!({"when": [{"header": "a", "op": "like", "value": 1}]}),
+    )
+    .err()
+    .expect("refused");
+    assert!(matches!(err, PluginError::Init { .. }), "{err}");
+    assert!(err.to_string().contains("unknown op \"like\""), "{err}");
+}
+
+#[test]
+fn plugin_changes_headers_and_subject_but_never_reserved_headers() {
+    let engine = engine();
+    let p = processor(&engine, "tests/plugins/hostile.wasm", serde_json::json!({})).expect("loads");
+    let mut e = msg(&[("hostile", "mutate")]);
+    e.set_header("x-bridge.route-id", "r1");
+    let (out, verdict) = p.process_blocking(e);
+    assert_eq!(verdict, Ok(Verdict::Pass));
+    assert_eq!(out.text_header("x-bridge.route-id"), Some("r1"));
+    assert_eq!(out.text_header("touched"), Some("payload=24"));
+    assert!(!out.headers.contains_key("hostile"));
+    assert_eq!(out.subject.as_deref(), Some("mutated.subject"));
+}
+
+fn assert_fails_then_recovers(kind: &str, code: &str) {
+    let engine = engine();
+    let p = processor(&engine, "tests/plugins/hostile.wasm", serde_json::json!({})).expect("loads");
+    let started = Instant::now();
+    let (out, result) = p.process_blocking(msg(&[("hostile", kind)]));
+    let Err(ProcessError::Reject(reason)) = result else {
+        panic!("{kind}: expected a rejection, got {result:?}");
+    };
+    assert!(reason.starts_with(code), "{kind}: {reason}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{kind} was not stopped"
+    );
+    assert_eq!(out.id, "m1", "the message survives the trap");
+    // The broken instance was replaced: the next message is served.
+    assert_eq!(
+        p.process_blocking(msg(&[("kind", "ok")])).1,
+        Ok(Verdict::Pass)
+    );
+}
+
+#[test]
+fn a_trap_fails_only_its_message() {
+    assert_fails_then_recovers("trap", "plugin_trap");
+}
+
+#[test]
+fn an_endless_loop_hits_the_deadline() {
+    assert_fails_then_recovers("loop", "plugin_deadline");
+}
+
+#[test]
+fn a_memory_bomb_hits_the_memory_cap() {
+    assert_fails_then_recovers("grow", "plugin_trap");
+}
+
+#[test]
+fn deep_recursion_traps_on_the_stack_limit() {
+    assert_fails_then_recovers("recurse", "plugin_trap");
+}
+
+#[test]
+fn plugin_reject_and_retry_map_to_process_errors() {
+    let engine = engine();
+    let p = processor(&engine, "tests/plugins/hostile.wasm", serde_json::json!({})).expect("loads");
+    let (_, r) = p.process_blocking(msg(&[("hostile", "reject")]));
+    assert!(
+        matches!(r, Err(ProcessError::Reject(ref s)) if s.starts_with("plugin_rejected")),
+        "{r:?}"
+    );
+    let (_, r) = p.process_blocking(msg(&[("hostile", "retry")]));
+    assert!(
+        matches!(r, Err(ProcessError::Retry { after, .. }) if after == Duration::from_millis(50)),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_trap_in_init_is_a_start_error() {
+    let engine = engine();
+    let err = processor(
+        &engine,
+        "tests/plugins/hostile.wasm",
+        serde_json::json!({"trap_in_init": true}),
+    )
+    .err()
+    .expect("refused");
+    assert!(matches!(err, PluginError::Instantiate { .. }), "{err}");
+    assert!(err.to_string().contains("init trapped"), "{err}");
+}
+
+#[test]
+fn a_component_for_another_contract_version_is_refused_clearly() {
+    let engine = engine();
+    let err = load_file(&engine, &wasm("tests/plugins/future-version.wasm"))
+        .err()
+        .expect("refused");
+    let text = err.to_string();
+    assert!(
+        text.contains("ferry:plugin@0.2.0") && text.contains("ferry:plugin@0.1.0"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_registry_keeps_good_plugins_and_explains_bad_and_missing_ones() {
+    let dir = std::env::temp_dir().join(format!("ferry-plugins-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::copy(wasm("plugins/filter.wasm"), dir.join("filter.wasm")).expect("copy");
+    std::fs::write(dir.join("corrupt.wasm"), b"\0asm not really").expect("write");
+    std::fs::write(dir.join("core.wasm"), b"\0asm\x01\0\0\0").expect("write");
+    std::fs::write(dir.join("notes.txt"), b"ignored").expect("write");
+    let engine = engine();
+    let registry = PluginRegistry::load_dir(&engine, &dir).expect("dir loads");
+    assert_eq!(registry.names().collect::<Vec<_>>(), ["filter"]);
+    assert!(registry.get("filter").is_ok());
+    let corrupt = registry.get("corrupt").err().expect("refused").to_string();
+    assert!(
+        corrupt.contains("not a valid WebAssembly component"),
+        "{corrupt}"
+    );
+    assert!(registry.get("core").is_err());
+    let missing = registry.get("nope").err().expect("missing").to_string();
+    assert!(
+        missing.contains("no plugin named \"nope\"") && missing.contains("found: filter"),
+        "{missing}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn header_values_of_every_kind_reach_the_plugin() {
+    let engine = engine();
+    let f = processor(
+        &engine,
+        "plugins/filter.wasm",
+        serde_json::json!({"when": [
+            {"header": "n", "op": "gt", "value": 2},
+            {"header": "b", "op": "eq", "value": true},
+            {"header": "f", "op": "lt", "value": 1.0}
+        ]}),
+    )
+    .expect("loads");
+    let mut e = msg(&[]);
+    e.set_header("n", HeaderValue::Integer(3));
+    e.set_header("b", HeaderValue::Boolean(true));
+    e.set_header("f", HeaderValue::Float(0.5));
+    assert_eq!(f.process_blocking(e).1, Ok(Verdict::Pass));
+}

@@ -1,0 +1,181 @@
+//! Runs the real `ferry` binary.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The `ferry` binary next to the test executable (`target/<profile>/ferry`).
+pub fn ferry_binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let bin = profile_dir.join("ferry");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build -p ferry-daemon` (just test does)",
+        bin.display()
+    );
+    bin
+}
+
+/// A working directory with a plugin folder and a config file.
+pub struct Workspace {
+    pub dir: tempfile::TempDir,
+}
+
+impl Workspace {
+    /// A fresh directory whose `plugins/` holds the named components.
+    pub fn with_plugins(plugins: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
+        for name in plugins {
+            std::fs::copy(
+                crate::plugin_file(name),
+                dir.path().join("plugins").join(format!("{name}.wasm")),
+            )
+            .expect("copy plugin");
+        }
+        Self { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes `ferry.toml` and returns its path.
+    pub fn config(&self, text: &str) -> PathBuf {
+        let p = self.dir.path().join("ferry.toml");
+        std::fs::write(&p, text).expect("write config");
+        p
+    }
+
+    /// Runs `ferry <args>` to completion in this directory.
+    pub fn ferry(&self, args: &[&str]) -> Output {
+        Command::new(ferry_binary())
+            .args(args)
+            .current_dir(self.path())
+            .output()
+            .expect("ferry runs")
+    }
+
+    /// The dead-letter entries written so far.
+    pub fn dead_letters(&self) -> Vec<serde_json::Value> {
+        let path = self.path().join("ferry-data").join("dlq.jsonl");
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+}
+
+/// A running daemon; its log lines are kept for assertions.
+pub struct Daemon {
+    child: Option<Child>,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// Starts `ferry run -c ferry.toml` in `ws` and waits until every
+    /// receiver and sender named in `expect_connected` logged a connection.
+    pub fn start(ws: &Workspace, expect_connected: usize) -> Self {
+        let mut child = Command::new(ferry_binary())
+            .args(["run", "-c", "ferry.toml", "--log-level", "info"])
+            .current_dir(ws.path())
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ferry starts");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("stderr");
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if std::env::var_os("FERRY_TEST_ECHO").is_some() {
+                    eprintln!("ferry: {line}");
+                }
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line);
+                }
+            }
+        });
+        let daemon = Self {
+            child: Some(child),
+            log,
+        };
+        daemon.wait_for_log("connected", expect_connected, Duration::from_secs(30));
+        daemon
+    }
+
+    /// Waits until `needle` appears in at least `count` log lines.
+    pub fn wait_for_log(&self, needle: &str, count: usize, timeout: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            if self.count_log(needle) >= count {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "timed out waiting for {count}x {needle:?} in the daemon log:\n{}",
+            self.log_text()
+        );
+    }
+
+    pub fn count_log(&self, needle: &str) -> usize {
+        self.log
+            .lock()
+            .map(|l| l.iter().filter(|line| line.contains(needle)).count())
+            .unwrap_or(0)
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().map(|l| l.join("\n")).unwrap_or_default()
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGTERM, then waits for the exit status.
+    pub fn terminate(mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("ferry did not exit within 30 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// SIGKILL: the crash case.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}

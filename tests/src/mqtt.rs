@@ -1,0 +1,236 @@
+//! MQTT 5 helpers for tests.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::{Packet, Publish, PublishProperties};
+use rumqttc::v5::{AsyncClient, Event, MqttOptions};
+use tokio::sync::mpsc;
+
+/// The shared broker the tests use (Mosquitto on 1883 unless
+/// `FERRY_TEST_MQTT_URL` says otherwise).
+pub fn broker_url() -> String {
+    std::env::var("FERRY_TEST_MQTT_URL").unwrap_or_else(|_| "mqtt://127.0.0.1:1883".to_owned())
+}
+
+fn host_port(url: &str) -> (String, u16) {
+    let rest = url.trim_start_matches("mqtt://");
+    let hostport = rest.rsplit('@').next().unwrap_or(rest);
+    match hostport.rsplit_once(':') {
+        Some((h, p)) => (h.to_owned(), p.parse().unwrap_or(1883)),
+        None => (hostport.to_owned(), 1883),
+    }
+}
+
+/// A test client: publishes, and collects what its subscriptions deliver.
+pub struct TestMqtt {
+    pub client: AsyncClient,
+    received: mpsc::UnboundedReceiver<Publish>,
+    connected: mpsc::UnboundedReceiver<()>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl TestMqtt {
+    /// Connects (clean session) and waits for the CONNACK.
+    pub async fn connect(url: &str) -> Self {
+        let (host, port) = host_port(url);
+        let mut options = MqttOptions::new(crate::unique("test"), host, port);
+        options.set_max_packet_size(Some(64 << 20));
+        options.set_keep_alive(Duration::from_secs(30));
+        let (client, mut events) = AsyncClient::new(options, 1000);
+        let (tx, received) = mpsc::unbounded_channel();
+        let (ctx, mut connected) = mpsc::unbounded_channel();
+        let task = tokio::spawn(async move {
+            loop {
+                match events.poll().await {
+                    Ok(Event::Incoming(Packet::Publish(p))) => {
+                        let _ = tx.send(p);
+                    }
+                    Ok(Event::Incoming(Packet::ConnAck(_) | Packet::SubAck(_))) => {
+                        let _ = ctx.send(());
+                    }
+                    Ok(_) => {}
+                    Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        });
+        tokio::time::timeout(Duration::from_secs(10), connected.recv())
+            .await
+            .expect("test client connects");
+        Self {
+            client,
+            received,
+            connected,
+            task,
+        }
+    }
+
+    /// Subscribes at QoS 1 and waits for the SUBACK.
+    pub async fn subscribe(&mut self, filter: &str) {
+        while self.connected.try_recv().is_ok() {}
+        self.client
+            .subscribe(filter, QoS::AtLeastOnce)
+            .await
+            .expect("subscribe");
+        tokio::time::timeout(Duration::from_secs(10), self.connected.recv())
+            .await
+            .expect("suback");
+    }
+
+    /// Publishes with properties at QoS 1.
+    pub async fn publish(
+        &self,
+        topic: &str,
+        payload: impl Into<Bytes>,
+        properties: PublishProperties,
+    ) {
+        self.client
+            .publish_with_properties(topic, QoS::AtLeastOnce, false, payload.into(), properties)
+            .await
+            .expect("publish");
+    }
+
+    /// Publishes with only user properties.
+    pub async fn publish_with(&self, topic: &str, payload: &str, user: &[(&str, &str)]) {
+        let props = PublishProperties {
+            user_properties: user
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Default::default()
+        };
+        self.publish(topic, payload.to_owned(), props).await;
+    }
+
+    /// The next delivered publish, or `None` after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Option<Publish> {
+        tokio::time::timeout(timeout, self.received.recv())
+            .await
+            .ok()
+            .flatten()
+    }
+
+    /// Everything delivered within `window`.
+    pub async fn drain(&mut self, window: Duration) -> Vec<Publish> {
+        let mut all = Vec::new();
+        let deadline = tokio::time::Instant::now() + window;
+        while let Ok(Some(p)) = tokio::time::timeout_at(deadline, self.received.recv()).await {
+            all.push(p);
+        }
+        all
+    }
+}
+
+impl Drop for TestMqtt {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A user property's value on a received publish (last one wins).
+pub fn user_property<'a>(p: &'a Publish, name: &str) -> Option<&'a str> {
+    p.properties
+        .as_ref()?
+        .user_properties
+        .iter()
+        .rev()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// The topic of a received publish as text.
+pub fn topic(p: &Publish) -> String {
+    String::from_utf8_lossy(&p.topic).into_owned()
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// A private Mosquitto on its own port, for tests that stop a broker.
+pub struct PrivateMosquitto {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl PrivateMosquitto {
+    /// Starts one on a free port and waits until it accepts connections.
+    pub async fn start() -> Self {
+        let mut m = Self {
+            port: free_port(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            child: None,
+        };
+        m.restart().await;
+        m
+    }
+
+    pub fn url(&self) -> String {
+        format!("mqtt://127.0.0.1:{}", self.port)
+    }
+
+    fn binary() -> PathBuf {
+        for p in [
+            "/usr/sbin/mosquitto",
+            "/usr/bin/mosquitto",
+            "/usr/local/sbin/mosquitto",
+        ] {
+            if std::path::Path::new(p).exists() {
+                return PathBuf::from(p);
+            }
+        }
+        PathBuf::from("mosquitto")
+    }
+
+    /// (Re)starts it on the same port.
+    pub async fn restart(&mut self) {
+        self.stop();
+        let conf = self.dir.path().join("mosquitto.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n",
+                self.port
+            ),
+        )
+        .expect("write conf");
+        let child = Command::new(Self::binary())
+            .arg("-c")
+            .arg(&conf)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("mosquitto starts (is it installed?)");
+        self.child = Some(child);
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("private mosquitto did not start on port {}", self.port);
+    }
+
+    /// Stops it (SIGKILL) and waits for the port to close.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for PrivateMosquitto {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
