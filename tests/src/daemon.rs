@@ -6,17 +6,25 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The `ferry` binary next to the test executable (`target/<profile>/ferry`).
+/// The `ferry` binary of the same build: beside this executable (a bench
+/// binary in `target/<profile>/`) or one level up (a test in
+/// `target/<profile>/deps/`).
 pub fn ferry_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-    let bin = profile_dir.join("ferry");
-    assert!(
-        bin.exists(),
-        "{} is missing: run `cargo build -p ferry-daemon` (just test does)",
-        bin.display()
+    let dir = exe.parent().expect("exe dir");
+    let candidates = [
+        Some(dir.join("ferry")),
+        dir.parent().map(|d| d.join("ferry")),
+    ];
+    for bin in candidates.into_iter().flatten() {
+        if bin.is_file() {
+            return bin;
+        }
+    }
+    panic!(
+        "no ferry binary near {}: run `cargo build -p ferry-daemon` (just test does)",
+        exe.display()
     );
-    bin
 }
 
 /// A working directory with a plugin folder and a config file.
@@ -120,6 +128,26 @@ impl Daemon {
         }
         panic!(
             "timed out waiting for {count}x {needle:?} in the daemon log:\n{}",
+            self.log_text()
+        );
+    }
+
+    /// Waits until one log line contains every one of `parts`.
+    pub fn wait_for_line(&self, parts: &[&str], timeout: Duration) {
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            let found = self
+                .log
+                .lock()
+                .map(|l| l.iter().any(|line| parts.iter().all(|p| line.contains(p))))
+                .unwrap_or(false);
+            if found {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "timed out waiting for a line with {parts:?} in the daemon log:\n{}",
             self.log_text()
         );
     }

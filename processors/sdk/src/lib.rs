@@ -23,6 +23,7 @@
 //! - [`Processor`]: the trait a plugin implements.
 //! - [`export_processor!`]: wires a `Processor` to the component exports.
 //! - [`log`]: write to the host's log.
+//! - [`names`]: reserved header names, from the host's envelope crate.
 
 #[doc(hidden)]
 pub mod bindings {
@@ -37,6 +38,9 @@ pub mod bindings {
 }
 
 pub use bindings::ferry::plugin::types::{Failure, HeaderValue, Message, RetryAfter, Verdict};
+/// The reserved header names the host uses (shared with the host's
+/// envelope crate, so guest and host never disagree on a name).
+pub use ferry_envelope::names;
 pub use serde_json;
 
 /// A message processor. One value is created per plugin instance by

@@ -1,0 +1,194 @@
+//! `just bench`: measures ferry against the broker it runs beside, in the
+//! same run, and prints ratios (never absolute pass/fail thresholds).
+//!
+//! 1. MQTT -> MQTT, QoS 1, 1 KiB payloads: the raw Mosquitto pub -> sub
+//!    rate, then the same load through `ferry run` with the filter plugin
+//!    (publisher -> source topic -> ferry -> target topic -> subscriber).
+//! 2. One filter call on a header, at 1 KiB and 1 MiB payloads: the
+//!    message is a host resource, so the two should cost the same.
+//!
+//! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::Verdict;
+use ferry_envelope::Envelope;
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::unique;
+use ferry_wasm::{PluginEngine, PluginLimits, WasmProcessor};
+use rumqttc::v5::mqttbytes::QoS;
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
+
+fn messages() -> usize {
+    std::env::var("FERRY_BENCH_MESSAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000)
+}
+
+/// Most messages published but not yet received. Mosquitto drops QoS 1
+/// messages for a client whose queue passes `max_queued_messages` (1000 by
+/// default), so the publisher keeps fewer than that outstanding; raw and
+/// ferry runs use the same window.
+const WINDOW: usize = 500;
+
+/// Publishes `n` 1 KiB messages (QoS 1, `kind=temp`) to `publish_topic`
+/// and returns the rate at which they arrive on `receive_filter`.
+async fn pub_sub_rate(publish_topic: &str, receive_filter: &str, n: usize) -> f64 {
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(receive_filter).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    let payload = Bytes::from(vec![b'x'; 1024]);
+    let props = PublishProperties {
+        user_properties: vec![("kind".into(), "temp".into())],
+        ..Default::default()
+    };
+    let received = Arc::new(AtomicUsize::new(0));
+    let started = Instant::now();
+    let topic = publish_topic.to_owned();
+    let client = publisher.client.clone();
+    let seen = received.clone();
+    let producer = tokio::spawn(async move {
+        for i in 0..n {
+            while i >= seen.load(Ordering::Relaxed) + WINDOW {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            if client
+                .publish_with_properties(
+                    topic.clone(),
+                    QoS::AtLeastOnce,
+                    false,
+                    payload.clone(),
+                    props.clone(),
+                )
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+    });
+    let mut count = 0;
+    while count < n {
+        match sub.next(Duration::from_secs(10)).await {
+            Some(_) => {
+                count += 1;
+                received.store(count, Ordering::Relaxed);
+            }
+            None => break,
+        }
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    producer.abort();
+    if count < n {
+        eprintln!("warning: only {count} of {n} messages arrived");
+    }
+    count as f64 / elapsed
+}
+
+async fn mqtt_rows() {
+    let n = messages();
+    let raw_topic = unique("bench/raw");
+    let raw = pub_sub_rate(&raw_topic, &raw_topic, n).await;
+
+    let (src, dst) = (unique("bench/src"), unique("bench/dst"));
+    let ws = Workspace::with_plugins(&["filter"]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "{url}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+session_expiry_secs = 60
+[senders.out]
+type = "mqtt"
+url = "{url}"
+client_id = "{sid}"
+[[routes]]
+id = "bench"
+receiver = "in"
+max_in_flight = 256
+[[routes.processors]]
+plugin = "filter"
+config = {{ when = [{{ header = "kind", op = "eq", value = "temp" }}] }}
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/out"
+"#,
+        url = broker_url(),
+        rid = unique("bench-in"),
+        sid = unique("bench-out"),
+    ));
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let through = pub_sub_rate(&format!("{src}/a"), &format!("{dst}/#"), n).await;
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+
+    println!("\nMQTT -> MQTT, QoS 1, 1 KiB payloads, {n} messages");
+    println!("  {:<44} {:>10.0} msgs/s", "raw Mosquitto pub -> sub", raw);
+    println!(
+        "  {:<44} {:>10.0} msgs/s",
+        "through ferry (filter plugin)", through
+    );
+    println!("  {:<44} {:>10.2}", "ratio ferry / raw", through / raw);
+}
+
+fn processor_rows() {
+    let engine = match PluginEngine::new(PluginLimits::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("cannot start the plugin engine: {e}");
+            return;
+        }
+    };
+    let path: PathBuf = ferry_tests::plugin_file("filter");
+    let plugin = match ferry_wasm::registry::load_file(&engine, &path) {
+        Ok(p) => Arc::new(p),
+        Err(e) => {
+            eprintln!("{e}");
+            return;
+        }
+    };
+    let config =
+        serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}).to_string();
+    let processor = match WasmProcessor::new(&engine, plugin, "bench", config, Metrics::new()) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{e}");
+            return;
+        }
+    };
+    let per_call = |size: usize| {
+        let mut envelope = Envelope::new("bench", vec![b'x'; size]);
+        envelope.set_header("kind", "temp");
+        for _ in 0..1_000 {
+            envelope = processor.process_blocking(envelope).0;
+        }
+        let iterations = 20_000;
+        let started = Instant::now();
+        for _ in 0..iterations {
+            let (next, verdict) = processor.process_blocking(envelope);
+            debug_assert_eq!(verdict, Ok(Verdict::Pass));
+            envelope = next;
+        }
+        started.elapsed().as_secs_f64() * 1e9 / f64::from(iterations)
+    };
+    let small = per_call(1024);
+    let large = per_call(1 << 20);
+    println!("\nOne filter call on a header (processor chain, host side included)");
+    println!("  {:<44} {:>10.0} ns/call", "1 KiB payload", small);
+    println!("  {:<44} {:>10.0} ns/call", "1 MiB payload", large);
+    println!("  {:<44} {:>10.2}", "ratio 1 MiB / 1 KiB", large / small);
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    processor_rows();
+    mqtt_rows().await;
+}

@@ -1,0 +1,447 @@
+//! The real `ferry` binary against the real Mosquitto: the filter's
+//! outcomes end to end, metadata crossing MQTT -> MQTT, retries across a
+//! target outage and a crash, hostile plugins, validation and shutdown.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, topic, user_property};
+use ferry_tests::unique;
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// A one-route config: MQTT `<src>/#` -> processors -> MQTT `<dst>/{mqtt.topic}`.
+fn config(
+    source_url: &str,
+    src: &str,
+    target_url: &str,
+    dst_address: &str,
+    processors: &str,
+    extra_route: &str,
+    sender_extra: &str,
+) -> String {
+    format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "{source_url}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+reconnect_initial_ms = 100
+reconnect_max_ms = 500
+
+[senders.out]
+type = "mqtt"
+url = "{target_url}"
+client_id = "{sid}"
+default_topic = "unused"
+{sender_extra}
+
+[[routes]]
+id = "r1"
+receiver = "in"
+{extra_route}
+[routes.backoff]
+initial_ms = 50
+max_ms = 500
+
+{processors}
+
+[[routes.bindings]]
+sender = "out"
+address = "{dst_address}"
+"#,
+        rid = unique("ferry-in"),
+        sid = unique("ferry-out"),
+    )
+}
+
+fn filter(when: &str, extra: &str) -> String {
+    format!("[[routes.processors]]\nplugin = \"filter\"\nconfig = {{ when = [{when}]{extra} }}\n")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn filter_passes_drops_and_routes_through_the_daemon() {
+    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
+    let ws = Workspace::with_plugins(&["filter"]);
+    // Hot readings are routed to an alert topic, temperatures pass, the rest drop.
+    let processors = format!(
+        "{}{}",
+        filter(r#"{ header = "kind", op = "eq", value = "temp" }"#, ""),
+        filter(
+            r#"{ field = "c", op = "gt", value = 30 }"#,
+            r#", action = "route", route = ["DST/alerts"]"#
+        )
+    )
+    .replace("DST", &dst);
+    ws.config(&config(
+        &broker_url(),
+        &src,
+        &broker_url(),
+        &format!("{dst}/{{mqtt.topic}}"),
+        &processors,
+        "",
+        "",
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher
+        .publish_with(
+            &format!("{src}/kitchen"),
+            r#"{"c":21}"#,
+            &[("kind", "temp")],
+        )
+        .await;
+    publisher
+        .publish_with(
+            &format!("{src}/kitchen"),
+            r#"{"rh":40}"#,
+            &[("kind", "humidity")],
+        )
+        .await;
+    publisher
+        .publish_with(&format!("{src}/oven"), r#"{"c":250}"#, &[("kind", "temp")])
+        .await;
+
+    let got = sub.drain(Duration::from_secs(3)).await;
+    let mut seen: Vec<(String, String)> = got
+        .iter()
+        .map(|p| (topic(p), String::from_utf8_lossy(&p.payload).into_owned()))
+        .collect();
+    seen.sort();
+    assert_eq!(
+        seen,
+        vec![
+            (format!("{dst}/alerts"), r#"{"c":250}"#.to_owned()),
+            (format!("{dst}/{src}/kitchen"), r#"{"c":21}"#.to_owned()),
+        ]
+    );
+    assert!(
+        ws.dead_letters().is_empty(),
+        "a filter drop is not dead-lettered"
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metadata_crosses_mqtt_to_mqtt_faithfully() {
+    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(
+        &broker_url(),
+        &src,
+        &broker_url(),
+        &format!("{dst}/{{mqtt.topic}}"),
+        "",
+        "",
+        "",
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+
+    let binary = Bytes::from_static(&[0x00, 0x9f, 0xff, 0x0a, 0x00]);
+    let props = PublishProperties {
+        user_properties: vec![
+            ("gobridge.subject".into(), "reading.taken".into()),
+            ("site".into(), "Malmö".into()),
+            ("mqtt.topic".into(), "spoof".into()),
+            ("x-bridge.tenant-id".into(), "spoof".into()),
+        ],
+        correlation_data: Some(binary.clone()),
+        content_type: Some("application/json".into()),
+        response_topic: Some("replies/7".into()),
+        message_expiry_interval: Some(120),
+        ..Default::default()
+    };
+    publisher
+        .publish(&format!("{src}/a"), r#"{"binary":true}"#, props)
+        .await;
+    let text = PublishProperties {
+        correlation_data: Some(Bytes::from_static(b"corr-text-1")),
+        ..Default::default()
+    };
+    publisher
+        .publish(&format!("{src}/b"), "text correlation", text)
+        .await;
+
+    let mut got = sub.drain(Duration::from_secs(3)).await;
+    got.sort_by_key(topic);
+    assert_eq!(got.len(), 2, "both messages cross");
+    let (a, b) = (&got[0], &got[1]);
+    assert_eq!(topic(a), format!("{dst}/{src}/a"));
+    let pa = a.properties.as_ref().expect("properties");
+    assert_eq!(
+        pa.correlation_data.as_ref(),
+        Some(&binary),
+        "binary correlation data round-trips byte-identical"
+    );
+    assert_eq!(pa.content_type.as_deref(), Some("application/json"));
+    assert_eq!(pa.response_topic.as_deref(), Some("replies/7"));
+    let expiry = pa.message_expiry_interval.expect("expiry crosses");
+    assert!((100..=120).contains(&expiry), "expiry {expiry}");
+    assert_eq!(user_property(a, "gobridge.subject"), Some("reading.taken"));
+    assert_eq!(user_property(a, "site"), Some("Malmö"));
+    assert_eq!(
+        user_property(a, "mqtt.message-id"),
+        Some("mqtt-bin:AJ__CgA")
+    );
+    assert_eq!(user_property(a, "x-bridge.tenant-id"), None);
+    assert_eq!(user_property(a, "mqtt.topic"), None);
+
+    let pb = b.properties.as_ref().expect("properties");
+    assert_eq!(
+        pb.correlation_data.as_deref(),
+        Some(&b"corr-text-1"[..]),
+        "text correlation data round-trips"
+    );
+    assert_eq!(user_property(b, "mqtt.message-id"), Some("corr-text-1"));
+    assert_eq!(pb.message_expiry_interval, None);
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_outage_delays_but_never_loses_a_message_even_across_a_crash() {
+    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
+    let mut target = PrivateMosquitto::start().await;
+    let ws = Workspace::with_plugins(&[]);
+    // The sender reconnects slowly enough that the test subscriber is
+    // always back on the restarted target before ferry is.
+    ws.config(&config(
+        &broker_url(),
+        &src,
+        &target.url(),
+        &format!("{dst}/out"),
+        "",
+        "",
+        "reconnect_initial_ms = 1500\nreconnect_max_ms = 2000\nack_timeout_ms = 2000",
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+
+    // 1. Target down while the daemon runs: the message waits in ferry and
+    //    arrives once the target is back.
+    target.stop();
+    publisher
+        .publish_with(
+            &format!("{src}/x"),
+            "during outage",
+            &[("mqtt.message-id", "m1")],
+        )
+        .await;
+    daemon.wait_for_line(&["message_id=m1", "will retry"], WAIT);
+    target.restart().await;
+    let mut sub = TestMqtt::connect(&target.url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let p = sub
+        .next(Duration::from_secs(20))
+        .await
+        .expect("delivered after the outage");
+    assert_eq!(user_property(&p, "mqtt.message-id"), Some("m1"));
+
+    // 2. Target down and ferry crashes: the source never saw an ack, so the
+    //    broker hands the message to the restarted ferry.
+    target.stop();
+    drop(sub);
+    publisher
+        .publish_with(
+            &format!("{src}/x"),
+            "across a crash",
+            &[("mqtt.message-id", "m2")],
+        )
+        .await;
+    daemon.wait_for_line(&["message_id=m2", "will retry"], WAIT);
+    daemon.kill();
+    target.restart().await;
+    let mut sub = TestMqtt::connect(&target.url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let daemon = Daemon::start(&ws, 2);
+    let p = sub
+        .next(Duration::from_secs(20))
+        .await
+        .expect("delivered after the crash");
+    assert_eq!(user_property(&p, "mqtt.message-id"), Some("m2"));
+    assert_eq!(p.payload.as_ref(), b"across a crash");
+
+    // 3. SIGTERM while a message waits for the target: ferry exits 0 at once
+    //    and releases it unacknowledged, so the next run delivers it.
+    target.stop();
+    drop(sub);
+    publisher
+        .publish_with(
+            &format!("{src}/x"),
+            "across a shutdown",
+            &[("mqtt.message-id", "m3")],
+        )
+        .await;
+    daemon.wait_for_line(&["message_id=m3", "will retry"], WAIT);
+    assert_eq!(daemon.terminate().code(), Some(0));
+    target.restart().await;
+    let mut sub = TestMqtt::connect(&target.url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let daemon = Daemon::start(&ws, 2);
+    let p = sub
+        .next(Duration::from_secs(20))
+        .await
+        .expect("delivered after the restart");
+    assert_eq!(user_property(&p, "mqtt.message-id"), Some("m3"));
+    assert!(
+        sub.drain(Duration::from_secs(1)).await.is_empty(),
+        "m1 and m2 were acked and do not come back"
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_plugins_fail_only_their_own_messages() {
+    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    let mut text = config(
+        &broker_url(),
+        &src,
+        &broker_url(),
+        &format!("{dst}/{{mqtt.topic}}"),
+        "[[routes.processors]]\nplugin = \"hostile\"\n",
+        "",
+        "",
+    );
+    text.insert_str(
+        0,
+        "[plugins]\ncall_timeout_ms = 200\nmemory_limit_mib = 16\n",
+    );
+    ws.config(&text);
+    let mut daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for kind in ["loop", "trap", "grow", "recurse"] {
+        publisher
+            .publish_with(
+                &format!("{src}/{kind}"),
+                kind,
+                &[("hostile", kind), ("mqtt.message-id", kind)],
+            )
+            .await;
+    }
+    publisher
+        .publish_with(
+            &format!("{src}/fine"),
+            "fine",
+            &[("mqtt.message-id", "fine")],
+        )
+        .await;
+
+    let got = sub.drain(Duration::from_secs(5)).await;
+    let ids: Vec<_> = got
+        .iter()
+        .filter_map(|p| user_property(p, "mqtt.message-id"))
+        .collect();
+    assert_eq!(ids, ["fine"], "only the well-behaved message is sent");
+    assert!(daemon.is_running());
+    let mut reasons: Vec<(String, String)> = ws
+        .dead_letters()
+        .iter()
+        .map(|d| {
+            (
+                d["envelope"]["id"].as_str().unwrap_or("").to_owned(),
+                d["reason"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    reasons.sort();
+    assert_eq!(
+        reasons,
+        [
+            ("grow".to_owned(), "plugin_trap".to_owned()),
+            ("loop".to_owned(), "plugin_deadline".to_owned()),
+            ("recurse".to_owned(), "plugin_trap".to_owned()),
+            ("trap".to_owned(), "plugin_trap".to_owned()),
+        ]
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+#[test]
+fn validate_names_the_offending_key() {
+    let ws = Workspace::with_plugins(&["filter"]);
+    let good = config(
+        &broker_url(),
+        "a",
+        &broker_url(),
+        "b",
+        &filter(r#"{ header = "k", op = "exists" }"#, ""),
+        "",
+        "",
+    );
+    ws.config(&good);
+    let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let cases = [
+        (
+            good.replace(
+                "[[routes]]\nid = \"r1\"",
+                "[[routes]]\nid = \"r1\"\ncolour = \"blue\"",
+            ),
+            "routes[0]",
+            "colour",
+        ),
+        (
+            good.replace("plugin = \"filter\"", "plugin = \"nosuch\""),
+            "routes[0].processors[0].plugin",
+            "no plugin named \"nosuch\"",
+        ),
+        (
+            good.replace("sender = \"out\"", "sender = \"elsewhere\""),
+            "routes[0].bindings[0].sender",
+            "no sender named \"elsewhere\"",
+        ),
+        (
+            good.replace("op = \"exists\"", "op = \"resembles\""),
+            "routes[0].processors[0].config",
+            "unknown op",
+        ),
+    ];
+    for (text, key, why) in cases {
+        ws.config(&text);
+        let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(key) && stderr.contains(why),
+            "expected {key} / {why} in: {stderr}"
+        );
+    }
+}
+
+#[test]
+fn render_shows_the_resolved_config_without_passwords() {
+    let ws = Workspace::with_plugins(&[]);
+    let text = config(
+        "mqtt://user:hunter2@127.0.0.1:1883",
+        "a",
+        &broker_url(),
+        "b",
+        "",
+        "",
+        "",
+    )
+    .replace("topics = [", "topics = [\"${EXTRA_TOPIC:-extra/#}\", ");
+    ws.config(&text);
+    let out = ws.ferry(&["render", "-c", "ferry.toml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(json["receivers"]["in"]["topics"][0], "extra/#");
+    assert_eq!(json["routes"][0]["max_in_flight"], 100);
+    assert!(!stdout.contains("hunter2"));
+}
