@@ -12,19 +12,13 @@ use std::time::{Duration, Instant};
 pub fn ferry_binary() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().expect("exe dir");
-    let candidates = [
-        Some(dir.join("ferry")),
-        dir.parent().map(|d| d.join("ferry")),
-    ];
+    let candidates = [Some(dir.join("ferry")), dir.parent().map(|d| d.join("ferry"))];
     for bin in candidates.into_iter().flatten() {
         if bin.is_file() {
             return bin;
         }
     }
-    panic!(
-        "no ferry binary near {}: run `cargo build -p ferry-daemon` (just test does)",
-        exe.display()
-    );
+    panic!("no ferry binary near {}: run `cargo build -p ferry-daemon` (just test does)", exe.display());
 }
 
 /// A working directory with a plugin folder and a config file.
@@ -38,11 +32,8 @@ impl Workspace {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::create_dir_all(dir.path().join("plugins")).expect("plugins dir");
         for name in plugins {
-            std::fs::copy(
-                crate::plugin_file(name),
-                dir.path().join("plugins").join(format!("{name}.wasm")),
-            )
-            .expect("copy plugin");
+            std::fs::copy(crate::plugin_file(name), dir.path().join("plugins").join(format!("{name}.wasm")))
+                .expect("copy plugin");
         }
         Self { dir }
     }
@@ -60,21 +51,13 @@ impl Workspace {
 
     /// Runs `ferry <args>` to completion in this directory.
     pub fn ferry(&self, args: &[&str]) -> Output {
-        Command::new(ferry_binary())
-            .args(args)
-            .current_dir(self.path())
-            .output()
-            .expect("ferry runs")
+        Command::new(ferry_binary()).args(args).current_dir(self.path()).output().expect("ferry runs")
     }
 
     /// The dead-letter entries written so far.
     pub fn dead_letters(&self) -> Vec<serde_json::Value> {
         let path = self.path().join("ferry-data").join("dlq.jsonl");
-        std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 }
 
@@ -109,10 +92,7 @@ impl Daemon {
                 }
             }
         });
-        let daemon = Self {
-            child: Some(child),
-            log,
-        };
+        let daemon = Self { child: Some(child), log };
         daemon.wait_for_log("connected", expect_connected, Duration::from_secs(30));
         daemon
     }
@@ -126,37 +106,25 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!(
-            "timed out waiting for {count}x {needle:?} in the daemon log:\n{}",
-            self.log_text()
-        );
+        panic!("timed out waiting for {count}x {needle:?} in the daemon log:\n{}", self.log_text());
     }
 
     /// Waits until one log line contains every one of `parts`.
     pub fn wait_for_line(&self, parts: &[&str], timeout: Duration) {
         let started = Instant::now();
         while started.elapsed() < timeout {
-            let found = self
-                .log
-                .lock()
-                .map(|l| l.iter().any(|line| parts.iter().all(|p| line.contains(p))))
-                .unwrap_or(false);
+            let found =
+                self.log.lock().map(|l| l.iter().any(|line| parts.iter().all(|p| line.contains(p)))).unwrap_or(false);
             if found {
                 return;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!(
-            "timed out waiting for a line with {parts:?} in the daemon log:\n{}",
-            self.log_text()
-        );
+        panic!("timed out waiting for a line with {parts:?} in the daemon log:\n{}", self.log_text());
     }
 
     pub fn count_log(&self, needle: &str) -> usize {
-        self.log
-            .lock()
-            .map(|l| l.iter().filter(|line| line.contains(needle)).count())
-            .unwrap_or(0)
+        self.log.lock().map(|l| l.iter().filter(|line| line.contains(needle)).count()).unwrap_or(0)
     }
 
     pub fn log_text(&self) -> String {
@@ -165,18 +133,13 @@ impl Daemon {
 
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
-        self.child
-            .as_mut()
-            .is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
     /// SIGTERM, then waits for the exit status.
     pub fn terminate(mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .status();
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = child.try_wait() {

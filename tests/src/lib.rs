@@ -14,10 +14,7 @@ use std::path::PathBuf;
 
 /// `prefix-<8 random hex chars>`.
 pub fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    )
+    format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
 /// The repository root.

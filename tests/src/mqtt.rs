@@ -58,36 +58,19 @@ impl TestMqtt {
                 }
             }
         });
-        tokio::time::timeout(Duration::from_secs(10), connected.recv())
-            .await
-            .expect("test client connects");
-        Self {
-            client,
-            received,
-            connected,
-            task,
-        }
+        tokio::time::timeout(Duration::from_secs(10), connected.recv()).await.expect("test client connects");
+        Self { client, received, connected, task }
     }
 
     /// Subscribes at QoS 1 and waits for the SUBACK.
     pub async fn subscribe(&mut self, filter: &str) {
         while self.connected.try_recv().is_ok() {}
-        self.client
-            .subscribe(filter, QoS::AtLeastOnce)
-            .await
-            .expect("subscribe");
-        tokio::time::timeout(Duration::from_secs(10), self.connected.recv())
-            .await
-            .expect("suback");
+        self.client.subscribe(filter, QoS::AtLeastOnce).await.expect("subscribe");
+        tokio::time::timeout(Duration::from_secs(10), self.connected.recv()).await.expect("suback");
     }
 
     /// Publishes with properties at QoS 1.
-    pub async fn publish(
-        &self,
-        topic: &str,
-        payload: impl Into<Bytes>,
-        properties: PublishProperties,
-    ) {
+    pub async fn publish(&self, topic: &str, payload: impl Into<Bytes>, properties: PublishProperties) {
         self.client
             .publish_with_properties(topic, QoS::AtLeastOnce, false, payload.into(), properties)
             .await
@@ -97,10 +80,7 @@ impl TestMqtt {
     /// Publishes with only user properties.
     pub async fn publish_with(&self, topic: &str, payload: &str, user: &[(&str, &str)]) {
         let props = PublishProperties {
-            user_properties: user
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            user_properties: user.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             ..Default::default()
         };
         self.publish(topic, payload.to_owned(), props).await;
@@ -108,10 +88,7 @@ impl TestMqtt {
 
     /// The next delivered publish, or `None` after `timeout`.
     pub async fn next(&mut self, timeout: Duration) -> Option<Publish> {
-        tokio::time::timeout(timeout, self.received.recv())
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(timeout, self.received.recv()).await.ok().flatten()
     }
 
     /// Everything delivered within `window`.
@@ -133,13 +110,7 @@ impl Drop for TestMqtt {
 
 /// A user property's value on a received publish (last one wins).
 pub fn user_property<'a>(p: &'a Publish, name: &str) -> Option<&'a str> {
-    p.properties
-        .as_ref()?
-        .user_properties
-        .iter()
-        .rev()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
+    p.properties.as_ref()?.user_properties.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
 }
 
 /// The topic of a received publish as text.
@@ -149,15 +120,13 @@ pub fn topic(p: &Publish) -> String {
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
 }
 
 /// A private Mosquitto on its own port, for tests that stop a broker.
 pub struct PrivateMosquitto {
     pub port: u16,
+    extra_conf: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
@@ -165,8 +134,14 @@ pub struct PrivateMosquitto {
 impl PrivateMosquitto {
     /// Starts one on a free port and waits until it accepts connections.
     pub async fn start() -> Self {
+        Self::start_with("").await
+    }
+
+    /// Starts one with extra `mosquitto.conf` lines.
+    pub async fn start_with(extra_conf: &str) -> Self {
         let mut m = Self {
             port: free_port(),
+            extra_conf: extra_conf.to_owned(),
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
         };
@@ -179,11 +154,7 @@ impl PrivateMosquitto {
     }
 
     fn binary() -> PathBuf {
-        for p in [
-            "/usr/sbin/mosquitto",
-            "/usr/bin/mosquitto",
-            "/usr/local/sbin/mosquitto",
-        ] {
+        for p in ["/usr/sbin/mosquitto", "/usr/bin/mosquitto", "/usr/local/sbin/mosquitto"] {
             if std::path::Path::new(p).exists() {
                 return PathBuf::from(p);
             }
@@ -197,10 +168,7 @@ impl PrivateMosquitto {
         let conf = self.dir.path().join("mosquitto.conf");
         std::fs::write(
             &conf,
-            format!(
-                "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n",
-                self.port
-            ),
+            format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n{}\n", self.port, self.extra_conf),
         )
         .expect("write conf");
         let child = Command::new(Self::binary())

@@ -70,48 +70,21 @@ async fn filter_passes_drops_and_routes_through_the_daemon() {
     let processors = format!(
         "{}{}",
         filter(r#"{ header = "kind", op = "eq", value = "temp" }"#, ""),
-        filter(
-            r#"{ field = "c", op = "gt", value = 30 }"#,
-            r#", action = "route", route = ["DST/alerts"]"#
-        )
+        filter(r#"{ field = "c", op = "gt", value = 30 }"#, r#", action = "route", route = ["DST/alerts"]"#)
     )
     .replace("DST", &dst);
-    ws.config(&config(
-        &broker_url(),
-        &src,
-        &broker_url(),
-        &format!("{dst}/{{mqtt.topic}}"),
-        &processors,
-        "",
-        "",
-    ));
+    ws.config(&config(&broker_url(), &src, &broker_url(), &format!("{dst}/{{mqtt.topic}}"), &processors, "", ""));
     let daemon = Daemon::start(&ws, 2);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
-    publisher
-        .publish_with(
-            &format!("{src}/kitchen"),
-            r#"{"c":21}"#,
-            &[("kind", "temp")],
-        )
-        .await;
-    publisher
-        .publish_with(
-            &format!("{src}/kitchen"),
-            r#"{"rh":40}"#,
-            &[("kind", "humidity")],
-        )
-        .await;
-    publisher
-        .publish_with(&format!("{src}/oven"), r#"{"c":250}"#, &[("kind", "temp")])
-        .await;
+    publisher.publish_with(&format!("{src}/kitchen"), r#"{"c":21}"#, &[("kind", "temp")]).await;
+    publisher.publish_with(&format!("{src}/kitchen"), r#"{"rh":40}"#, &[("kind", "humidity")]).await;
+    publisher.publish_with(&format!("{src}/oven"), r#"{"c":250}"#, &[("kind", "temp")]).await;
 
     let got = sub.drain(Duration::from_secs(3)).await;
-    let mut seen: Vec<(String, String)> = got
-        .iter()
-        .map(|p| (topic(p), String::from_utf8_lossy(&p.payload).into_owned()))
-        .collect();
+    let mut seen: Vec<(String, String)> =
+        got.iter().map(|p| (topic(p), String::from_utf8_lossy(&p.payload).into_owned())).collect();
     seen.sort();
     assert_eq!(
         seen,
@@ -120,10 +93,7 @@ async fn filter_passes_drops_and_routes_through_the_daemon() {
             (format!("{dst}/{src}/kitchen"), r#"{"c":21}"#.to_owned()),
         ]
     );
-    assert!(
-        ws.dead_letters().is_empty(),
-        "a filter drop is not dead-lettered"
-    );
+    assert!(ws.dead_letters().is_empty(), "a filter drop is not dead-lettered");
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
@@ -131,15 +101,7 @@ async fn filter_passes_drops_and_routes_through_the_daemon() {
 async fn metadata_crosses_mqtt_to_mqtt_faithfully() {
     let (src, dst) = (unique("bb/src"), unique("bb/dst"));
     let ws = Workspace::with_plugins(&[]);
-    ws.config(&config(
-        &broker_url(),
-        &src,
-        &broker_url(),
-        &format!("{dst}/{{mqtt.topic}}"),
-        "",
-        "",
-        "",
-    ));
+    ws.config(&config(&broker_url(), &src, &broker_url(), &format!("{dst}/{{mqtt.topic}}"), "", "", ""));
     let daemon = Daemon::start(&ws, 2);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
@@ -159,16 +121,9 @@ async fn metadata_crosses_mqtt_to_mqtt_faithfully() {
         message_expiry_interval: Some(120),
         ..Default::default()
     };
-    publisher
-        .publish(&format!("{src}/a"), r#"{"binary":true}"#, props)
-        .await;
-    let text = PublishProperties {
-        correlation_data: Some(Bytes::from_static(b"corr-text-1")),
-        ..Default::default()
-    };
-    publisher
-        .publish(&format!("{src}/b"), "text correlation", text)
-        .await;
+    publisher.publish(&format!("{src}/a"), r#"{"binary":true}"#, props).await;
+    let text = PublishProperties { correlation_data: Some(Bytes::from_static(b"corr-text-1")), ..Default::default() };
+    publisher.publish(&format!("{src}/b"), "text correlation", text).await;
 
     let mut got = sub.drain(Duration::from_secs(3)).await;
     got.sort_by_key(topic);
@@ -176,124 +131,98 @@ async fn metadata_crosses_mqtt_to_mqtt_faithfully() {
     let (a, b) = (&got[0], &got[1]);
     assert_eq!(topic(a), format!("{dst}/{src}/a"));
     let pa = a.properties.as_ref().expect("properties");
-    assert_eq!(
-        pa.correlation_data.as_ref(),
-        Some(&binary),
-        "binary correlation data round-trips byte-identical"
-    );
+    assert_eq!(pa.correlation_data.as_ref(), Some(&binary), "binary correlation data round-trips byte-identical");
     assert_eq!(pa.content_type.as_deref(), Some("application/json"));
     assert_eq!(pa.response_topic.as_deref(), Some("replies/7"));
     let expiry = pa.message_expiry_interval.expect("expiry crosses");
     assert!((100..=120).contains(&expiry), "expiry {expiry}");
     assert_eq!(user_property(a, "gobridge.subject"), Some("reading.taken"));
     assert_eq!(user_property(a, "site"), Some("Malmö"));
-    assert_eq!(
-        user_property(a, "mqtt.message-id"),
-        Some("mqtt-bin:AJ__CgA")
-    );
+    assert_eq!(user_property(a, "mqtt.message-id"), Some("mqtt-bin:AJ__CgA"));
     assert_eq!(user_property(a, "x-bridge.tenant-id"), None);
     assert_eq!(user_property(a, "mqtt.topic"), None);
 
     let pb = b.properties.as_ref().expect("properties");
-    assert_eq!(
-        pb.correlation_data.as_deref(),
-        Some(&b"corr-text-1"[..]),
-        "text correlation data round-trips"
-    );
+    assert_eq!(pb.correlation_data.as_deref(), Some(&b"corr-text-1"[..]), "text correlation data round-trips");
     assert_eq!(user_property(b, "mqtt.message-id"), Some("corr-text-1"));
     assert_eq!(pb.message_expiry_interval, None);
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
+/// A source on the shared broker and a target broker the test takes down.
+struct Outage {
+    target: PrivateMosquitto,
+    publisher: TestMqtt,
+    src: String,
+    dst: String,
+}
+
+impl Outage {
+    /// Stops the target, publishes `id`, and waits until ferry is retrying it.
+    async fn publish_while_target_is_down(&mut self, daemon: &Daemon, id: &str, payload: &str) {
+        self.target.stop();
+        self.publisher.publish_with(&format!("{}/x", self.src), payload, &[("mqtt.message-id", id)]).await;
+        daemon.wait_for_line(&[&format!("message_id={id}"), "will retry"], WAIT);
+    }
+
+    /// Restarts the target and subscribes to the destination on it.
+    async fn target_back(&mut self) -> TestMqtt {
+        self.target.restart().await;
+        let mut sub = TestMqtt::connect(&self.target.url()).await;
+        sub.subscribe(&format!("{}/#", self.dst)).await;
+        sub
+    }
+}
+
+async fn next_id(sub: &mut TestMqtt, what: &str) -> String {
+    let p = sub.next(Duration::from_secs(20)).await.unwrap_or_else(|| panic!("nothing delivered {what}"));
+    user_property(&p, "mqtt.message-id").unwrap_or_default().to_owned()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_outage_delays_but_never_loses_a_message_even_across_a_crash() {
-    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
-    let mut target = PrivateMosquitto::start().await;
+    let mut rig = Outage {
+        target: PrivateMosquitto::start().await,
+        publisher: TestMqtt::connect(&broker_url()).await,
+        src: unique("bb/src"),
+        dst: unique("bb/dst"),
+    };
     let ws = Workspace::with_plugins(&[]);
     // The sender reconnects slowly enough that the test subscriber is
     // always back on the restarted target before ferry is.
     ws.config(&config(
         &broker_url(),
-        &src,
-        &target.url(),
-        &format!("{dst}/out"),
+        &rig.src,
+        &rig.target.url(),
+        &format!("{}/out", rig.dst),
         "",
         "",
         "reconnect_initial_ms = 1500\nreconnect_max_ms = 2000\nack_timeout_ms = 2000",
     ));
     let daemon = Daemon::start(&ws, 2);
-    let publisher = TestMqtt::connect(&broker_url()).await;
 
     // 1. Target down while the daemon runs: the message waits in ferry and
     //    arrives once the target is back.
-    target.stop();
-    publisher
-        .publish_with(
-            &format!("{src}/x"),
-            "during outage",
-            &[("mqtt.message-id", "m1")],
-        )
-        .await;
-    daemon.wait_for_line(&["message_id=m1", "will retry"], WAIT);
-    target.restart().await;
-    let mut sub = TestMqtt::connect(&target.url()).await;
-    sub.subscribe(&format!("{dst}/#")).await;
-    let p = sub
-        .next(Duration::from_secs(20))
-        .await
-        .expect("delivered after the outage");
-    assert_eq!(user_property(&p, "mqtt.message-id"), Some("m1"));
+    rig.publish_while_target_is_down(&daemon, "m1", "during an outage").await;
+    let mut sub = rig.target_back().await;
+    assert_eq!(next_id(&mut sub, "after the outage").await, "m1");
 
     // 2. Target down and ferry crashes: the source never saw an ack, so the
     //    broker hands the message to the restarted ferry.
-    target.stop();
-    drop(sub);
-    publisher
-        .publish_with(
-            &format!("{src}/x"),
-            "across a crash",
-            &[("mqtt.message-id", "m2")],
-        )
-        .await;
-    daemon.wait_for_line(&["message_id=m2", "will retry"], WAIT);
+    rig.publish_while_target_is_down(&daemon, "m2", "across a crash").await;
     daemon.kill();
-    target.restart().await;
-    let mut sub = TestMqtt::connect(&target.url()).await;
-    sub.subscribe(&format!("{dst}/#")).await;
+    let mut sub = rig.target_back().await;
     let daemon = Daemon::start(&ws, 2);
-    let p = sub
-        .next(Duration::from_secs(20))
-        .await
-        .expect("delivered after the crash");
-    assert_eq!(user_property(&p, "mqtt.message-id"), Some("m2"));
-    assert_eq!(p.payload.as_ref(), b"across a crash");
+    assert_eq!(next_id(&mut sub, "after the crash").await, "m2");
 
     // 3. SIGTERM while a message waits for the target: ferry exits 0 at once
     //    and releases it unacknowledged, so the next run delivers it.
-    target.stop();
-    drop(sub);
-    publisher
-        .publish_with(
-            &format!("{src}/x"),
-            "across a shutdown",
-            &[("mqtt.message-id", "m3")],
-        )
-        .await;
-    daemon.wait_for_line(&["message_id=m3", "will retry"], WAIT);
+    rig.publish_while_target_is_down(&daemon, "m3", "across a shutdown").await;
     assert_eq!(daemon.terminate().code(), Some(0));
-    target.restart().await;
-    let mut sub = TestMqtt::connect(&target.url()).await;
-    sub.subscribe(&format!("{dst}/#")).await;
+    let mut sub = rig.target_back().await;
     let daemon = Daemon::start(&ws, 2);
-    let p = sub
-        .next(Duration::from_secs(20))
-        .await
-        .expect("delivered after the restart");
-    assert_eq!(user_property(&p, "mqtt.message-id"), Some("m3"));
-    assert!(
-        sub.drain(Duration::from_secs(1)).await.is_empty(),
-        "m1 and m2 were acked and do not come back"
-    );
+    assert_eq!(next_id(&mut sub, "after the restart").await, "m3");
+    assert!(sub.drain(Duration::from_secs(1)).await.is_empty(), "m1 and m2 were acked and do not come back");
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
@@ -310,48 +239,25 @@ async fn hostile_plugins_fail_only_their_own_messages() {
         "",
         "",
     );
-    text.insert_str(
-        0,
-        "[plugins]\ncall_timeout_ms = 200\nmemory_limit_mib = 16\n",
-    );
+    text.insert_str(0, "[plugins]\ncall_timeout_ms = 200\nmemory_limit_mib = 16\n");
     ws.config(&text);
     let mut daemon = Daemon::start(&ws, 2);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
     for kind in ["loop", "trap", "grow", "recurse"] {
-        publisher
-            .publish_with(
-                &format!("{src}/{kind}"),
-                kind,
-                &[("hostile", kind), ("mqtt.message-id", kind)],
-            )
-            .await;
+        publisher.publish_with(&format!("{src}/{kind}"), kind, &[("hostile", kind), ("mqtt.message-id", kind)]).await;
     }
-    publisher
-        .publish_with(
-            &format!("{src}/fine"),
-            "fine",
-            &[("mqtt.message-id", "fine")],
-        )
-        .await;
+    publisher.publish_with(&format!("{src}/fine"), "fine", &[("mqtt.message-id", "fine")]).await;
 
     let got = sub.drain(Duration::from_secs(5)).await;
-    let ids: Vec<_> = got
-        .iter()
-        .filter_map(|p| user_property(p, "mqtt.message-id"))
-        .collect();
+    let ids: Vec<_> = got.iter().filter_map(|p| user_property(p, "mqtt.message-id")).collect();
     assert_eq!(ids, ["fine"], "only the well-behaved message is sent");
     assert!(daemon.is_running());
     let mut reasons: Vec<(String, String)> = ws
         .dead_letters()
         .iter()
-        .map(|d| {
-            (
-                d["envelope"]["id"].as_str().unwrap_or("").to_owned(),
-                d["reason"].as_str().unwrap_or("").to_owned(),
-            )
-        })
+        .map(|d| (d["envelope"]["id"].as_str().unwrap_or("").to_owned(), d["reason"].as_str().unwrap_or("").to_owned()))
         .collect();
     reasons.sort();
     assert_eq!(
@@ -369,32 +275,14 @@ async fn hostile_plugins_fail_only_their_own_messages() {
 #[test]
 fn validate_names_the_offending_key() {
     let ws = Workspace::with_plugins(&["filter"]);
-    let good = config(
-        &broker_url(),
-        "a",
-        &broker_url(),
-        "b",
-        &filter(r#"{ header = "k", op = "exists" }"#, ""),
-        "",
-        "",
-    );
+    let good =
+        config(&broker_url(), "a", &broker_url(), "b", &filter(r#"{ header = "k", op = "exists" }"#, ""), "", "");
     ws.config(&good);
     let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let cases = [
-        (
-            good.replace(
-                "[[routes]]\nid = \"r1\"",
-                "[[routes]]\nid = \"r1\"\ncolour = \"blue\"",
-            ),
-            "routes[0]",
-            "colour",
-        ),
+        (good.replace("[[routes]]\nid = \"r1\"", "[[routes]]\nid = \"r1\"\ncolour = \"blue\""), "routes[0]", "colour"),
         (
             good.replace("plugin = \"filter\"", "plugin = \"nosuch\""),
             "routes[0].processors[0].plugin",
@@ -405,37 +293,22 @@ fn validate_names_the_offending_key() {
             "routes[0].bindings[0].sender",
             "no sender named \"elsewhere\"",
         ),
-        (
-            good.replace("op = \"exists\"", "op = \"resembles\""),
-            "routes[0].processors[0].config",
-            "unknown op",
-        ),
+        (good.replace("op = \"exists\"", "op = \"resembles\""), "routes[0].processors[0].config", "unknown op"),
     ];
     for (text, key, why) in cases {
         ws.config(&text);
         let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(
-            stderr.contains(key) && stderr.contains(why),
-            "expected {key} / {why} in: {stderr}"
-        );
+        assert!(stderr.contains(key) && stderr.contains(why), "expected {key} / {why} in: {stderr}");
     }
 }
 
 #[test]
 fn render_shows_the_resolved_config_without_passwords() {
     let ws = Workspace::with_plugins(&[]);
-    let text = config(
-        "mqtt://user:hunter2@127.0.0.1:1883",
-        "a",
-        &broker_url(),
-        "b",
-        "",
-        "",
-        "",
-    )
-    .replace("topics = [", "topics = [\"${EXTRA_TOPIC:-extra/#}\", ");
+    let text = config("mqtt://user:hunter2@127.0.0.1:1883", "a", &broker_url(), "b", "", "", "")
+        .replace("topics = [", "topics = [\"${EXTRA_TOPIC:-extra/#}\", ");
     ws.config(&text);
     let out = ws.ferry(&["render", "-c", "ferry.toml"]);
     let stdout = String::from_utf8_lossy(&out.stdout);

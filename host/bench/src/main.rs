@@ -26,10 +26,7 @@ use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
 fn messages() -> usize {
-    std::env::var("FERRY_BENCH_MESSAGES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
+    std::env::var("FERRY_BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
 }
 
 /// Most messages published but not yet received. Mosquitto drops QoS 1
@@ -45,10 +42,7 @@ async fn pub_sub_rate(publish_topic: &str, receive_filter: &str, n: usize) -> f6
     sub.subscribe(receive_filter).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
     let payload = Bytes::from(vec![b'x'; 1024]);
-    let props = PublishProperties {
-        user_properties: vec![("kind".into(), "temp".into())],
-        ..Default::default()
-    };
+    let props = PublishProperties { user_properties: vec![("kind".into(), "temp".into())], ..Default::default() };
     let received = Arc::new(AtomicUsize::new(0));
     let started = Instant::now();
     let topic = publish_topic.to_owned();
@@ -60,13 +54,7 @@ async fn pub_sub_rate(publish_topic: &str, receive_filter: &str, n: usize) -> f6
                 tokio::time::sleep(Duration::from_micros(200)).await;
             }
             if client
-                .publish_with_properties(
-                    topic.clone(),
-                    QoS::AtLeastOnce,
-                    false,
-                    payload.clone(),
-                    props.clone(),
-                )
+                .publish_with_properties(topic.clone(), QoS::AtLeastOnce, false, payload.clone(), props.clone())
                 .await
                 .is_err()
             {
@@ -132,10 +120,7 @@ address = "{dst}/out"
 
     println!("\nMQTT -> MQTT, QoS 1, 1 KiB payloads, {n} messages");
     println!("  {:<44} {:>10.0} msgs/s", "raw Mosquitto pub -> sub", raw);
-    println!(
-        "  {:<44} {:>10.0} msgs/s",
-        "through ferry (filter plugin)", through
-    );
+    println!("  {:<44} {:>10.0} msgs/s", "through ferry (filter plugin)", through);
     println!("  {:<44} {:>10.2}", "ratio ferry / raw", through / raw);
 }
 
@@ -155,8 +140,7 @@ fn processor_rows() {
             return;
         }
     };
-    let config =
-        serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}).to_string();
+    let config = serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}).to_string();
     let processor = match WasmProcessor::new(&engine, plugin, "bench", config, Metrics::new()) {
         Ok(p) => p,
         Err(e) => {

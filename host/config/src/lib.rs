@@ -31,10 +31,7 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
+        Self { path: path.into(), message: message.into() }
     }
 }
 
@@ -51,20 +48,12 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 }
 
 /// Parses and validates config text, resolving `${VAR}` with `env`.
-pub fn parse_with_env(
-    text: &str,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
-    let mut value: toml::Value =
-        toml::from_str(text).map_err(|e| ConfigError::new("(file)", toml_message(&e)))?;
+pub fn parse_with_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::new("(file)", toml_message(&e)))?;
     substitute::substitute_value(&mut value, "", env)?;
     let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
-        let path = if path == "." {
-            "(file)".to_owned()
-        } else {
-            path
-        };
+        let path = if path == "." { "(file)".to_owned() } else { path };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
     validate::validate(&config)?;

@@ -74,9 +74,7 @@ pub struct StoreConfig {
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self {
-            path: default_store_path(),
-        }
+        Self { path: default_store_path() }
     }
 }
 
@@ -378,10 +376,7 @@ macro_rules! mqtt_connection {
             pub fn connection(&self, name: &str) -> MqttConnection {
                 MqttConnection {
                     url: self.url.clone(),
-                    client_id: self
-                        .client_id
-                        .clone()
-                        .unwrap_or_else(|| format!("ferry-{name}")),
+                    client_id: self.client_id.clone().unwrap_or_else(|| format!("ferry-{name}")),
                     keep_alive_secs: self.keep_alive_secs,
                     reconnect_initial_ms: self.reconnect_initial_ms,
                     reconnect_max_ms: self.reconnect_max_ms,

@@ -20,11 +20,7 @@ pub fn substitute_value(
         }
         toml::Value::Table(table) => {
             for (k, v) in table.iter_mut() {
-                let child = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
+                let child = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
                 substitute_value(v, &child, env)?;
             }
         }
@@ -44,9 +40,7 @@ pub fn expand(input: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Strin
             out.push('$');
             rest = tail;
         } else if let Some(body) = after.strip_prefix('{') {
-            let end = body
-                .find('}')
-                .ok_or_else(|| format!("unclosed `${{` in {input:?}"))?;
+            let end = body.find('}').ok_or_else(|| format!("unclosed `${{` in {input:?}"))?;
             let expr = &body[..end];
             let (name, default) = match expr.split_once(":-") {
                 Some((n, d)) => (n, Some(d)),
@@ -55,10 +49,7 @@ pub fn expand(input: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Strin
             if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
                 return Err(format!("`${{{expr}}}` is not a valid variable reference"));
             }
-            match (
-                env(name).filter(|v| !v.is_empty() || default.is_none()),
-                default,
-            ) {
+            match (env(name).filter(|v| !v.is_empty() || default.is_none()), default) {
                 (Some(v), _) => out.push_str(&v),
                 (None, Some(d)) => out.push_str(d),
                 (None, None) => {

@@ -63,74 +63,28 @@ fn dollar_dollar_is_a_literal_dollar() {
 #[test]
 fn invalid_fixtures_report_their_key() {
     let cases: &[(&str, &str, &str)] = &[
-        (
-            "[[routes]]\nid = \"sensors\"",
-            "[[routes]]\nid = \"sensors\"\nbogus = 1",
-            "routes[0]",
-        ),
-        (
-            "sender = \"out\"",
-            "sender = \"nowhere\"",
-            "routes[0].bindings[0].sender",
-        ),
-        (
-            "receiver = \"in\"",
-            "receiver = \"missing\"",
-            "routes[0].receiver",
-        ),
-        (
-            "plugin = \"filter\"",
-            "plugin = \"../etc/passwd\"",
-            "routes[0].processors[0].plugin",
-        ),
-        (
-            "topics = [\"sensors/#\"]",
-            "topics = []",
-            "receivers.in.topics",
-        ),
-        (
-            "default_topic = \"bridged\"",
-            "default_topic = \"bridged\"\nqos = 3",
-            "senders.out.qos",
-        ),
-        (
-            "delivery_mode = \"direct_hold\"",
-            "delivery_mode = \"sometimes\"",
-            "routes[0].delivery_mode",
-        ),
-        (
-            "delivery_mode = \"direct_hold\"",
-            "delivery_mode = \"shared_outbox\"",
-            "routes[0].delivery_mode",
-        ),
-        (
-            "url = \"mqtt://127.0.0.1:1883\"\ntopics",
-            "url = \"http://x\"\ntopics",
-            "receivers.in.url",
-        ),
-        (
-            "[plugins]\ndir = \"plugins\"",
-            "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"",
-            "plugins",
-        ),
+        ("[[routes]]\nid = \"sensors\"", "[[routes]]\nid = \"sensors\"\nbogus = 1", "routes[0]"),
+        ("sender = \"out\"", "sender = \"nowhere\"", "routes[0].bindings[0].sender"),
+        ("receiver = \"in\"", "receiver = \"missing\"", "routes[0].receiver"),
+        ("plugin = \"filter\"", "plugin = \"../etc/passwd\"", "routes[0].processors[0].plugin"),
+        ("topics = [\"sensors/#\"]", "topics = []", "receivers.in.topics"),
+        ("default_topic = \"bridged\"", "default_topic = \"bridged\"\nqos = 3", "senders.out.qos"),
+        ("delivery_mode = \"direct_hold\"", "delivery_mode = \"sometimes\"", "routes[0].delivery_mode"),
+        ("delivery_mode = \"direct_hold\"", "delivery_mode = \"shared_outbox\"", "routes[0].delivery_mode"),
+        ("url = \"mqtt://127.0.0.1:1883\"\ntopics", "url = \"http://x\"\ntopics", "receivers.in.url"),
+        ("[plugins]\ndir = \"plugins\"", "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"", "plugins"),
     ];
     for (from, to, path) in cases {
         assert!(VALID.contains(from), "fixture anchor {from:?} missing");
         let text = VALID.replacen(from, to, 1);
         let err = parse_with_env(&text, &no_env).expect_err(to);
-        assert!(
-            err.path.starts_with(path),
-            "{to:?}: expected path {path}, got {err}"
-        );
+        assert!(err.path.starts_with(path), "{to:?}: expected path {path}, got {err}");
     }
 }
 
 #[test]
 fn unknown_key_message_names_the_key() {
-    let text = VALID.replace(
-        "[[routes]]\nid = \"sensors\"",
-        "[[routes]]\nid = \"sensors\"\nbogus = 1",
-    );
+    let text = VALID.replace("[[routes]]\nid = \"sensors\"", "[[routes]]\nid = \"sensors\"\nbogus = 1");
     let err = parse_with_env(&text, &no_env).expect_err("unknown key");
     assert!(err.message.contains("bogus"), "{err}");
 }

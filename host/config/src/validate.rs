@@ -10,16 +10,10 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         return Err(ConfigError::new("plugins.dir", "must not be empty"));
     }
     if p.call_timeout_ms == 0 {
-        return Err(ConfigError::new(
-            "plugins.call_timeout_ms",
-            "must be at least 1",
-        ));
+        return Err(ConfigError::new("plugins.call_timeout_ms", "must be at least 1"));
     }
     if p.memory_limit_mib == 0 || p.memory_limit_mib > 4096 {
-        return Err(ConfigError::new(
-            "plugins.memory_limit_mib",
-            "must be between 1 and 4096",
-        ));
+        return Err(ConfigError::new("plugins.memory_limit_mib", "must be between 1 and 4096"));
     }
     if config.store.path.trim().is_empty() {
         return Err(ConfigError::new("store.path", "must not be empty"));
@@ -28,10 +22,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     let mut client_ids: BTreeMap<String, String> = BTreeMap::new();
     let mut claim_client_id = |id: String, url: &str, key: String| -> Result<(), ConfigError> {
         if id.is_empty() {
-            return Err(ConfigError::new(
-                format!("{key}.client_id"),
-                "must not be empty",
-            ));
+            return Err(ConfigError::new(format!("{key}.client_id"), "must not be empty"));
         }
         if let Some(other) = client_ids.insert(format!("{url}\u{0}{id}"), key.clone()) {
             return Err(ConfigError::new(
@@ -53,24 +44,15 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 check_keep_alive(m.keep_alive_secs, &key)?;
                 check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, &key)?;
                 if m.topics.is_empty() {
-                    return Err(ConfigError::new(
-                        format!("{key}.topics"),
-                        "needs at least one topic filter",
-                    ));
+                    return Err(ConfigError::new(format!("{key}.topics"), "needs at least one topic filter"));
                 }
                 for (i, t) in m.topics.iter().enumerate() {
                     if t.is_empty() {
-                        return Err(ConfigError::new(
-                            format!("{key}.topics[{i}]"),
-                            "must not be empty",
-                        ));
+                        return Err(ConfigError::new(format!("{key}.topics[{i}]"), "must not be empty"));
                     }
                 }
                 if m.max_payload_bytes == 0 {
-                    return Err(ConfigError::new(
-                        format!("{key}.max_payload_bytes"),
-                        "must be at least 1",
-                    ));
+                    return Err(ConfigError::new(format!("{key}.max_payload_bytes"), "must be at least 1"));
                 }
                 claim_client_id(m.connection(name).client_id, &m.url, key)?;
             }
@@ -85,10 +67,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 check_keep_alive(m.keep_alive_secs, &key)?;
                 check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, &key)?;
                 if m.ack_timeout_ms == 0 {
-                    return Err(ConfigError::new(
-                        format!("{key}.ack_timeout_ms"),
-                        "must be at least 1",
-                    ));
+                    return Err(ConfigError::new(format!("{key}.ack_timeout_ms"), "must be at least 1"));
                 }
                 claim_client_id(m.connection(name).client_id, &m.url, key)?;
             }
@@ -96,10 +75,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
 
     if config.routes.is_empty() {
-        return Err(ConfigError::new(
-            "routes",
-            "at least one [[routes]] entry is required",
-        ));
+        return Err(ConfigError::new("routes", "at least one [[routes]] entry is required"));
     }
     let mut route_ids = BTreeSet::new();
     let mut receiver_users: BTreeMap<&str, &str> = BTreeMap::new();
@@ -109,19 +85,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
             return Err(ConfigError::new(format!("{key}.id"), "must not be empty"));
         }
         if !route_ids.insert(route.id.as_str()) {
-            return Err(ConfigError::new(
-                format!("{key}.id"),
-                format!("route id {:?} is used twice", route.id),
-            ));
+            return Err(ConfigError::new(format!("{key}.id"), format!("route id {:?} is used twice", route.id)));
         }
         if !config.receivers.contains_key(&route.receiver) {
             return Err(ConfigError::new(
                 format!("{key}.receiver"),
-                format!(
-                    "no receiver named {:?} (known: {})",
-                    route.receiver,
-                    known(config.receivers.keys())
-                ),
+                format!("no receiver named {:?} (known: {})", route.receiver, known(config.receivers.keys())),
             ));
         }
         if let Some(other) = receiver_users.insert(route.receiver.as_str(), route.id.as_str()) {
@@ -140,35 +109,20 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
             ));
         }
         if route.max_in_flight == 0 || route.max_in_flight > usize::from(u16::MAX) {
-            return Err(ConfigError::new(
-                format!("{key}.max_in_flight"),
-                "must be between 1 and 65535",
-            ));
+            return Err(ConfigError::new(format!("{key}.max_in_flight"), "must be between 1 and 65535"));
         }
         let b = &route.backoff;
         if b.initial_ms == 0 {
-            return Err(ConfigError::new(
-                format!("{key}.backoff.initial_ms"),
-                "must be at least 1",
-            ));
+            return Err(ConfigError::new(format!("{key}.backoff.initial_ms"), "must be at least 1"));
         }
         if b.max_ms < b.initial_ms {
-            return Err(ConfigError::new(
-                format!("{key}.backoff.max_ms"),
-                "must be at least backoff.initial_ms",
-            ));
+            return Err(ConfigError::new(format!("{key}.backoff.max_ms"), "must be at least backoff.initial_ms"));
         }
         if !(b.multiplier.is_finite() && b.multiplier >= 1.0) {
-            return Err(ConfigError::new(
-                format!("{key}.backoff.multiplier"),
-                "must be a number >= 1",
-            ));
+            return Err(ConfigError::new(format!("{key}.backoff.multiplier"), "must be a number >= 1"));
         }
         if !(0.0..=1.0).contains(&b.jitter) {
-            return Err(ConfigError::new(
-                format!("{key}.backoff.jitter"),
-                "must be between 0 and 1",
-            ));
+            return Err(ConfigError::new(format!("{key}.backoff.jitter"), "must be between 0 and 1"));
         }
         for (j, proc) in route.processors.iter().enumerate() {
             if !valid_plugin_name(&proc.plugin) {
@@ -182,10 +136,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
             }
         }
         if route.bindings.is_empty() {
-            return Err(ConfigError::new(
-                format!("{key}.bindings"),
-                "at least one binding is required",
-            ));
+            return Err(ConfigError::new(format!("{key}.bindings"), "at least one binding is required"));
         }
         let mut binding_ids = BTreeSet::new();
         for (j, binding) in route.bindings.iter().enumerate() {
@@ -193,20 +144,13 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
             if !config.senders.contains_key(&binding.sender) {
                 return Err(ConfigError::new(
                     format!("{bkey}.sender"),
-                    format!(
-                        "no sender named {:?} (known: {})",
-                        binding.sender,
-                        known(config.senders.keys())
-                    ),
+                    format!("no sender named {:?} (known: {})", binding.sender, known(config.senders.keys())),
                 ));
             }
             if !binding_ids.insert(binding.id()) {
                 return Err(ConfigError::new(
                     format!("{bkey}.id"),
-                    format!(
-                        "binding id {:?} is used twice in this route; set distinct `id`s",
-                        binding.id()
-                    ),
+                    format!("binding id {:?} is used twice in this route; set distinct `id`s", binding.id()),
                 ));
             }
         }
@@ -216,28 +160,18 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
 
 /// Whether `name` can name a plugin file.
 pub fn valid_plugin_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
     let list: Vec<&str> = names.map(String::as_str).collect();
-    if list.is_empty() {
-        "none".to_owned()
-    } else {
-        list.join(", ")
-    }
+    if list.is_empty() { "none".to_owned() } else { list.join(", ") }
 }
 
 fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
-    let rest = url.strip_prefix("mqtt://").ok_or_else(|| {
-        ConfigError::new(
-            format!("{key}.url"),
-            format!("{url:?} must start with mqtt://"),
-        )
-    })?;
+    let rest = url
+        .strip_prefix("mqtt://")
+        .ok_or_else(|| ConfigError::new(format!("{key}.url"), format!("{url:?} must start with mqtt://")))?;
     let host = rest.rsplit('@').next().unwrap_or(rest);
     if host.is_empty() || host.starts_with(':') {
         return Err(ConfigError::new(format!("{key}.url"), "has no host"));
@@ -247,36 +181,24 @@ fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
 
 fn check_qos(qos: u8, key: &str) -> Result<(), ConfigError> {
     if qos > 2 {
-        return Err(ConfigError::new(
-            format!("{key}.qos"),
-            format!("{qos} is not a QoS level (0, 1 or 2)"),
-        ));
+        return Err(ConfigError::new(format!("{key}.qos"), format!("{qos} is not a QoS level (0, 1 or 2)")));
     }
     Ok(())
 }
 
 fn check_keep_alive(secs: u64, key: &str) -> Result<(), ConfigError> {
     if !(5..=65535).contains(&secs) {
-        return Err(ConfigError::new(
-            format!("{key}.keep_alive_secs"),
-            "must be between 5 and 65535",
-        ));
+        return Err(ConfigError::new(format!("{key}.keep_alive_secs"), "must be between 5 and 65535"));
     }
     Ok(())
 }
 
 fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError> {
     if initial == 0 {
-        return Err(ConfigError::new(
-            format!("{key}.reconnect_initial_ms"),
-            "must be at least 1",
-        ));
+        return Err(ConfigError::new(format!("{key}.reconnect_initial_ms"), "must be at least 1"));
     }
     if max < initial {
-        return Err(ConfigError::new(
-            format!("{key}.reconnect_max_ms"),
-            "must be at least reconnect_initial_ms",
-        ));
+        return Err(ConfigError::new(format!("{key}.reconnect_max_ms"), "must be at least reconnect_initial_ms"));
     }
     Ok(())
 }

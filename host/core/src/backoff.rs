@@ -18,17 +18,10 @@ pub struct Backoff {
 impl Backoff {
     /// The delay before retry number `attempt` (0 = first retry).
     pub fn delay(&self, attempt: u32) -> Duration {
-        let base = self.initial.as_secs_f64()
-            * self
-                .multiplier
-                .powi(i32::try_from(attempt).unwrap_or(i32::MAX));
+        let base = self.initial.as_secs_f64() * self.multiplier.powi(i32::try_from(attempt).unwrap_or(i32::MAX));
         let capped = base.min(self.max.as_secs_f64());
         let spread = capped * self.jitter.clamp(0.0, 1.0);
-        let jittered = if spread > 0.0 {
-            capped + rand::rng().random_range(-spread..=spread)
-        } else {
-            capped
-        };
+        let jittered = if spread > 0.0 { capped + rand::rng().random_range(-spread..=spread) } else { capped };
         Duration::from_secs_f64(jittered.clamp(0.0, self.max.as_secs_f64()))
     }
 }
@@ -50,12 +43,8 @@ mod tests {
 
     #[test]
     fn delay_grows_and_is_capped() {
-        let b = Backoff {
-            initial: Duration::from_millis(100),
-            max: Duration::from_secs(1),
-            multiplier: 2.0,
-            jitter: 0.0,
-        };
+        let b =
+            Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1), multiplier: 2.0, jitter: 0.0 };
         assert_eq!(b.delay(0), Duration::from_millis(100));
         assert_eq!(b.delay(2), Duration::from_millis(400));
         assert_eq!(b.delay(10), Duration::from_secs(1));
@@ -72,10 +61,7 @@ mod tests {
         };
         for _ in 0..200 {
             let d = b.delay(0);
-            assert!(
-                d >= Duration::from_millis(50) && d <= Duration::from_millis(150),
-                "{d:?}"
-            );
+            assert!(d >= Duration::from_millis(50) && d <= Duration::from_millis(150), "{d:?}");
         }
     }
 }

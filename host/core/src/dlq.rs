@@ -50,10 +50,7 @@ impl FileDeadLetterStore {
     /// A store writing to `<dir>/dlq.jsonl` (the directory is created on the
     /// first write).
     pub fn in_dir(dir: &Path) -> Self {
-        Self {
-            path: dir.join("dlq.jsonl"),
-            file: Mutex::new(None),
-        }
+        Self { path: dir.join("dlq.jsonl"), file: Mutex::new(None) }
     }
 
     /// The file entries are written to.
@@ -85,11 +82,7 @@ impl DeadLetterStore for FileDeadLetterStore {
             if let Some(dir) = self.path.parent() {
                 tokio::fs::create_dir_all(dir).await?;
             }
-            let file = tokio::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&self.path)
-                .await?;
+            let file = tokio::fs::OpenOptions::new().create(true).append(true).open(&self.path).await?;
             *guard = Some(file);
         }
         let Some(file) = guard.as_mut() else {

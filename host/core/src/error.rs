@@ -20,17 +20,11 @@ pub struct TransportError {
 
 impl TransportError {
     pub fn transient(reason: impl Into<String>) -> Self {
-        Self {
-            class: ErrorClass::Transient,
-            reason: reason.into(),
-        }
+        Self { class: ErrorClass::Transient, reason: reason.into() }
     }
 
     pub fn permanent(reason: impl Into<String>) -> Self {
-        Self {
-            class: ErrorClass::Permanent,
-            reason: reason.into(),
-        }
+        Self { class: ErrorClass::Permanent, reason: reason.into() }
     }
 
     pub fn is_transient(&self) -> bool {

@@ -11,16 +11,9 @@ use ferry_envelope::{Envelope, names};
 /// wire ([`names::ADAPTER_DERIVED`]). Everything else in the reserved
 /// namespace is removed here unless the route trusts bridge headers (a
 /// bridge-to-bridge link).
-pub fn apply_ingress_rules(
-    env: &mut Envelope,
-    route_id: &str,
-    source_id: &str,
-    trust_bridge_headers: bool,
-) {
+pub fn apply_ingress_rules(env: &mut Envelope, route_id: &str, source_id: &str, trust_bridge_headers: bool) {
     if !trust_bridge_headers {
-        env.headers.retain(|name, _| {
-            !names::is_reserved(name) || names::ADAPTER_DERIVED.contains(&name.as_str())
-        });
+        env.headers.retain(|name, _| !names::is_reserved(name) || names::ADAPTER_DERIVED.contains(&name.as_str()));
     }
     if !env.headers.contains_key(names::CORRELATION_ID) {
         env.set_header(names::CORRELATION_ID, uuid::Uuid::new_v4().to_string());

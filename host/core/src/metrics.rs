@@ -24,10 +24,7 @@ pub type GaugeFamily = Family<Labels, Gauge>;
 
 /// Builds a label set from string pairs.
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
-    pairs
-        .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-        .collect()
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
 /// Every metric ferry exports. Cheap to clone (families are shared).
@@ -83,54 +80,29 @@ impl Metrics {
             registry.register(name, help, f.clone());
             f
         };
-        let received = counter(
-            "messages_received",
-            "Deliveries a route took from its receiver",
-        );
+        let received = counter("messages_received", "Deliveries a route took from its receiver");
         let sent = counter("messages_sent", "Messages a binding's sender accepted");
         let acked = counter("messages_acked", "Source messages acknowledged");
-        let retried = counter(
-            "messages_retried",
-            "Attempts that failed transiently and will be retried",
-        );
-        let dead_lettered = counter(
-            "messages_dead_lettered",
-            "Messages written to the dead-letter queue",
-        );
-        let dropped = counter(
-            "messages_dropped",
-            "Messages acknowledged without being sent, by reason",
-        );
+        let retried = counter("messages_retried", "Attempts that failed transiently and will be retried");
+        let dead_lettered = counter("messages_dead_lettered", "Messages written to the dead-letter queue");
+        let dropped = counter("messages_dropped", "Messages acknowledged without being sent, by reason");
         let expired = counter("messages_expired", "Messages found expired on arrival");
         let mqtt_ingress_header_dropped = counter(
             "mqtt_ingress_header_dropped",
             "MQTT user properties refused at ingress (MQTTIngressHeaderDropped)",
         );
-        let mqtt_ingress_poison_dropped = counter(
-            "mqtt_ingress_poison_dropped",
-            "MQTT publishes dropped whole as poison (MQTTIngressPoisonDropped)",
-        );
+        let mqtt_ingress_poison_dropped =
+            counter("mqtt_ingress_poison_dropped", "MQTT publishes dropped whole as poison (MQTTIngressPoisonDropped)");
         let mqtt_non_string_header_dropped = counter(
             "mqtt_non_string_header_dropped",
             "Non-text headers an MQTT sender dropped (MQTTNonStringHeaderDropped)",
         );
-        let connections = counter(
-            "transport_connections",
-            "Successful connections of a transport client",
-        );
+        let connections = counter("transport_connections", "Successful connections of a transport client");
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
         let in_flight = GaugeFamily::default();
-        registry.register(
-            "messages_in_flight",
-            "Messages being handled now",
-            in_flight.clone(),
-        );
+        registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
         let connected = GaugeFamily::default();
-        registry.register(
-            "transport_connected",
-            "Whether a transport client is connected (1/0)",
-            connected.clone(),
-        );
+        registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
             registry: Arc::new(registry),
             received,
@@ -179,14 +151,8 @@ mod tests {
         let m = Metrics::new();
         Metrics::inc(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]);
         Metrics::inc(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]);
-        assert_eq!(
-            Metrics::count(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]),
-            2
-        );
+        assert_eq!(Metrics::count(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]), 2);
         let text = m.render();
-        assert!(
-            text.contains("ferry_mqtt_ingress_header_dropped_total{receiver=\"in\"} 2"),
-            "{text}"
-        );
+        assert!(text.contains("ferry_mqtt_ingress_header_dropped_total{receiver=\"in\"} 2"), "{text}");
     }
 }

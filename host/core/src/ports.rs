@@ -52,11 +52,7 @@ pub type DeliverySink = mpsc::Sender<Delivery>;
 pub trait Receiver: Send + Sync {
     /// Runs until cancelled. Connection loss is handled inside (reconnect
     /// with backoff); an error return means the receiver cannot go on.
-    async fn run(
-        &self,
-        sink: DeliverySink,
-        shutdown: CancellationToken,
-    ) -> Result<(), TransportError>;
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError>;
 }
 
 /// An envelope and the transport destination chosen for it. The address

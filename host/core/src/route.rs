@@ -18,8 +18,7 @@ use crate::dlq::{DeadLetter, DeadLetterStore};
 use crate::headers::apply_ingress_rules;
 use crate::metrics::Metrics;
 use crate::ports::{
-    Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SharedProcessor,
-    SharedSender, Verdict,
+    Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SharedProcessor, SharedSender, Verdict,
 };
 
 /// A concrete destination: a sender and the address to use with it.
@@ -147,34 +146,20 @@ impl Route {
         info!(route = %self.id, "route stopped");
         match result {
             Ok(r) => r,
-            Err(e) => Err(TransportError::permanent(format!(
-                "receiver task failed: {e}"
-            ))),
+            Err(e) => Err(TransportError::permanent(format!("receiver task failed: {e}"))),
         }
     }
 
     /// Handles one delivery from arrival to ack or release.
     pub async fn handle(&self, delivery: Delivery, shutdown: &CancellationToken) {
-        let Delivery {
-            mut envelope,
-            handle,
-        } = delivery;
+        let Delivery { mut envelope, handle } = delivery;
         let span = info_span!("delivery", route = %self.id, message_id = %envelope.id);
         let route = self.id.as_str();
         Metrics::inc(&self.metrics.received, &[("route", route)]);
-        let gauge = self
-            .metrics
-            .in_flight
-            .get_or_create(&crate::metrics::labels(&[("route", route)]))
-            .clone();
+        let gauge = self.metrics.in_flight.get_or_create(&crate::metrics::labels(&[("route", route)])).clone();
         gauge.inc();
         async {
-            apply_ingress_rules(
-                &mut envelope,
-                &self.id,
-                &self.source_id,
-                self.policy.trust_bridge_headers,
-            );
+            apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
             let settle = self.decide(envelope, handle.as_ref(), shutdown).await;
             self.settle(handle, settle).await;
         }
@@ -183,12 +168,7 @@ impl Route {
         gauge.dec();
     }
 
-    async fn decide(
-        &self,
-        envelope: Envelope,
-        handle: &dyn DeliveryHandle,
-        shutdown: &CancellationToken,
-    ) -> Settle {
+    async fn decide(&self, envelope: Envelope, handle: &dyn DeliveryHandle, shutdown: &CancellationToken) -> Settle {
         let route = self.id.as_str();
         let first_seen = Timestamp::now();
         if envelope.is_expired_at(first_seen) {
@@ -214,10 +194,7 @@ impl Route {
                 Ok(ChainOutcome::Continue(env, routed)) => break (env, routed),
                 Ok(ChainOutcome::Dropped(reason)) => {
                     debug!(%reason, "dropped by processor");
-                    Metrics::inc(
-                        &self.metrics.dropped,
-                        &[("route", route), ("reason", "filtered")],
-                    );
+                    Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "filtered")]);
                     return Settle::Ack;
                 }
                 Err((env, ProcessError::Reject(reason))) => {
@@ -236,10 +213,7 @@ impl Route {
                         .await;
                 }
                 Err((_, ProcessError::Retry { after, reason })) => {
-                    Metrics::inc(
-                        &self.metrics.retried,
-                        &[("route", route), ("reason", "processor")],
-                    );
+                    Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
                     if let Some(settle) = self.release_instead_of_waiting(handle, after, &reason) {
                         return settle;
                     }
@@ -254,14 +228,10 @@ impl Route {
 
         let plans = self.plan(routed);
         if plans.is_empty() {
-            Metrics::inc(
-                &self.metrics.dropped,
-                &[("route", route), ("reason", "no_destination")],
-            );
+            Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
             return Settle::Ack;
         }
-        self.dispatch(envelope, plans, handle, first_seen, shutdown)
-            .await
+        self.dispatch(envelope, plans, handle, first_seen, shutdown).await
     }
 
     /// Sends to every planned binding, retrying transient failures, and
@@ -282,15 +252,9 @@ impl Route {
             let mut last_error = String::new();
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
-                let msg = OutboundMessage {
-                    envelope: envelope.clone(),
-                    address: plan.address.clone(),
-                };
+                let msg = OutboundMessage { envelope: envelope.clone(), address: plan.address.clone() };
                 match binding.sender.send(msg).await {
-                    Ok(()) => Metrics::inc(
-                        &self.metrics.sent,
-                        &[("route", route), ("binding", &binding.id)],
-                    ),
+                    Ok(()) => Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]),
                     Err(error) if error.is_transient() => {
                         warn!(binding = %binding.id, address = %plan.address, %error, attempt, "send failed, will retry");
                         last_error = error.reason;
@@ -298,30 +262,20 @@ impl Route {
                     }
                     Err(error) => {
                         warn!(binding = %binding.id, address = %plan.address, %error, "send failed permanently");
-                        failures.push(BindingFailure {
-                            binding: binding.id.clone(),
-                            address: plan.address,
-                            error,
-                        });
+                        failures.push(BindingFailure { binding: binding.id.clone(), address: plan.address, error });
                     }
                 }
             }
             if still_pending.is_empty() {
                 break;
             }
-            Metrics::inc(
-                &self.metrics.retried,
-                &[("route", route), ("reason", "send")],
-            );
+            Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
             let delay = self.policy.backoff.delay(attempt);
             if let Some(settle) = self.release_instead_of_waiting(handle, delay, &last_error) {
                 return settle;
             }
             if !sleep_or_shutdown(delay, shutdown).await {
-                return Settle::Release {
-                    after: delay,
-                    reason: last_error,
-                };
+                return Settle::Release { after: delay, reason: last_error };
             }
             attempt = attempt.saturating_add(1);
             pending = still_pending;
@@ -352,17 +306,9 @@ impl Route {
     /// failure goes back to the source instead of being held here; once the
     /// count passes `max_replay_attempts` the message is held and retried
     /// here like any other (issue 5 turns that into a dead letter).
-    fn release_instead_of_waiting(
-        &self,
-        handle: &dyn DeliveryHandle,
-        after: Duration,
-        reason: &str,
-    ) -> Option<Settle> {
+    fn release_instead_of_waiting(&self, handle: &dyn DeliveryHandle, after: Duration, reason: &str) -> Option<Settle> {
         let count = handle.redelivery_count()?;
-        (count < self.policy.max_replay_attempts).then(|| Settle::Release {
-            after,
-            reason: reason.to_owned(),
-        })
+        (count < self.policy.max_replay_attempts).then(|| Settle::Release { after, reason: reason.to_owned() })
     }
 
     /// Dead-letters or drops a message per `action`. A dead letter that
@@ -384,15 +330,8 @@ impl Route {
         match action {
             FailureAction::Drop => {
                 warn!(%reason, %detail, "message dropped");
-                let label = if reason == "expired" {
-                    "expired"
-                } else {
-                    "permanent_failure"
-                };
-                Metrics::inc(
-                    &self.metrics.dropped,
-                    &[("route", route), ("reason", label)],
-                );
+                let label = if reason == "expired" { "expired" } else { "permanent_failure" };
+                Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
                 Settle::Ack
             }
             FailureAction::Dlq => {
@@ -413,20 +352,14 @@ impl Route {
                     match self.dlq.put(entry.clone()).await {
                         Ok(()) => {
                             warn!(%reason, %detail, "message dead-lettered");
-                            Metrics::inc(
-                                &self.metrics.dead_lettered,
-                                &[("route", route), ("reason", reason)],
-                            );
+                            Metrics::inc(&self.metrics.dead_lettered, &[("route", route), ("reason", reason)]);
                             return Settle::Ack;
                         }
                         Err(e) => {
                             let delay = self.policy.backoff.delay(attempt);
                             warn!(error = %e, "cannot write dead letter, will retry");
                             if !sleep_or_shutdown(delay, shutdown).await {
-                                return Settle::Release {
-                                    after: delay,
-                                    reason: format!("dead-letter store: {e}"),
-                                };
+                                return Settle::Release { after: delay, reason: format!("dead-letter store: {e}") };
                             }
                             attempt += 1;
                         }
@@ -476,15 +409,9 @@ impl Route {
         for binding in chosen {
             match &routed {
                 Some(addresses) => {
-                    plans.extend(addresses.iter().map(|a| Plan {
-                        binding,
-                        address: a.clone(),
-                    }));
+                    plans.extend(addresses.iter().map(|a| Plan { binding, address: a.clone() }));
                 }
-                None => plans.push(Plan {
-                    binding,
-                    address: self.bindings[binding].address.clone(),
-                }),
+                None => plans.push(Plan { binding, address: self.bindings[binding].address.clone() }),
             }
         }
         plans
@@ -500,9 +427,7 @@ enum ChainOutcome {
 /// short code for metrics and the full text.
 fn split_reason(reason: &str) -> (&str, &str) {
     match reason.split_once(": ") {
-        Some((code, _))
-            if !code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_') =>
-        {
+        Some((code, _)) if !code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
             (code, reason)
         }
         _ => ("rejected", reason),

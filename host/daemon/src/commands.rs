@@ -102,19 +102,12 @@ pub async fn run(path: &Path) -> ExitCode {
     let shutdown = CancellationToken::new();
     tokio::spawn(signal_shutdown(shutdown.clone()));
     info!(routes = bridge.routes.len(), "ferry running");
-    if bridge.run(shutdown).await {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    if bridge.run(shutdown).await { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 async fn signal_shutdown(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
         error!("cannot install signal handlers; stop ferry with SIGKILL");
         return;
     };

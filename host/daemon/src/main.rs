@@ -49,10 +49,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { config } => ferry_daemon::commands::validate(&config),
         Command::Render { config } => ferry_daemon::commands::render(&config),
-        Command::Run { config } => match tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-        {
+        Command::Run { config } => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config)),
             Err(e) => {
                 eprintln!("cannot start the runtime: {e}");

@@ -26,28 +26,21 @@ pub struct StartError {
 
 impl StartError {
     fn new(path: impl Into<String>, message: impl ToString) -> Self {
-        Self {
-            path: path.into(),
-            message: message.to_string(),
-        }
+        Self { path: path.into(), message: message.to_string() }
     }
 }
 
 /// Loads the plugins a config needs and builds one processor per
 /// `[[routes.processors]]` entry, calling each plugin's `init`. Used by
 /// `run` and by `validate`, which stops here.
-pub fn build_processors(
-    config: &Config,
-    metrics: &Metrics,
-) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
+pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
     let needs_plugins = config.routes.iter().any(|r| !r.processors.is_empty());
     if !needs_plugins {
         return Ok(config.routes.iter().map(|_| Vec::new()).collect());
     }
     let limits = PluginLimits {
         call_timeout: Duration::from_millis(config.plugins.call_timeout_ms),
-        memory_limit_bytes: usize::try_from(config.plugins.memory_limit_mib << 20)
-            .unwrap_or(usize::MAX),
+        memory_limit_bytes: usize::try_from(config.plugins.memory_limit_mib << 20).unwrap_or(usize::MAX),
     };
     let engine = PluginEngine::new(limits)
         .map_err(|e| StartError::new("plugins", format!("cannot start the plugin engine: {e}")))?;
@@ -58,17 +51,9 @@ pub fn build_processors(
         let mut chain: Vec<SharedProcessor> = Vec::new();
         for (j, p) in route.processors.iter().enumerate() {
             let key = format!("routes[{i}].processors[{j}]");
-            let plugin = registry
-                .get(&p.plugin)
-                .map_err(|e| StartError::new(format!("{key}.plugin"), e))?;
-            let processor = WasmProcessor::new(
-                &engine,
-                plugin,
-                &route.id,
-                p.config.to_string(),
-                metrics.clone(),
-            )
-            .map_err(|e| StartError::new(format!("{key}.config"), e))?;
+            let plugin = registry.get(&p.plugin).map_err(|e| StartError::new(format!("{key}.plugin"), e))?;
+            let processor = WasmProcessor::new(&engine, plugin, &route.id, p.config.to_string(), metrics.clone())
+                .map_err(|e| StartError::new(format!("{key}.config"), e))?;
             chain.push(Arc::new(processor));
         }
         all.push(chain);
@@ -106,17 +91,14 @@ impl Bridge {
                     metrics.clone(),
                 )),
                 None => {
-                    return Err(StartError::new(
-                        "routes",
-                        format!("unknown receiver {:?}", route_config.receiver),
-                    ));
+                    return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver)));
                 }
             };
             let mut bindings = Vec::new();
             for b in &route_config.bindings {
-                let sender = senders.get(&b.sender).ok_or_else(|| {
-                    StartError::new("routes", format!("unknown sender {:?}", b.sender))
-                })?;
+                let sender = senders
+                    .get(&b.sender)
+                    .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
                 bindings.push(Binding {
                     id: b.id().to_owned(),
                     sender: sender.clone() as Arc<dyn Sender>,
@@ -134,11 +116,7 @@ impl Bridge {
                 metrics: metrics.clone(),
             }));
         }
-        Ok(Self {
-            routes,
-            senders: senders.into_values().collect(),
-            metrics,
-        })
+        Ok(Self { routes, senders: senders.into_values().collect(), metrics })
     }
 
     /// Runs every route until `shutdown` fires or a route fails, then

@@ -43,10 +43,7 @@ impl Timestamp {
 
     /// This time plus a duration, saturating.
     pub fn plus(self, d: Duration) -> Self {
-        Self(
-            self.0
-                .saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        )
+        Self(self.0.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)))
     }
 
     /// How long from `now` until this time; zero when it has passed.
@@ -197,10 +194,7 @@ mod tests {
         assert!(e.is_expired_at(Timestamp(10)));
         assert!(!e.is_expired_at(Timestamp(9)));
         assert_eq!(e.remaining_ttl(Timestamp(20)), Some(Duration::ZERO));
-        assert_eq!(
-            e.remaining_ttl(Timestamp(4)),
-            Some(Duration::from_millis(6))
-        );
+        assert_eq!(e.remaining_ttl(Timestamp(4)), Some(Duration::from_millis(6)));
     }
 
     #[test]

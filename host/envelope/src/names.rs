@@ -36,20 +36,13 @@ pub const SUBJECT_CARRIER: &str = "gobridge.subject";
 
 /// Reserved headers a receiving adapter derives from the wire itself (never
 /// copied from publisher metadata). The route keeps them on ingress.
-pub const ADAPTER_DERIVED: [&str; 4] =
-    [CORRELATION_ID, CORRELATION_DATA, CONTENT_TYPE, GENERATED_ID];
+pub const ADAPTER_DERIVED: [&str; 4] = [CORRELATION_ID, CORRELATION_DATA, CONTENT_TYPE, GENERATED_ID];
 
 /// Reserved headers that never leave the process as ordinary headers:
 /// transports either map them onto native fields or skip them. The
 /// bridge-to-bridge headers (correlation, causation, tenant, forwarded-*) are
 /// not private: transports with headers send them on.
-pub const PRIVATE: [&str; 5] = [
-    CORRELATION_DATA,
-    CONTENT_TYPE,
-    GENERATED_ID,
-    ROUTE_ID,
-    SOURCE_ID,
-];
+pub const PRIVATE: [&str; 5] = [CORRELATION_DATA, CONTENT_TYPE, GENERATED_ID, ROUTE_ID, SOURCE_ID];
 
 /// Whether a header name is in ferry's reserved namespace.
 pub fn is_reserved(name: &str) -> bool {

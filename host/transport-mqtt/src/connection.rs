@@ -18,23 +18,13 @@ pub struct Endpoint {
 
 /// Parses `mqtt://[user[:password]@]host[:port]`.
 pub fn parse_url(raw: &str) -> Result<Endpoint, TransportError> {
-    let url = url::Url::parse(raw)
-        .map_err(|e| TransportError::permanent(format!("invalid MQTT url: {e}")))?;
+    let url = url::Url::parse(raw).map_err(|e| TransportError::permanent(format!("invalid MQTT url: {e}")))?;
     if url.scheme() != "mqtt" {
-        return Err(TransportError::permanent(format!(
-            "MQTT url scheme must be mqtt://, got {}://",
-            url.scheme()
-        )));
+        return Err(TransportError::permanent(format!("MQTT url scheme must be mqtt://, got {}://", url.scheme())));
     }
-    let host = url
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| TransportError::permanent("MQTT url has no host"))?;
-    let decode = |s: &str| {
-        percent_encoding::percent_decode_str(s)
-            .decode_utf8_lossy()
-            .into_owned()
-    };
+    let host =
+        url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| TransportError::permanent("MQTT url has no host"))?;
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
     let username = (!url.username().is_empty()).then(|| decode(url.username()));
     let password = url.password().map(decode);
     Ok(Endpoint {

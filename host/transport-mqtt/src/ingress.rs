@@ -70,23 +70,16 @@ fn qos_number(q: QoS) -> i64 {
 }
 
 /// Converts one publish. `now` is the receive time.
-pub fn to_envelope(
-    publish: &Publish,
-    max_payload_bytes: usize,
-    now: Timestamp,
-) -> Result<Ingress, Poison> {
+pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) -> Result<Ingress, Poison> {
     let props = publish.properties.as_ref();
-    let user_properties: &[(String, String)] =
-        props.map(|p| p.user_properties.as_slice()).unwrap_or(&[]);
+    let user_properties: &[(String, String)] = props.map(|p| p.user_properties.as_slice()).unwrap_or(&[]);
     if user_properties.len() > MAX_USER_PROPERTIES {
         return Err(Poison::TooManyUserProperties);
     }
     if publish.payload.len() > max_payload_bytes {
         return Err(Poison::PayloadTooLarge);
     }
-    let topic = std::str::from_utf8(&publish.topic)
-        .map_err(|_| Poison::TopicNotUtf8)?
-        .to_owned();
+    let topic = std::str::from_utf8(&publish.topic).map_err(|_| Poison::TopicNotUtf8)?.to_owned();
 
     let mut envelope = Envelope::new(String::new(), publish.payload.clone());
     envelope.created_at = now;
@@ -108,9 +101,7 @@ pub fn to_envelope(
             k if names::is_reserved(k) => {}
             _ if !is_safe(key) || !is_safe(value) => dropped_headers += 1,
             _ => {
-                envelope
-                    .headers
-                    .insert(key.clone(), HeaderValue::Text(value.clone()));
+                envelope.headers.insert(key.clone(), HeaderValue::Text(value.clone()));
             }
         }
     }
@@ -155,10 +146,7 @@ pub fn to_envelope(
             envelope.expires_at = Some(now.plus(std::time::Duration::from_secs(u64::from(secs))));
         }
     }
-    Ok(Ingress {
-        envelope,
-        dropped_headers,
-    })
+    Ok(Ingress { envelope, dropped_headers })
 }
 
 /// Decodes the binary correlation data a header carries.
@@ -179,10 +167,7 @@ mod tests {
 
     fn props(user: &[(&str, &str)]) -> PublishProperties {
         PublishProperties {
-            user_properties: user
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
+            user_properties: user.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
             ..Default::default()
         }
     }
@@ -190,24 +175,13 @@ mod tests {
     #[test]
     fn reserved_mqtt_headers_cannot_be_spoofed() {
         let p = publish(
-            props(&[
-                ("mqtt.topic", "evil"),
-                ("mqtt.qos", "2"),
-                ("mqtt.retained", "false"),
-                ("x-bridge.route-id", "x"),
-            ]),
+            props(&[("mqtt.topic", "evil"), ("mqtt.qos", "2"), ("mqtt.retained", "false"), ("x-bridge.route-id", "x")]),
             b"",
         );
         let i = to_envelope(&p, 1024, Timestamp(0)).expect("converts");
         assert_eq!(i.envelope.text_header("mqtt.topic"), Some("sensors/a"));
-        assert_eq!(
-            i.envelope.headers.get("mqtt.qos"),
-            Some(&HeaderValue::Integer(1))
-        );
-        assert_eq!(
-            i.envelope.headers.get("mqtt.retained"),
-            Some(&HeaderValue::Boolean(true))
-        );
+        assert_eq!(i.envelope.headers.get("mqtt.qos"), Some(&HeaderValue::Integer(1)));
+        assert_eq!(i.envelope.headers.get("mqtt.retained"), Some(&HeaderValue::Boolean(true)));
         assert!(!i.envelope.headers.contains_key("x-bridge.route-id"));
         assert_eq!(i.dropped_headers, 0, "anti-spoof drops are not counted");
     }
@@ -216,14 +190,7 @@ mod tests {
     fn admission_rules_count_unsafe_properties_and_last_value_wins() {
         let long = "v".repeat(257);
         let p = publish(
-            props(&[
-                ("a", "1"),
-                ("a", "2"),
-                ("ctl", "x\ny"),
-                ("big", &long),
-                ("location", "Malmö"),
-                (&long, "k"),
-            ]),
+            props(&[("a", "1"), ("a", "2"), ("ctl", "x\ny"), ("big", &long), ("location", "Malmö"), (&long, "k")]),
             b"",
         );
         let i = to_envelope(&p, 1024, Timestamp(0)).expect("converts");
@@ -235,43 +202,20 @@ mod tests {
         let exactly = "v".repeat(256);
         let p = publish(props(&[("edge", &exactly)]), b"");
         assert_eq!(
-            to_envelope(&p, 1024, Timestamp(0))
-                .expect("ok")
-                .envelope
-                .text_header("edge"),
+            to_envelope(&p, 1024, Timestamp(0)).expect("ok").envelope.text_header("edge"),
             Some(exactly.as_str())
         );
     }
 
     #[test]
     fn poison_when_too_many_properties_or_too_large() {
-        let many: Vec<(String, String)> = (0..129)
-            .map(|i| (format!("k{i}"), "v".to_owned()))
-            .collect();
-        let p = publish(
-            PublishProperties {
-                user_properties: many.clone(),
-                ..Default::default()
-            },
-            b"",
-        );
-        assert_eq!(
-            to_envelope(&p, 1024, Timestamp(0)).err(),
-            Some(Poison::TooManyUserProperties)
-        );
-        let p = publish(
-            PublishProperties {
-                user_properties: many[..128].to_vec(),
-                ..Default::default()
-            },
-            b"",
-        );
+        let many: Vec<(String, String)> = (0..129).map(|i| (format!("k{i}"), "v".to_owned())).collect();
+        let p = publish(PublishProperties { user_properties: many.clone(), ..Default::default() }, b"");
+        assert_eq!(to_envelope(&p, 1024, Timestamp(0)).err(), Some(Poison::TooManyUserProperties));
+        let p = publish(PublishProperties { user_properties: many[..128].to_vec(), ..Default::default() }, b"");
         assert!(to_envelope(&p, 1024, Timestamp(0)).is_ok());
         let p = publish(props(&[]), &[0u8; 11]);
-        assert_eq!(
-            to_envelope(&p, 10, Timestamp(0)).err(),
-            Some(Poison::PayloadTooLarge)
-        );
+        assert_eq!(to_envelope(&p, 10, Timestamp(0)).err(), Some(Poison::PayloadTooLarge));
         assert!(to_envelope(&p, 11, Timestamp(0)).is_ok());
     }
 
@@ -281,36 +225,21 @@ mod tests {
         pr.correlation_data = Some(Bytes::from_static(b"corr"));
         let i = to_envelope(&publish(pr, b""), 1024, Timestamp(0)).expect("ok");
         assert_eq!(i.envelope.id, "m-1");
-        assert_eq!(
-            i.envelope.text_header("x-bridge.correlation-id"),
-            Some("corr")
-        );
+        assert_eq!(i.envelope.text_header("x-bridge.correlation-id"), Some("corr"));
         assert!(!i.envelope.headers.contains_key("x-bridge.generated-id"));
 
         let mut pr = props(&[]);
         pr.correlation_data = Some(Bytes::from_static(&[0, 159, 255]));
         let i = to_envelope(&publish(pr, b""), 1024, Timestamp(0)).expect("ok");
         assert_eq!(i.envelope.id, "mqtt-bin:AJ__");
-        assert_eq!(
-            i.envelope.text_header("x-bridge.correlation-data"),
-            Some("AJ__")
-        );
-        assert_eq!(
-            decode_correlation_data("AJ__").as_deref(),
-            Some(&[0u8, 159, 255][..])
-        );
+        assert_eq!(i.envelope.text_header("x-bridge.correlation-data"), Some("AJ__"));
+        assert_eq!(decode_correlation_data("AJ__").as_deref(), Some(&[0u8, 159, 255][..]));
 
         let a = to_envelope(&publish(props(&[]), b"same"), 1024, Timestamp(0)).expect("ok");
         let b = to_envelope(&publish(props(&[]), b"same"), 1024, Timestamp(0)).expect("ok");
         assert_ne!(a.envelope.id, b.envelope.id);
-        assert_eq!(
-            a.envelope.headers.get("x-bridge.generated-id"),
-            Some(&HeaderValue::Boolean(true))
-        );
-        assert_eq!(
-            a.envelope.text_header("mqtt.message-id"),
-            Some(a.envelope.id.as_str())
-        );
+        assert_eq!(a.envelope.headers.get("x-bridge.generated-id"), Some(&HeaderValue::Boolean(true)));
+        assert_eq!(a.envelope.text_header("mqtt.message-id"), Some(a.envelope.id.as_str()));
     }
 
     #[test]
@@ -322,14 +251,8 @@ mod tests {
         let i = to_envelope(&publish(pr, b"{}"), 1024, Timestamp(1_000)).expect("ok");
         assert_eq!(i.envelope.subject.as_deref(), Some("order.created"));
         assert!(!i.envelope.headers.contains_key("gobridge.subject"));
-        assert_eq!(
-            i.envelope.text_header("x-bridge.content-type"),
-            Some("application/json")
-        );
-        assert_eq!(
-            i.envelope.text_header("mqtt.response-topic"),
-            Some("replies/1")
-        );
+        assert_eq!(i.envelope.text_header("x-bridge.content-type"), Some("application/json"));
+        assert_eq!(i.envelope.text_header("mqtt.response-topic"), Some("replies/1"));
         assert_eq!(i.envelope.expires_at, Some(Timestamp(31_000)));
         let unsafe_subject = props(&[("gobridge.subject", "a\u{0}b")]);
         let i = to_envelope(&publish(unsafe_subject, b""), 1024, Timestamp(0)).expect("ok");

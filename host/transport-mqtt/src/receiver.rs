@@ -45,20 +45,9 @@ pub struct MqttReceiver {
 }
 
 impl MqttReceiver {
-    pub fn new(
-        name: &str,
-        config: MqttReceiverConfig,
-        receive_maximum: u16,
-        metrics: Metrics,
-    ) -> Self {
+    pub fn new(name: &str, config: MqttReceiverConfig, receive_maximum: u16, metrics: Metrics) -> Self {
         let connection = config.connection(name);
-        Self {
-            name: name.to_owned(),
-            config,
-            connection,
-            receive_maximum: receive_maximum.max(1),
-            metrics,
-        }
+        Self { name: name.to_owned(), config, connection, receive_maximum: receive_maximum.max(1), metrics }
     }
 
     fn qos(&self) -> QoS {
@@ -71,11 +60,7 @@ impl MqttReceiver {
         o.set_session_expiry_interval(Some(self.config.session_expiry_secs));
         o.set_manual_acks(true);
         o.set_receive_maximum(Some(self.receive_maximum));
-        let max_packet = self
-            .config
-            .max_payload_bytes
-            .saturating_add(PACKET_OVERHEAD)
-            .min(MQTT_MAX_PACKET);
+        let max_packet = self.config.max_payload_bytes.saturating_add(PACKET_OVERHEAD).min(MQTT_MAX_PACKET);
         o.set_max_packet_size(Some(u32::try_from(max_packet).unwrap_or(u32::MAX)));
         o.set_request_channel_capacity(usize::from(self.receive_maximum) * 2 + 16);
         Ok(o)
@@ -99,17 +84,9 @@ impl MqttReceiver {
                         .get_or_create(&ferry_core::metrics::labels(&[("receiver", receiver)]))
                         .inc_by(u64::from(ingress.dropped_headers));
                 }
-                let handle = MqttDeliveryHandle {
-                    client: client.clone(),
-                    publish: Some(publish),
-                    alive: alive.clone(),
-                };
-                sink.send(Delivery {
-                    envelope: ingress.envelope,
-                    handle: Box::new(handle),
-                })
-                .await
-                .is_ok()
+                let handle =
+                    MqttDeliveryHandle { client: client.clone(), publish: Some(publish), alive: alive.clone() };
+                sink.send(Delivery { envelope: ingress.envelope, handle: Box::new(handle) }).await.is_ok()
             }
             Err(poison) => {
                 warn!(receiver, reason = poison.label(), "poison publish dropped");
@@ -138,21 +115,15 @@ fn to_qos(q: u8) -> QoS {
 
 #[async_trait]
 impl Receiver for MqttReceiver {
-    async fn run(
-        &self,
-        sink: DeliverySink,
-        shutdown: CancellationToken,
-    ) -> Result<(), TransportError> {
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
         let backoff = reconnect_backoff(&self.connection);
         let labels = ferry_core::metrics::labels(&[("kind", "mqtt"), ("name", receiver)]);
         let mut failures: u32 = 0;
         let mut accepting = true;
         while !shutdown.is_cancelled() {
-            let (client, mut events) = AsyncClient::new(
-                self.client_options()?,
-                usize::from(self.receive_maximum) * 2 + 16,
-            );
+            let (client, mut events) =
+                AsyncClient::new(self.client_options()?, usize::from(self.receive_maximum) * 2 + 16);
             let alive = Arc::new(AtomicBool::new(true));
             let stopped = loop {
                 let event = tokio::select! {
@@ -165,21 +136,14 @@ impl Receiver for MqttReceiver {
                         info!(receiver, url = %redacted(&self.connection.url), session_present = ack.session_present, "connected");
                         self.metrics.connections.get_or_create(&labels).inc();
                         self.metrics.connected.get_or_create(&labels).set(1);
-                        let filters = self
-                            .config
-                            .topics
-                            .iter()
-                            .map(|t| Filter::new(t.clone(), self.qos()));
+                        let filters = self.config.topics.iter().map(|t| Filter::new(t.clone(), self.qos()));
                         if let Err(e) = client.subscribe_many(filters).await {
                             warn!(receiver, error = %e, "subscribe request failed");
                         }
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => {
                         for (topic, code) in self.config.topics.iter().zip(&ack.return_codes) {
-                            if !matches!(
-                                code,
-                                rumqttc::v5::mqttbytes::v5::SubscribeReasonCode::Success(_)
-                            ) {
+                            if !matches!(code, rumqttc::v5::mqttbytes::v5::SubscribeReasonCode::Success(_)) {
                                 warn!(receiver, %topic, ?code, "broker refused subscription");
                             }
                         }
@@ -246,21 +210,12 @@ impl DeliveryHandle for MqttDeliveryHandle {
             return Ok(());
         }
         if !self.alive.load(Ordering::SeqCst) {
-            return Err(TransportError::transient(
-                "connection lost before the ack; the broker will redeliver",
-            ));
+            return Err(TransportError::transient("connection lost before the ack; the broker will redeliver"));
         }
-        self.client
-            .ack(&publish)
-            .await
-            .map_err(|e| TransportError::transient(format!("ack not sent: {e}")))
+        self.client.ack(&publish).await.map_err(|e| TransportError::transient(format!("ack not sent: {e}")))
     }
 
-    async fn release(
-        self: Box<Self>,
-        _after: Duration,
-        reason: &str,
-    ) -> Result<(), TransportError> {
+    async fn release(self: Box<Self>, _after: Duration, reason: &str) -> Result<(), TransportError> {
         // MQTT has no negative ack: leaving the publish unacknowledged keeps
         // it in the broker's session until the next connection.
         debug!(%reason, "mqtt delivery released unacknowledged");

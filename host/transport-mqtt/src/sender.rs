@@ -13,6 +13,7 @@
 //! of the old one is replayed behind the waiters' backs.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +45,8 @@ struct Queued {
 /// One live connection.
 struct Connection {
     client: AsyncClient,
+    /// The broker's Maximum Packet Size from CONNACK (0 = no limit).
+    max_packet: AtomicU32,
     queued: Mutex<Queued>,
     /// Orders "queue a waiter" with "hand the publish to the client".
     submit: tokio::sync::Mutex<()>,
@@ -81,27 +84,13 @@ pub struct MqttSender {
 
 impl MqttSender {
     /// Creates the sender and starts connecting in the background.
-    pub fn start(
-        name: &str,
-        config: MqttSenderConfig,
-        metrics: Metrics,
-    ) -> Result<Self, TransportError> {
+    pub fn start(name: &str, config: MqttSenderConfig, metrics: Metrics) -> Result<Self, TransportError> {
         let connection = config.connection(name);
         options(&connection)?;
-        let shared = Arc::new(Shared {
-            name: name.to_owned(),
-            config,
-            connection,
-            current: Mutex::new(None),
-            metrics,
-        });
+        let shared = Arc::new(Shared { name: name.to_owned(), config, connection, current: Mutex::new(None), metrics });
         let stop = CancellationToken::new();
         let task = tokio::spawn(connection_loop(shared.clone(), stop.clone()));
-        Ok(Self {
-            shared,
-            stop,
-            task: Mutex::new(Some(task)),
-        })
+        Ok(Self { shared, stop, task: Mutex::new(Some(task)) })
     }
 
     fn qos(&self) -> QoS {
@@ -117,13 +106,7 @@ impl MqttSender {
     pub async fn wait_connected(&self, timeout: Duration) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         while tokio::time::Instant::now() < deadline {
-            if self
-                .shared
-                .current
-                .lock()
-                .map(|c| c.is_some())
-                .unwrap_or(false)
-            {
+            if self.shared.current.lock().map(|c| c.is_some()).unwrap_or(false) {
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -136,11 +119,7 @@ impl MqttSender {
 impl Sender for MqttSender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         let shared = &self.shared;
-        let topic = resolve_topic(
-            &msg.address,
-            shared.config.default_topic.as_deref(),
-            &msg.envelope,
-        )?;
+        let topic = resolve_topic(&msg.address, shared.config.default_topic.as_deref(), &msg.envelope)?;
         let publish = to_publish(&msg.envelope, topic, Timestamp::now())?;
         if publish.non_text_dropped > 0 {
             shared
@@ -154,9 +133,16 @@ impl Sender for MqttSender {
             .lock()
             .ok()
             .and_then(|c| c.clone())
-            .ok_or_else(|| {
-                TransportError::transient(format!("mqtt sender {} is not connected", shared.name))
-            })?;
+            .ok_or_else(|| TransportError::transient(format!("mqtt sender {} is not connected", shared.name)))?;
+        let limit = conn.max_packet.load(Ordering::Relaxed);
+        if limit > 0 && publish.packet_size() > limit as usize {
+            // A packet over the broker's limit would only break the
+            // connection on every retry: it can never be sent.
+            return Err(TransportError::permanent(format!(
+                "message of {} bytes exceeds the broker's maximum packet size of {limit} bytes",
+                publish.packet_size()
+            )));
+        }
         let (tx, rx) = oneshot::channel();
         {
             let _order = conn.submit.lock().await;
@@ -181,20 +167,15 @@ impl Sender for MqttSender {
                 if let Ok(mut q) = conn.queued.lock() {
                     q.waiters.pop_back();
                 }
-                return Err(TransportError::transient(format!(
-                    "publish not queued: {e}"
-                )));
+                return Err(TransportError::transient(format!("publish not queued: {e}")));
             }
         }
         match tokio::time::timeout(Duration::from_millis(shared.config.ack_timeout_ms), rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(TransportError::transient(
-                "connection closed before the broker acknowledged",
-            )),
-            Err(_) => Err(TransportError::transient(format!(
-                "no acknowledgement within {} ms",
-                shared.config.ack_timeout_ms
-            ))),
+            Ok(Err(_)) => Err(TransportError::transient("connection closed before the broker acknowledged")),
+            Err(_) => {
+                Err(TransportError::transient(format!("no acknowledgement within {} ms", shared.config.ack_timeout_ms)))
+            }
         }
     }
 
@@ -224,9 +205,9 @@ fn ack_error(reason: &str, permanent: bool) -> TransportError {
 fn puback_result(reason: PubAckReason) -> Result<(), TransportError> {
     match reason {
         PubAckReason::Success | PubAckReason::NoMatchingSubscribers => Ok(()),
-        PubAckReason::NotAuthorized
-        | PubAckReason::TopicNameInvalid
-        | PubAckReason::PayloadFormatInvalid => Err(ack_error(&format!("{reason:?}"), true)),
+        PubAckReason::NotAuthorized | PubAckReason::TopicNameInvalid | PubAckReason::PayloadFormatInvalid => {
+            Err(ack_error(&format!("{reason:?}"), true))
+        }
         other => Err(ack_error(&format!("{other:?}"), false)),
     }
 }
@@ -234,9 +215,9 @@ fn puback_result(reason: PubAckReason) -> Result<(), TransportError> {
 fn pubrec_result(reason: PubRecReason) -> Result<(), TransportError> {
     match reason {
         PubRecReason::Success | PubRecReason::NoMatchingSubscribers => Ok(()),
-        PubRecReason::NotAuthorized
-        | PubRecReason::TopicNameInvalid
-        | PubRecReason::PayloadFormatInvalid => Err(ack_error(&format!("{reason:?}"), true)),
+        PubRecReason::NotAuthorized | PubRecReason::TopicNameInvalid | PubRecReason::PayloadFormatInvalid => {
+            Err(ack_error(&format!("{reason:?}"), true))
+        }
         other => Err(ack_error(&format!("{other:?}"), false)),
     }
 }
@@ -260,10 +241,8 @@ async fn connection_loop(shared: Arc<Shared>, stop: CancellationToken) {
         let (client, mut events): (AsyncClient, EventLoop) = AsyncClient::new(opts, 1024);
         let conn = Arc::new(Connection {
             client,
-            queued: Mutex::new(Queued {
-                dead: false,
-                waiters: VecDeque::new(),
-            }),
+            max_packet: AtomicU32::new(0),
+            queued: Mutex::new(Queued { dead: false, waiters: VecDeque::new() }),
             submit: tokio::sync::Mutex::new(()),
         });
         let mut by_pkid: HashMap<u16, Waiter> = HashMap::new();
@@ -273,8 +252,10 @@ async fn connection_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 e = events.poll() => e,
             };
             match event {
-                Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                     failures = 0;
+                    let limit = ack.properties.as_ref().and_then(|p| p.max_packet_size).unwrap_or(0);
+                    conn.max_packet.store(limit, Ordering::Relaxed);
                     info!(sender = name, url = %redacted(&shared.connection.url), "connected");
                     shared.metrics.connections.get_or_create(&labels).inc();
                     shared.metrics.connected.get_or_create(&labels).set(1);
@@ -283,11 +264,7 @@ async fn connection_loop(shared: Arc<Shared>, stop: CancellationToken) {
                     }
                 }
                 Ok(Event::Outgoing(Outgoing::Publish(pkid))) => {
-                    let waiter = conn
-                        .queued
-                        .lock()
-                        .ok()
-                        .and_then(|mut q| q.waiters.pop_front());
+                    let waiter = conn.queued.lock().ok().and_then(|mut q| q.waiters.pop_front());
                     match waiter {
                         Some(w) if qos == 0 => {
                             let _ = w.send(Ok(()));

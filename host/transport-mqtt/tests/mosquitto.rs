@@ -51,10 +51,7 @@ impl RunningReceiver {
     }
 
     async fn next(&mut self) -> Option<Delivery> {
-        tokio::time::timeout(Duration::from_secs(5), self.rx.recv())
-            .await
-            .ok()
-            .flatten()
+        tokio::time::timeout(Duration::from_secs(5), self.rx.recv()).await.ok().flatten()
     }
 
     async fn stop(self) {
@@ -102,27 +99,16 @@ async fn receiver_maps_a_publish_as_the_seeds_say_and_counts_refused_properties(
         ..Default::default()
     };
     let before = Timestamp::now();
-    publisher
-        .publish(&format!("{base}/kitchen"), "{\"c\":21}", props)
-        .await;
+    publisher.publish(&format!("{base}/kitchen"), "{\"c\":21}", props).await;
     let delivery = rx.next().await.expect("delivered");
     let e = &delivery.envelope;
     assert_eq!(e.payload().as_ref(), b"{\"c\":21}");
-    assert_eq!(
-        e.text_header("mqtt.topic"),
-        Some(format!("{base}/kitchen").as_str())
-    );
+    assert_eq!(e.text_header("mqtt.topic"), Some(format!("{base}/kitchen").as_str()));
     assert_eq!(e.headers.get("mqtt.qos"), Some(&HeaderValue::Integer(1)));
-    assert_eq!(
-        e.headers.get("mqtt.retained"),
-        Some(&HeaderValue::Boolean(false))
-    );
+    assert_eq!(e.headers.get("mqtt.retained"), Some(&HeaderValue::Boolean(false)));
     assert!(!e.headers.contains_key("x-bridge.tenant-id"));
     assert!(!e.headers.contains_key("mqtt.generated-id"));
-    assert!(
-        !e.headers.contains_key("x-bridge.generated-id"),
-        "correlation data gave a stable identity"
-    );
+    assert!(!e.headers.contains_key("x-bridge.generated-id"), "correlation data gave a stable identity");
     assert_eq!(e.subject.as_deref(), Some("reading.taken"));
     assert!(!e.headers.contains_key("gobridge.subject"));
     assert_eq!(e.text_header("location"), Some("Malmö"));
@@ -130,20 +116,11 @@ async fn receiver_maps_a_publish_as_the_seeds_say_and_counts_refused_properties(
     assert!(!e.headers.contains_key("huge"));
     assert_eq!(e.id, "mqtt-bin:AP8QgA");
     assert_eq!(e.text_header("x-bridge.correlation-data"), Some("AP8QgA"));
-    assert_eq!(
-        e.text_header("x-bridge.content-type"),
-        Some("application/json")
-    );
+    assert_eq!(e.text_header("x-bridge.content-type"), Some("application/json"));
     assert_eq!(e.text_header("mqtt.response-topic"), Some("replies/here"));
     let expiry = e.expires_at.expect("expiry").as_millis() - before.as_millis();
-    assert!(
-        (55_000..=61_000).contains(&expiry),
-        "expiry {expiry} ms from now"
-    );
-    assert_eq!(
-        Metrics::count(&metrics.mqtt_ingress_header_dropped, &[("receiver", &name)]),
-        2
-    );
+    assert!((55_000..=61_000).contains(&expiry), "expiry {expiry} ms from now");
+    assert_eq!(Metrics::count(&metrics.mqtt_ingress_header_dropped, &[("receiver", &name)]), 2);
     delivery.handle.ack().await.expect("ack");
     rx.stop().await;
 }
@@ -155,37 +132,14 @@ async fn poison_publishes_are_dropped_counted_and_acknowledged() {
     let name = unique("in");
     let client_id = unique("ferry");
     let config = receiver_config(&broker_url(), &format!("{base}/#"), &client_id);
-    let mut rx = RunningReceiver::start(MqttReceiver::new(
-        &name,
-        config.clone(),
-        10,
-        metrics.clone(),
-    ))
-    .await;
+    let mut rx = RunningReceiver::start(MqttReceiver::new(&name, config.clone(), 10, metrics.clone())).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
-    let many: Vec<(String, String)> = (0..129)
-        .map(|i| (format!("k{i}"), "v".to_owned()))
-        .collect();
+    let many: Vec<(String, String)> = (0..129).map(|i| (format!("k{i}"), "v".to_owned())).collect();
     publisher
-        .publish(
-            &format!("{base}/a"),
-            "many",
-            PublishProperties {
-                user_properties: many,
-                ..Default::default()
-            },
-        )
+        .publish(&format!("{base}/a"), "many", PublishProperties { user_properties: many, ..Default::default() })
         .await;
-    publisher
-        .publish_with(&format!("{base}/b"), &"x".repeat(1025), &[])
-        .await;
-    publisher
-        .publish_with(
-            &format!("{base}/c"),
-            "fine",
-            &[("mqtt.message-id", "fine-1")],
-        )
-        .await;
+    publisher.publish_with(&format!("{base}/b"), &"x".repeat(1025), &[]).await;
+    publisher.publish_with(&format!("{base}/c"), "fine", &[("mqtt.message-id", "fine-1")]).await;
     let d = rx.next().await.expect("the good message");
     assert_eq!(d.envelope.id, "fine-1");
     assert_eq!(d.envelope.text_header("mqtt.message-id"), Some("fine-1"));
@@ -198,17 +152,13 @@ async fn poison_publishes_are_dropped_counted_and_acknowledged() {
         1
     );
     assert_eq!(
-        Metrics::count(
-            &metrics.mqtt_ingress_poison_dropped,
-            &[("receiver", &name), ("reason", "payload_too_large")]
-        ),
+        Metrics::count(&metrics.mqtt_ingress_poison_dropped, &[("receiver", &name), ("reason", "payload_too_large")]),
         1
     );
     rx.stop().await;
 
     // Poison was acknowledged: the same session does not get it back.
-    let mut again =
-        RunningReceiver::start(MqttReceiver::new(&name, config, 10, Metrics::new())).await;
+    let mut again = RunningReceiver::start(MqttReceiver::new(&name, config, 10, Metrics::new())).await;
     assert!(again.next().await.is_none(), "nothing is redelivered");
     again.stop().await;
 }
@@ -218,28 +168,16 @@ async fn an_unacknowledged_delivery_comes_back_on_the_next_session() {
     let base = unique("t/redeliver");
     let client_id = unique("ferry");
     let config = receiver_config(&broker_url(), &format!("{base}/#"), &client_id);
-    let mut rx =
-        RunningReceiver::start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
+    let mut rx = RunningReceiver::start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
-    publisher
-        .publish_with(
-            &format!("{base}/x"),
-            "hold me",
-            &[("mqtt.message-id", "held-1")],
-        )
-        .await;
+    publisher.publish_with(&format!("{base}/x"), "hold me", &[("mqtt.message-id", "held-1")]).await;
     let first = rx.next().await.expect("first delivery");
     assert_eq!(first.envelope.id, "held-1");
     // Released, not acked (what a stopping route does).
-    first
-        .handle
-        .release(Duration::ZERO, "test")
-        .await
-        .expect("release");
+    first.handle.release(Duration::ZERO, "test").await.expect("release");
     rx.stop().await;
 
-    let mut rx =
-        RunningReceiver::start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
+    let mut rx = RunningReceiver::start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
     let second = rx.next().await.expect("redelivered after reconnect");
     assert_eq!(second.envelope.id, "held-1");
     assert_eq!(second.envelope.payload().as_ref(), b"hold me");
@@ -257,12 +195,8 @@ async fn sender_maps_the_envelope_as_the_seeds_say() {
     let metrics = Metrics::new();
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{base}/#")).await;
-    let sender = MqttSender::start(
-        "out",
-        sender_config(&broker_url(), "default_topic = \"unused\""),
-        metrics.clone(),
-    )
-    .expect("sender");
+    let sender = MqttSender::start("out", sender_config(&broker_url(), "default_topic = \"unused\""), metrics.clone())
+        .expect("sender");
     assert!(sender.wait_connected(Duration::from_secs(10)).await);
 
     let mut e = Envelope::new("id-42", &b"payload"[..]);
@@ -280,10 +214,7 @@ async fn sender_maps_the_envelope_as_the_seeds_say() {
     e.set_header("x-bridge.route-id", "r1");
     e.expires_at = Some(Timestamp::now().plus(Duration::from_secs(30)));
     sender
-        .send(OutboundMessage {
-            envelope: e,
-            address: format!("{base}/{{mqtt.topic}}"),
-        })
+        .send(OutboundMessage { envelope: e, address: format!("{base}/{{mqtt.topic}}") })
         .await
         .expect("sent and acknowledged");
 
@@ -293,19 +224,10 @@ async fn sender_maps_the_envelope_as_the_seeds_say() {
     assert_eq!(user_property(&p, "mqtt.message-id"), Some("id-42"));
     assert_eq!(user_property(&p, "gobridge.subject"), Some("order.created"));
     assert_eq!(user_property(&p, "kind"), Some("temp"));
-    for absent in [
-        "mqtt.topic",
-        "mqtt.qos",
-        "count",
-        "x-bridge.route-id",
-        "x-bridge.correlation-data",
-        "x-bridge.content-type",
-    ] {
-        assert_eq!(
-            user_property(&p, absent),
-            None,
-            "{absent} must not be a user property"
-        );
+    for absent in
+        ["mqtt.topic", "mqtt.qos", "count", "x-bridge.route-id", "x-bridge.correlation-data", "x-bridge.content-type"]
+    {
+        assert_eq!(user_property(&p, absent), None, "{absent} must not be a user property");
     }
     let props = p.properties.as_ref().expect("properties");
     assert_eq!(
@@ -317,41 +239,25 @@ async fn sender_maps_the_envelope_as_the_seeds_say() {
     assert_eq!(props.response_topic.as_deref(), Some("replies/1"));
     let expiry = props.message_expiry_interval.expect("expiry");
     assert!((25..=30).contains(&expiry), "expiry {expiry}");
-    assert_eq!(
-        Metrics::count(
-            &metrics.mqtt_non_string_header_dropped,
-            &[("sender", "out")]
-        ),
-        2
-    );
+    assert_eq!(Metrics::count(&metrics.mqtt_non_string_header_dropped, &[("sender", "out")]), 2);
 
     let missing = Envelope::new("id-43", &b""[..]);
     let err = sender
-        .send(OutboundMessage {
-            envelope: missing,
-            address: format!("{base}/{{nope}}"),
-        })
+        .send(OutboundMessage { envelope: missing, address: format!("{base}/{{nope}}") })
         .await
         .expect_err("missing header");
-    assert!(
-        !err.is_transient(),
-        "a missing template header is permanent"
-    );
+    assert!(!err.is_transient(), "a missing template header is permanent");
     sender.close().await;
 }
 
 #[tokio::test]
 async fn sender_fails_transiently_while_the_broker_is_down_and_recovers() {
     let mut broker = PrivateMosquitto::start().await;
-    let sender =
-        MqttSender::start("out", sender_config(&broker.url(), ""), Metrics::new()).expect("sender");
+    let sender = MqttSender::start("out", sender_config(&broker.url(), ""), Metrics::new()).expect("sender");
     assert!(sender.wait_connected(Duration::from_secs(10)).await);
     broker.stop();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let msg = || OutboundMessage {
-        envelope: Envelope::new("m", &b"x"[..]),
-        address: "t/down".into(),
-    };
+    let msg = || OutboundMessage { envelope: Envelope::new("m", &b"x"[..]), address: "t/down".into() };
     let err = sender.send(msg()).await.expect_err("broker is down");
     assert!(err.is_transient(), "{err}");
 
@@ -386,16 +292,24 @@ async fn qos2_sender_completes_on_pubcomp_and_qos0_on_write() {
         assert!(sender.wait_connected(Duration::from_secs(10)).await);
         for i in 0..20 {
             let env = Envelope::new(format!("q{qos}-{i}"), &b"x"[..]);
-            sender
-                .send(OutboundMessage {
-                    envelope: env,
-                    address: format!("{base}/{qos}"),
-                })
-                .await
-                .expect("sent");
+            sender.send(OutboundMessage { envelope: env, address: format!("{base}/{qos}") }).await.expect("sent");
         }
         sender.close().await;
     }
     let got = sub.drain(Duration::from_secs(2)).await;
     assert_eq!(got.len(), 40);
+}
+
+#[tokio::test]
+async fn a_message_over_the_brokers_packet_limit_fails_permanently_without_breaking_the_connection() {
+    let broker = PrivateMosquitto::start_with("max_packet_size 2000").await;
+    let sender = MqttSender::start("out", sender_config(&broker.url(), ""), Metrics::new()).expect("sender");
+    assert!(sender.wait_connected(Duration::from_secs(10)).await);
+    let big = OutboundMessage { envelope: Envelope::new("big", vec![b'x'; 4096]), address: "t/limit".into() };
+    let err = sender.send(big).await.expect_err("too big for this broker");
+    assert!(!err.is_transient(), "{err}");
+    assert!(err.to_string().contains("maximum packet size of 2000"), "{err}");
+    let small = OutboundMessage { envelope: Envelope::new("small", vec![b'x'; 500]), address: "t/limit".into() };
+    sender.send(small).await.expect("the connection is still usable");
+    sender.close().await;
 }

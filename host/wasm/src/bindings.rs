@@ -66,10 +66,7 @@ impl HostState {
 
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
@@ -106,39 +103,20 @@ impl ferry::plugin::types::HostMessage for HostState {
         Ok(self.message(&msg)?.envelope.subject.clone())
     }
 
-    fn set_subject(
-        &mut self,
-        msg: Resource<MessageState>,
-        subject: Option<String>,
-    ) -> wasmtime::Result<()> {
+    fn set_subject(&mut self, msg: Resource<MessageState>, subject: Option<String>) -> wasmtime::Result<()> {
         self.message(&msg)?.envelope.subject = subject;
         Ok(())
     }
 
-    fn header(
-        &mut self,
-        msg: Resource<MessageState>,
-        name: String,
-    ) -> wasmtime::Result<Option<HeaderValue>> {
+    fn header(&mut self, msg: Resource<MessageState>, name: String) -> wasmtime::Result<Option<HeaderValue>> {
         Ok(self.message(&msg)?.envelope.headers.get(&name).map(to_wit))
     }
 
     fn header_names(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<Vec<String>> {
-        Ok(self
-            .message(&msg)?
-            .envelope
-            .headers
-            .keys()
-            .cloned()
-            .collect())
+        Ok(self.message(&msg)?.envelope.headers.keys().cloned().collect())
     }
 
-    fn set_header(
-        &mut self,
-        msg: Resource<MessageState>,
-        name: String,
-        value: HeaderValue,
-    ) -> wasmtime::Result<()> {
+    fn set_header(&mut self, msg: Resource<MessageState>, name: String, value: HeaderValue) -> wasmtime::Result<()> {
         let plugin = self.plugin.clone();
         let m = self.message(&msg)?;
         if names::is_reserved(&name) {
@@ -170,11 +148,7 @@ impl ferry::plugin::types::HostMessage for HostState {
         Ok(self.message(&msg)?.envelope.payload().to_vec())
     }
 
-    fn set_payload(
-        &mut self,
-        msg: Resource<MessageState>,
-        payload: Vec<u8>,
-    ) -> wasmtime::Result<()> {
+    fn set_payload(&mut self, msg: Resource<MessageState>, payload: Vec<u8>) -> wasmtime::Result<()> {
         self.message(&msg)?.envelope.set_payload(payload);
         Ok(())
     }
@@ -184,11 +158,7 @@ impl ferry::plugin::types::HostMessage for HostState {
     }
 
     fn expires_at(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<Option<i64>> {
-        Ok(self
-            .message(&msg)?
-            .envelope
-            .expires_at
-            .map(Timestamp::as_millis))
+        Ok(self.message(&msg)?.envelope.expires_at.map(Timestamp::as_millis))
     }
 
     fn drop(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<()> {

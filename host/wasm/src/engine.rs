@@ -19,20 +19,14 @@ pub struct PluginLimits {
 impl PluginLimits {
     /// The epoch deadline (in ticks) that covers `call_timeout`.
     pub fn deadline_ticks(&self) -> u64 {
-        let ticks = self
-            .call_timeout
-            .as_millis()
-            .div_ceil(EPOCH_TICK.as_millis());
+        let ticks = self.call_timeout.as_millis().div_ceil(EPOCH_TICK.as_millis());
         u64::try_from(ticks).unwrap_or(u64::MAX).max(1) + 1
     }
 }
 
 impl Default for PluginLimits {
     fn default() -> Self {
-        Self {
-            call_timeout: Duration::from_secs(1),
-            memory_limit_bytes: 64 << 20,
-        }
+        Self { call_timeout: Duration::from_secs(1), memory_limit_bytes: 64 << 20 }
     }
 }
 
@@ -53,17 +47,15 @@ impl PluginEngine {
         config.max_wasm_stack(1 << 20);
         let engine = Engine::new(&config)?;
         let weak = engine.weak();
-        std::thread::Builder::new()
-            .name("ferry-epoch".into())
-            .spawn(move || {
-                loop {
-                    std::thread::sleep(EPOCH_TICK);
-                    match weak.upgrade() {
-                        Some(engine) => engine.increment_epoch(),
-                        None => break,
-                    }
+        std::thread::Builder::new().name("ferry-epoch".into()).spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => break,
                 }
-            })?;
+            }
+        })?;
         Ok(Self { engine, limits })
     }
 

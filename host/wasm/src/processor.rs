@@ -92,9 +92,7 @@ impl WasmProcessor {
         };
         let first = pool.instantiate()?;
         pool.give_back(first);
-        Ok(Self {
-            pool: Arc::new(pool),
-        })
+        Ok(Self { pool: Arc::new(pool) })
     }
 
     /// Instances waiting for work (for tests and diagnostics).
@@ -103,10 +101,7 @@ impl WasmProcessor {
     }
 
     /// Runs one call synchronously on the current thread.
-    pub fn process_blocking(
-        &self,
-        envelope: Envelope,
-    ) -> (Envelope, Result<Verdict, ProcessError>) {
+    pub fn process_blocking(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
         self.pool.call(envelope)
     }
 }
@@ -126,10 +121,7 @@ impl Processor for WasmProcessor {
             Ok(result) => result,
             Err(e) => (
                 backup,
-                Err(ProcessError::Reject(format!(
-                    "plugin_trap: plugin {} host task failed: {e}",
-                    self.name()
-                ))),
+                Err(ProcessError::Reject(format!("plugin_trap: plugin {} host task failed: {e}", self.name()))),
             ),
         }
     }
@@ -147,23 +139,14 @@ impl Pool {
             route: self.route.clone(),
             detail,
         };
-        let bindings = self
-            .plugin
-            .pre
-            .instantiate(&mut store)
-            .map_err(|e| fail(format!("{e:#}")))?;
+        let bindings = self.plugin.pre.instantiate(&mut store).map_err(|e| fail(format!("{e:#}")))?;
         store.set_epoch_deadline(limits.deadline_ticks());
         match bindings.call_init(&mut store, &self.config_json) {
             Ok(Ok(())) => Ok(Instance { store, bindings }),
-            Ok(Err(message)) => Err(PluginError::Init {
-                plugin: self.plugin.name.clone(),
-                route: self.route.clone(),
-                message,
-            }),
-            Err(e) => Err(fail(format!(
-                "init trapped: {}",
-                describe_trap(&e, limits.call_timeout)
-            ))),
+            Ok(Err(message)) => {
+                Err(PluginError::Init { plugin: self.plugin.name.clone(), route: self.route.clone(), message })
+            }
+            Err(e) => Err(fail(format!("init trapped: {}", describe_trap(&e, limits.call_timeout)))),
         }
     }
 
@@ -189,20 +172,12 @@ impl Pool {
             Ok(instance) => self.call_instance(instance, envelope),
             Err(e) => {
                 warn!(plugin, route = %self.route, error = %e, "no plugin instance");
-                (
-                    envelope,
-                    Err(ProcessError::Reject(format!("plugin_unavailable: {e}"))),
-                    Outcome::Reject,
-                )
+                (envelope, Err(ProcessError::Reject(format!("plugin_unavailable: {e}"))), Outcome::Reject)
             }
         };
         Metrics::inc(
             &self.metrics.plugin_calls,
-            &[
-                ("plugin", plugin),
-                ("route", &self.route),
-                ("outcome", outcome.label()),
-            ],
+            &[("plugin", plugin), ("route", &self.route), ("outcome", outcome.label())],
         );
         (envelope, result)
     }
@@ -215,18 +190,12 @@ impl Pool {
         let plugin = self.plugin.name.as_str();
         let limits = self.engine.limits;
         let backup = envelope.clone();
-        let resource = match instance.store.data_mut().table.push(MessageState {
-            envelope,
-            refused_reserved: 0,
-        }) {
+        let resource = match instance.store.data_mut().table.push(MessageState { envelope, refused_reserved: 0 }) {
             Ok(r) => r,
             Err(e) => {
                 return (
                     backup,
-                    Err(ProcessError::Retry {
-                        after: Duration::from_secs(1),
-                        reason: format!("plugin table: {e}"),
-                    }),
+                    Err(ProcessError::Retry { after: Duration::from_secs(1), reason: format!("plugin table: {e}") }),
                     Outcome::Retry,
                 );
             }
@@ -243,12 +212,8 @@ impl Pool {
                 self.give_back(instance);
                 match verdict {
                     bindings::Verdict::Pass => (envelope, Ok(Verdict::Pass), Outcome::Pass),
-                    bindings::Verdict::Drop(reason) => {
-                        (envelope, Ok(Verdict::Drop(reason)), Outcome::Drop)
-                    }
-                    bindings::Verdict::Route(addresses) => {
-                        (envelope, Ok(Verdict::Route(addresses)), Outcome::Route)
-                    }
+                    bindings::Verdict::Drop(reason) => (envelope, Ok(Verdict::Drop(reason)), Outcome::Drop),
+                    bindings::Verdict::Route(addresses) => (envelope, Ok(Verdict::Route(addresses)), Outcome::Route),
                 }
             }
             Ok(Err(failure)) => {
@@ -258,18 +223,13 @@ impl Pool {
                         let after = Duration::from_millis(r.delay_ms).min(MAX_RETRY_DELAY);
                         (
                             envelope,
-                            Err(ProcessError::Retry {
-                                after,
-                                reason: format!("{plugin}: {}", r.reason),
-                            }),
+                            Err(ProcessError::Retry { after, reason: format!("{plugin}: {}", r.reason) }),
                             Outcome::Retry,
                         )
                     }
                     bindings::Failure::Reject(reason) => (
                         envelope,
-                        Err(ProcessError::Reject(format!(
-                            "plugin_rejected: plugin {plugin}: {reason}"
-                        ))),
+                        Err(ProcessError::Reject(format!("plugin_rejected: plugin {plugin}: {reason}"))),
                         Outcome::Reject,
                     ),
                 }
@@ -280,33 +240,16 @@ impl Pool {
                 let deadline = is_deadline(&e);
                 let detail = describe_trap(&e, limits.call_timeout);
                 warn!(plugin, route = %self.route, error = %detail, "plugin call failed; instance replaced");
-                let code = if deadline {
-                    "plugin_deadline"
-                } else {
-                    "plugin_trap"
-                };
-                let outcome = if deadline {
-                    Outcome::Deadline
-                } else {
-                    Outcome::Trap
-                };
-                (
-                    envelope,
-                    Err(ProcessError::Reject(format!(
-                        "{code}: plugin {plugin}: {detail}"
-                    ))),
-                    outcome,
-                )
+                let code = if deadline { "plugin_deadline" } else { "plugin_trap" };
+                let outcome = if deadline { Outcome::Deadline } else { Outcome::Trap };
+                (envelope, Err(ProcessError::Reject(format!("{code}: plugin {plugin}: {detail}"))), outcome)
             }
         }
     }
 }
 
 fn is_deadline(e: &wasmtime::Error) -> bool {
-    matches!(
-        e.downcast_ref::<wasmtime::Trap>(),
-        Some(wasmtime::Trap::Interrupt)
-    )
+    matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt))
 }
 
 fn describe_trap(e: &wasmtime::Error, timeout: Duration) -> String {

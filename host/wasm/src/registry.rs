@@ -20,48 +20,21 @@ pub const PLUGIN_VERSION: &str = "0.1.0";
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
     #[error("cannot read plugin directory {dir}: {source}")]
-    Dir {
-        dir: PathBuf,
-        source: std::io::Error,
-    },
+    Dir { dir: PathBuf, source: std::io::Error },
     #[error("plugin {name:?} ({path}): cannot read: {source}")]
-    Read {
-        name: String,
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { name: String, path: PathBuf, source: std::io::Error },
     #[error("plugin {name:?} ({path}) is not a valid WebAssembly component: {detail}")]
-    Compile {
-        name: String,
-        path: PathBuf,
-        detail: String,
-    },
+    Compile { name: String, path: PathBuf, detail: String },
     #[error("plugin {name:?} ({path}) does not fit this host: {detail}")]
-    WrongWorld {
-        name: String,
-        path: PathBuf,
-        detail: String,
-    },
+    WrongWorld { name: String, path: PathBuf, detail: String },
     #[error("{0}")]
     Refused(String),
     #[error("no plugin named {name:?} in {dir} (found: {found})")]
-    Missing {
-        name: String,
-        dir: PathBuf,
-        found: String,
-    },
+    Missing { name: String, dir: PathBuf, found: String },
     #[error("plugin {plugin:?} refused its configuration for route {route:?}: {message}")]
-    Init {
-        plugin: String,
-        route: String,
-        message: String,
-    },
+    Init { plugin: String, route: String, message: String },
     #[error("plugin {plugin:?} could not start for route {route:?}: {detail}")]
-    Instantiate {
-        plugin: String,
-        route: String,
-        detail: String,
-    },
+    Instantiate { plugin: String, route: String, detail: String },
 }
 
 /// A compiled plugin that passed the world check.
@@ -85,22 +58,15 @@ impl PluginRegistry {
     /// logged and remembered with its reason; only the directory itself
     /// being unreadable is an error here.
     pub fn load_dir(engine: &PluginEngine, dir: &Path) -> Result<Self, PluginError> {
-        let entries = std::fs::read_dir(dir).map_err(|source| PluginError::Dir {
-            dir: dir.to_owned(),
-            source,
-        })?;
+        let entries = std::fs::read_dir(dir).map_err(|source| PluginError::Dir { dir: dir.to_owned(), source })?;
         let mut paths: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
             .collect();
         paths.sort();
-        let mut registry = Self {
-            engine: engine.clone(),
-            dir: dir.to_owned(),
-            plugins: BTreeMap::new(),
-            refused: BTreeMap::new(),
-        };
+        let mut registry =
+            Self { engine: engine.clone(), dir: dir.to_owned(), plugins: BTreeMap::new(), refused: BTreeMap::new() };
         for path in paths {
             let name = plugin_name(&path);
             match load_file(engine, &path) {
@@ -129,11 +95,7 @@ impl PluginRegistry {
         Err(PluginError::Missing {
             name: name.to_owned(),
             dir: self.dir.clone(),
-            found: if found.is_empty() {
-                "none".into()
-            } else {
-                found.join(", ")
-            },
+            found: if found.is_empty() { "none".into() } else { found.join(", ") },
         })
     }
 
@@ -154,9 +116,7 @@ impl PluginRegistry {
 
 /// The plugin name a file provides: its file name without `.wasm`.
 pub fn plugin_name(path: &Path) -> String {
-    path.file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_default()
+    path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
 /// Compiles one component and checks it against the processor world.
@@ -167,38 +127,23 @@ pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<LoadedPlugin, Plu
         path: path.to_owned(),
         source,
     })?;
-    let wrong = |detail: String| PluginError::WrongWorld {
+    let wrong = |detail: String| PluginError::WrongWorld { name: name.clone(), path: path.to_owned(), detail };
+    let component = Component::from_binary(engine.engine(), &bytes).map_err(|e| PluginError::Compile {
         name: name.clone(),
         path: path.to_owned(),
-        detail,
-    };
-    let component =
-        Component::from_binary(engine.engine(), &bytes).map_err(|e| PluginError::Compile {
-            name: name.clone(),
-            path: path.to_owned(),
-            detail: format!("{e:#}"),
-        })?;
+        detail: format!("{e:#}"),
+    })?;
     check_world(engine, &component).map_err(&wrong)?;
     let mut linker: Linker<HostState> = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
     crate::bindings::Processor::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)
         .map_err(|e| wrong(format!("{e:#}")))?;
-    let instance_pre = linker.instantiate_pre(&component).map_err(|e| {
-        wrong(format!(
-            "does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}"
-        ))
-    })?;
-    let pre = ProcessorPre::new(instance_pre).map_err(|e| {
-        wrong(format!(
-            "does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}"
-        ))
-    })?;
-    Ok(LoadedPlugin {
-        name,
-        path: path.to_owned(),
-        size: bytes.len() as u64,
-        pre,
-    })
+    let instance_pre = linker
+        .instantiate_pre(&component)
+        .map_err(|e| wrong(format!("does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}")))?;
+    let pre = ProcessorPre::new(instance_pre)
+        .map_err(|e| wrong(format!("does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}")))?;
+    Ok(LoadedPlugin { name, path: path.to_owned(), size: bytes.len() as u64, pre })
 }
 
 /// Explains, before linking, why a component does not target this host's
@@ -212,19 +157,14 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<(), Strin
             continue;
         }
         if let Some(rest) = import.strip_prefix(&format!("{PLUGIN_PACKAGE}/")) {
-            let version = rest
-                .split_once('@')
-                .map(|(_, v)| v)
-                .unwrap_or("(unversioned)");
+            let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("(unversioned)");
             if version != PLUGIN_VERSION {
                 return Err(format!(
                     "built against {PLUGIN_PACKAGE}@{version} (imports {import}); this host provides {PLUGIN_PACKAGE}@{PLUGIN_VERSION} — rebuild the plugin against wit/ of this ferry"
                 ));
             }
         } else if !import.starts_with("wasi:") {
-            return Err(format!(
-                "imports {import}, which ferry does not provide to plugins"
-            ));
+            return Err(format!("imports {import}, which ferry does not provide to plugins"));
         }
     }
     let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
@@ -232,11 +172,7 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<(), Strin
         if !exports.contains(&required) {
             return Err(format!(
                 "does not export `{required}` (exports: {}); it is not a {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION} component",
-                if exports.is_empty() {
-                    "nothing".to_owned()
-                } else {
-                    exports.join(", ")
-                }
+                if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
             ));
         }
     }

@@ -17,27 +17,16 @@ fn repo() -> PathBuf {
 
 fn wasm(path: &str) -> PathBuf {
     let p = repo().join(path);
-    assert!(
-        p.exists(),
-        "{} is missing: run `just plugins test-plugins` first",
-        p.display()
-    );
+    assert!(p.exists(), "{} is missing: run `just plugins test-plugins` first", p.display());
     p
 }
 
 fn engine() -> PluginEngine {
-    PluginEngine::new(PluginLimits {
-        call_timeout: Duration::from_millis(300),
-        memory_limit_bytes: 32 << 20,
-    })
-    .expect("engine")
+    PluginEngine::new(PluginLimits { call_timeout: Duration::from_millis(300), memory_limit_bytes: 32 << 20 })
+        .expect("engine")
 }
 
-fn processor(
-    engine: &PluginEngine,
-    file: &str,
-    config: serde_json::Value,
-) -> Result<WasmProcessor, PluginError> {
+fn processor(engine: &PluginEngine, file: &str, config: serde_json::Value) -> Result<WasmProcessor, PluginError> {
     let plugin = Arc::new(load_file(engine, &wasm(file))?);
     WasmProcessor::new(engine, plugin, "r1", config.to_string(), Metrics::new())
 }
@@ -59,14 +48,8 @@ fn filter_passes_drops_and_routes() {
         serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}),
     )
     .expect("filter loads");
-    assert_eq!(
-        f.process_blocking(msg(&[("kind", "temp")])).1,
-        Ok(Verdict::Pass)
-    );
-    assert_eq!(
-        f.process_blocking(msg(&[("kind", "rh")])).1,
-        Ok(Verdict::Drop("filtered".into()))
-    );
+    assert_eq!(f.process_blocking(msg(&[("kind", "temp")])).1, Ok(Verdict::Pass));
+    assert_eq!(f.process_blocking(msg(&[("kind", "rh")])).1, Ok(Verdict::Drop("filtered".into())));
 
     let r = processor(
         &engine,
@@ -74,10 +57,7 @@ fn filter_passes_drops_and_routes() {
         serde_json::json!({"when": [{"field": "reading.value", "op": "gt", "value": 25}], "action": "route", "route": ["alerts/hot"]}),
     )
     .expect("filter loads");
-    assert_eq!(
-        r.process_blocking(msg(&[])).1,
-        Ok(Verdict::Route(vec!["alerts/hot".into()]))
-    );
+    assert_eq!(r.process_blocking(msg(&[])).1, Ok(Verdict::Route(vec!["alerts/hot".into()])));
 }
 
 #[test]
@@ -127,16 +107,10 @@ fn assert_fails_then_recovers(kind: &str, code: &str) {
         panic!("{kind}: expected a rejection, got {result:?}");
     };
     assert!(reason.starts_with(code), "{kind}: {reason}");
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{kind} was not stopped"
-    );
+    assert!(started.elapsed() < Duration::from_secs(20), "{kind} was not stopped");
     assert_eq!(out.id, "m1", "the message survives the trap");
     // The broken instance was replaced: the next message is served.
-    assert_eq!(
-        p.process_blocking(msg(&[("kind", "ok")])).1,
-        Ok(Verdict::Pass)
-    );
+    assert_eq!(p.process_blocking(msg(&[("kind", "ok")])).1, Ok(Verdict::Pass));
 }
 
 #[test]
@@ -164,27 +138,17 @@ fn plugin_reject_and_retry_map_to_process_errors() {
     let engine = engine();
     let p = processor(&engine, "tests/plugins/hostile.wasm", serde_json::json!({})).expect("loads");
     let (_, r) = p.process_blocking(msg(&[("hostile", "reject")]));
-    assert!(
-        matches!(r, Err(ProcessError::Reject(ref s)) if s.starts_with("plugin_rejected")),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(ProcessError::Reject(ref s)) if s.starts_with("plugin_rejected")), "{r:?}");
     let (_, r) = p.process_blocking(msg(&[("hostile", "retry")]));
-    assert!(
-        matches!(r, Err(ProcessError::Retry { after, .. }) if after == Duration::from_millis(50)),
-        "{r:?}"
-    );
+    assert!(matches!(r, Err(ProcessError::Retry { after, .. }) if after == Duration::from_millis(50)), "{r:?}");
 }
 
 #[test]
 fn a_trap_in_init_is_a_start_error() {
     let engine = engine();
-    let err = processor(
-        &engine,
-        "tests/plugins/hostile.wasm",
-        serde_json::json!({"trap_in_init": true}),
-    )
-    .err()
-    .expect("refused");
+    let err = processor(&engine, "tests/plugins/hostile.wasm", serde_json::json!({"trap_in_init": true}))
+        .err()
+        .expect("refused");
     assert!(matches!(err, PluginError::Instantiate { .. }), "{err}");
     assert!(err.to_string().contains("init trapped"), "{err}");
 }
@@ -192,14 +156,9 @@ fn a_trap_in_init_is_a_start_error() {
 #[test]
 fn a_component_for_another_contract_version_is_refused_clearly() {
     let engine = engine();
-    let err = load_file(&engine, &wasm("tests/plugins/future-version.wasm"))
-        .err()
-        .expect("refused");
+    let err = load_file(&engine, &wasm("tests/plugins/future-version.wasm")).err().expect("refused");
     let text = err.to_string();
-    assert!(
-        text.contains("ferry:plugin@0.2.0") && text.contains("ferry:plugin@0.1.0"),
-        "{text}"
-    );
+    assert!(text.contains("ferry:plugin@0.2.0") && text.contains("ferry:plugin@0.1.0"), "{text}");
 }
 
 #[test]
@@ -216,16 +175,10 @@ fn the_registry_keeps_good_plugins_and_explains_bad_and_missing_ones() {
     assert_eq!(registry.names().collect::<Vec<_>>(), ["filter"]);
     assert!(registry.get("filter").is_ok());
     let corrupt = registry.get("corrupt").err().expect("refused").to_string();
-    assert!(
-        corrupt.contains("not a valid WebAssembly component"),
-        "{corrupt}"
-    );
+    assert!(corrupt.contains("not a valid WebAssembly component"), "{corrupt}");
     assert!(registry.get("core").is_err());
     let missing = registry.get("nope").err().expect("missing").to_string();
-    assert!(
-        missing.contains("no plugin named \"nope\"") && missing.contains("found: filter"),
-        "{missing}"
-    );
+    assert!(missing.contains("no plugin named \"nope\"") && missing.contains("found: filter"), "{missing}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -37,14 +37,10 @@ impl Subject for HostMessage<'_> {
         self.0.header(name).map(|v| match v {
             HeaderValue::Text(s) => serde_json::Value::String(s),
             HeaderValue::Integer(i) => i.into(),
-            HeaderValue::Float(f) => {
-                serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into)
-            }
+            HeaderValue::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into),
             HeaderValue::Boolean(b) => b.into(),
             HeaderValue::Time(t) => t.into(),
-            HeaderValue::Bytes(b) => {
-                serde_json::Value::String(String::from_utf8_lossy(&b).into_owned())
-            }
+            HeaderValue::Bytes(b) => serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()),
         })
     }
 

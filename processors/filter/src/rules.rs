@@ -86,8 +86,7 @@ pub struct Filter {
 impl Filter {
     /// Parses and checks the config; errors name the offending key.
     pub fn from_config(config: Value) -> Result<Self, String> {
-        let raw: RawConfig =
-            serde_json::from_value(config).map_err(|e| format!("filter config: {e}"))?;
+        let raw: RawConfig = serde_json::from_value(config).map_err(|e| format!("filter config: {e}"))?;
         let mut conditions = Vec::new();
         for (i, c) in raw.when.into_iter().enumerate() {
             conditions.push(condition(c).map_err(|e| format!("filter config: when[{i}]: {e}"))?);
@@ -96,9 +95,7 @@ impl Filter {
             None | Some("all") => false,
             Some("any") => true,
             Some(other) => {
-                return Err(format!(
-                    "filter config: match: {other:?} is not `all` or `any`"
-                ));
+                return Err(format!("filter config: match: {other:?} is not `all` or `any`"));
             }
         };
         let action = match raw.action.as_deref() {
@@ -106,15 +103,10 @@ impl Filter {
             Some("drop") => Action::Drop,
             Some("route") if !raw.route.is_empty() => Action::Route(raw.route),
             Some("route") => {
-                return Err(
-                    "filter config: route: `action = \"route\"` needs a non-empty `route` list"
-                        .into(),
-                );
+                return Err("filter config: route: `action = \"route\"` needs a non-empty `route` list".into());
             }
             Some(other) => {
-                return Err(format!(
-                    "filter config: action: {other:?} is not pass, drop or route"
-                ));
+                return Err(format!("filter config: action: {other:?} is not pass, drop or route"));
             }
         };
         let otherwise = match raw.otherwise.as_deref() {
@@ -123,48 +115,23 @@ impl Filter {
             Some("pass") => Action::Pass,
             Some("drop") => Action::Drop,
             Some(other) => {
-                return Err(format!(
-                    "filter config: otherwise: {other:?} is not pass or drop"
-                ));
+                return Err(format!("filter config: otherwise: {other:?} is not pass or drop"));
             }
         };
-        let uses_payload = conditions
-            .iter()
-            .any(|c| matches!(c.operand, Operand::Field(_)));
-        Ok(Self {
-            conditions,
-            any,
-            action,
-            otherwise,
-            uses_payload,
-        })
+        let uses_payload = conditions.iter().any(|c| matches!(c.operand, Operand::Field(_)));
+        Ok(Self { conditions, any, action, otherwise, uses_payload })
     }
 
     /// Whether the conditions hold for `msg`.
     pub fn matches(&self, msg: &dyn Subject) -> bool {
-        let payload = if self.uses_payload {
-            msg.payload_json()
-        } else {
-            None
-        };
-        let mut results = self
-            .conditions
-            .iter()
-            .map(|c| c.holds(msg, payload.as_ref()));
-        if self.any {
-            results.any(|r| r)
-        } else {
-            results.all(|r| r)
-        }
+        let payload = if self.uses_payload { msg.payload_json() } else { None };
+        let mut results = self.conditions.iter().map(|c| c.holds(msg, payload.as_ref()));
+        if self.any { results.any(|r| r) } else { results.all(|r| r) }
     }
 
     /// The verdict for `msg`.
     pub fn decide(&self, msg: &dyn Subject) -> Verdict {
-        let action = if self.matches(msg) {
-            &self.action
-        } else {
-            &self.otherwise
-        };
+        let action = if self.matches(msg) { &self.action } else { &self.otherwise };
         match action {
             Action::Pass => Verdict::Pass,
             Action::Drop => Verdict::Drop("filtered".into()),
@@ -177,14 +144,11 @@ fn condition(c: RawCondition) -> Result<Condition, String> {
     let operand = match (c.header, c.subject, c.field) {
         (Some(h), false, None) => Operand::Header(h),
         (None, true, None) => Operand::Subject,
-        (None, false, Some(f)) if !f.is_empty() => {
-            Operand::Field(f.split('.').map(str::to_owned).collect())
-        }
+        (None, false, Some(f)) if !f.is_empty() => Operand::Field(f.split('.').map(str::to_owned).collect()),
         _ => return Err("name exactly one of `header`, `subject = true` or `field`".into()),
     };
     let need = |v: Option<Value>| v.ok_or_else(|| format!("op {:?} needs a `value`", c.op));
-    let number =
-        |v: Value| as_number(&v).ok_or_else(|| format!("op {:?} needs a numeric `value`", c.op));
+    let number = |v: Value| as_number(&v).ok_or_else(|| format!("op {:?} needs a numeric `value`", c.op));
     let op = match c.op.as_str() {
         "eq" => Op::Eq(need(c.value)?),
         "ne" => Op::Ne(need(c.value)?),
@@ -201,9 +165,7 @@ fn condition(c: RawCondition) -> Result<Condition, String> {
             _ => return Err("op \"in\" needs a list `value`".into()),
         },
         other => {
-            return Err(format!(
-                "unknown op {other:?} (eq, ne, contains, regex, gt, lt, exists, in)"
-            ));
+            return Err(format!("unknown op {other:?} (eq, ne, contains, regex, gt, lt, exists, in)"));
         }
     };
     Ok(Condition { operand, op })
@@ -302,100 +264,53 @@ mod tests {
     }
 
     fn verdict(config: Value) -> Verdict {
-        Filter::from_config(config)
-            .expect("valid config")
-            .decide(&msg())
+        Filter::from_config(config).expect("valid config").decide(&msg())
     }
 
     #[test]
     fn each_operator_on_headers_subject_and_fields() {
         let pass = |cond: Value| verdict(json!({"when": [cond]})) == Verdict::Pass;
         assert!(pass(json!({"header": "kind", "op": "eq", "value": "temp"})));
-        assert!(!pass(
-            json!({"header": "kind", "op": "eq", "value": "humidity"})
-        ));
-        assert!(pass(
-            json!({"header": "kind", "op": "ne", "value": "humidity"})
-        ));
+        assert!(!pass(json!({"header": "kind", "op": "eq", "value": "humidity"})));
+        assert!(pass(json!({"header": "kind", "op": "ne", "value": "humidity"})));
         assert!(pass(json!({"header": "missing", "op": "ne", "value": "x"})));
-        assert!(pass(
-            json!({"header": "site", "op": "contains", "value": "mö"})
-        ));
-        assert!(pass(
-            json!({"subject": true, "op": "regex", "value": "^order\\."})
-        ));
-        assert!(!pass(
-            json!({"subject": true, "op": "regex", "value": "^invoice\\."})
-        ));
-        assert!(pass(
-            json!({"field": "reading.value", "op": "gt", "value": 20})
-        ));
-        assert!(!pass(
-            json!({"field": "reading.value", "op": "lt", "value": 20})
-        ));
-        assert!(pass(
-            json!({"field": "reading.tags", "op": "contains", "value": "b"})
-        ));
+        assert!(pass(json!({"header": "site", "op": "contains", "value": "mö"})));
+        assert!(pass(json!({"subject": true, "op": "regex", "value": "^order\\."})));
+        assert!(!pass(json!({"subject": true, "op": "regex", "value": "^invoice\\."})));
+        assert!(pass(json!({"field": "reading.value", "op": "gt", "value": 20})));
+        assert!(!pass(json!({"field": "reading.value", "op": "lt", "value": 20})));
+        assert!(pass(json!({"field": "reading.tags", "op": "contains", "value": "b"})));
         assert!(pass(json!({"field": "items.0.id", "op": "eq", "value": 7})));
         assert!(pass(json!({"header": "kind", "op": "exists"})));
         assert!(!pass(json!({"header": "nope", "op": "exists"})));
-        assert!(pass(
-            json!({"header": "kind", "op": "in", "value": ["x", "temp"]})
-        ));
-        assert!(pass(
-            json!({"header": "mqtt.qos", "op": "eq", "value": "1"})
-        ));
-        assert!(!pass(
-            json!({"field": "reading.missing", "op": "eq", "value": 1})
-        ));
+        assert!(pass(json!({"header": "kind", "op": "in", "value": ["x", "temp"]})));
+        assert!(pass(json!({"header": "mqtt.qos", "op": "eq", "value": "1"})));
+        assert!(!pass(json!({"field": "reading.missing", "op": "eq", "value": 1})));
     }
 
     #[test]
     fn actions_and_defaults() {
         let cond = json!({"header": "kind", "op": "eq", "value": "temp"});
         let miss = json!({"header": "kind", "op": "eq", "value": "nope"});
-        assert_eq!(
-            verdict(json!({"when": [miss.clone()]})),
-            Verdict::Drop("filtered".into())
-        );
-        assert_eq!(
-            verdict(json!({"when": [cond.clone()], "action": "drop"})),
-            Verdict::Drop("filtered".into())
-        );
-        assert_eq!(
-            verdict(json!({"when": [miss.clone()], "action": "drop"})),
-            Verdict::Pass
-        );
+        assert_eq!(verdict(json!({"when": [miss.clone()]})), Verdict::Drop("filtered".into()));
+        assert_eq!(verdict(json!({"when": [cond.clone()], "action": "drop"})), Verdict::Drop("filtered".into()));
+        assert_eq!(verdict(json!({"when": [miss.clone()], "action": "drop"})), Verdict::Pass);
         assert_eq!(
             verdict(json!({"when": [cond.clone()], "action": "route", "route": ["alerts/x"]})),
             Verdict::Route(vec!["alerts/x".into()])
         );
-        assert_eq!(
-            verdict(json!({"when": [cond.clone(), miss.clone()], "match": "any"})),
-            Verdict::Pass
-        );
-        assert_eq!(
-            verdict(json!({"when": [cond, miss]})),
-            Verdict::Drop("filtered".into())
-        );
+        assert_eq!(verdict(json!({"when": [cond.clone(), miss.clone()], "match": "any"})), Verdict::Pass);
+        assert_eq!(verdict(json!({"when": [cond, miss]})), Verdict::Drop("filtered".into()));
         assert_eq!(verdict(json!({})), Verdict::Pass);
     }
 
     #[test]
     fn bad_configs_name_the_problem() {
         let err = |c: Value| Filter::from_config(c).expect_err("must refuse");
-        assert!(
-            err(json!({"when": [{"header": "a", "op": "like", "value": 1}]}))
-                .contains("when[0]: unknown op")
-        );
-        assert!(
-            err(json!({"when": [{"header": "a", "op": "regex", "value": "("}]}))
-                .contains("invalid regex")
-        );
+        assert!(err(json!({"when": [{"header": "a", "op": "like", "value": 1}]})).contains("when[0]: unknown op"));
+        assert!(err(json!({"when": [{"header": "a", "op": "regex", "value": "("}]})).contains("invalid regex"));
         assert!(err(json!({"when": [{"op": "exists"}]})).contains("exactly one"));
-        assert!(
-            err(json!({"when": [{"header": "a", "op": "gt", "value": "x"}]})).contains("numeric")
-        );
+        assert!(err(json!({"when": [{"header": "a", "op": "gt", "value": "x"}]})).contains("numeric"));
         assert!(err(json!({"action": "route"})).contains("route"));
         assert!(err(json!({"colour": 1})).contains("colour"));
     }

@@ -105,26 +105,19 @@ macro_rules! export_processor {
         }
 
         impl $crate::bindings::Guest for __FerryGuest {
-            fn init(
-                config: ::std::string::String,
-            ) -> ::std::result::Result<(), ::std::string::String> {
+            fn init(config: ::std::string::String) -> ::std::result::Result<(), ::std::string::String> {
                 let value = $crate::parse_config(&config)?;
                 let processor = <$ty as $crate::Processor>::init(value)?;
-                __FERRY_PROCESSOR
-                    .with(|p| *p.borrow_mut() = ::std::option::Option::Some(processor));
+                __FERRY_PROCESSOR.with(|p| *p.borrow_mut() = ::std::option::Option::Some(processor));
                 ::std::result::Result::Ok(())
             }
 
-            fn process(
-                msg: &$crate::Message,
-            ) -> ::std::result::Result<$crate::Verdict, $crate::Failure> {
+            fn process(msg: &$crate::Message) -> ::std::result::Result<$crate::Verdict, $crate::Failure> {
                 __FERRY_PROCESSOR.with(|p| match p.borrow().as_ref() {
-                    ::std::option::Option::Some(processor) => {
-                        $crate::Processor::process(processor, msg)
+                    ::std::option::Option::Some(processor) => $crate::Processor::process(processor, msg),
+                    ::std::option::Option::None => {
+                        ::std::result::Result::Err($crate::Failure::Reject("processor used before init".into()))
                     }
-                    ::std::option::Option::None => ::std::result::Result::Err(
-                        $crate::Failure::Reject("processor used before init".into()),
-                    ),
                 })
             }
         }

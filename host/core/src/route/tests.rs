@@ -27,21 +27,11 @@ struct FakeHandle {
 #[async_trait]
 impl DeliveryHandle for FakeHandle {
     async fn ack(self: Box<Self>) -> Result<(), TransportError> {
-        self.log
-            .lock()
-            .expect("lock")
-            .push(Settled::Acked(self.id.clone()));
+        self.log.lock().expect("lock").push(Settled::Acked(self.id.clone()));
         Ok(())
     }
-    async fn release(
-        self: Box<Self>,
-        _after: Duration,
-        _reason: &str,
-    ) -> Result<(), TransportError> {
-        self.log
-            .lock()
-            .expect("lock")
-            .push(Settled::Released(self.id.clone()));
+    async fn release(self: Box<Self>, _after: Duration, _reason: &str) -> Result<(), TransportError> {
+        self.log.lock().expect("lock").push(Settled::Released(self.id.clone()));
         Ok(())
     }
 }
@@ -54,17 +44,10 @@ struct FakeReceiver {
 
 #[async_trait]
 impl Receiver for FakeReceiver {
-    async fn run(
-        &self,
-        sink: DeliverySink,
-        shutdown: CancellationToken,
-    ) -> Result<(), TransportError> {
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let envelopes = std::mem::take(&mut *self.envelopes.lock().expect("lock"));
         for envelope in envelopes {
-            let handle = Box::new(FakeHandle {
-                id: envelope.id.clone(),
-                log: self.log.clone(),
-            });
+            let handle = Box::new(FakeHandle { id: envelope.id.clone(), log: self.log.clone() });
             if sink.send(Delivery { envelope, handle }).await.is_err() {
                 break;
             }
@@ -86,12 +69,7 @@ struct FakeSender {
 impl Sender for FakeSender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
-        let next = self
-            .script
-            .lock()
-            .expect("lock")
-            .pop_front()
-            .unwrap_or(Ok(()));
+        let next = self.script.lock().expect("lock").pop_front().unwrap_or(Ok(()));
         if next.is_ok() {
             self.sent.lock().expect("lock").push(msg);
         }
@@ -155,38 +133,24 @@ fn harness(
     policy: RoutePolicy,
 ) -> Harness {
     let log: Log = Arc::default();
-    let senders: Vec<Arc<FakeSender>> = (0..n_bindings)
-        .map(|_| Arc::new(FakeSender::default()))
-        .collect();
+    let senders: Vec<Arc<FakeSender>> = (0..n_bindings).map(|_| Arc::new(FakeSender::default())).collect();
     let bindings = senders
         .iter()
         .enumerate()
-        .map(|(i, s)| Binding {
-            id: format!("b{i}"),
-            sender: s.clone(),
-            address: format!("out/{i}"),
-        })
+        .map(|(i, s)| Binding { id: format!("b{i}"), sender: s.clone(), address: format!("out/{i}") })
         .collect();
     let dlq = Arc::new(MemoryDlq::default());
     let route = Arc::new(Route {
         id: "r1".into(),
         source_id: "in".into(),
-        receiver: Arc::new(FakeReceiver {
-            envelopes: Mutex::new(envelopes),
-            log: log.clone(),
-        }),
+        receiver: Arc::new(FakeReceiver { envelopes: Mutex::new(envelopes), log: log.clone() }),
         processors,
         bindings,
         policy,
         dlq: dlq.clone(),
         metrics: Metrics::new(),
     });
-    Harness {
-        route,
-        log,
-        senders,
-        dlq,
-    }
+    Harness { route, log, senders, dlq }
 }
 
 /// Runs the route until `n` deliveries settled, then shuts it down.
@@ -217,41 +181,24 @@ async fn direct_hold_acks_only_after_the_send_and_keeps_the_subject() {
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].address, "out/0");
     assert_eq!(sent[0].envelope.subject.as_deref(), Some("order.created"));
-    assert_eq!(
-        sent[0].envelope.text_header("x-bridge.route-id"),
-        Some("r1")
-    );
-    assert_eq!(
-        sent[0].envelope.text_header("x-bridge.source-id"),
-        Some("in")
-    );
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Acked("m1".into())]
-    );
+    assert_eq!(sent[0].envelope.text_header("x-bridge.route-id"), Some("r1"));
+    assert_eq!(sent[0].envelope.text_header("x-bridge.source-id"), Some("in"));
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
 #[tokio::test]
 async fn transient_send_failures_are_retried_before_the_ack() {
     let h = harness(vec![env("m1")], vec![], 1, policy());
-    h.senders[0].script.lock().expect("lock").extend([
-        Err(TransportError::transient("broker down")),
-        Err(TransportError::transient("broker down")),
-    ]);
+    h.senders[0]
+        .script
+        .lock()
+        .expect("lock")
+        .extend([Err(TransportError::transient("broker down")), Err(TransportError::transient("broker down"))]);
     run_until_settled(&h, 1).await;
     assert_eq!(h.senders[0].attempts.load(Ordering::SeqCst), 3);
     assert_eq!(h.senders[0].sent.lock().expect("lock").len(), 1);
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Acked("m1".into())]
-    );
-    assert_eq!(
-        Metrics::count(
-            &h.route.metrics.retried,
-            &[("route", "r1"), ("reason", "send")]
-        ),
-        2
-    );
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+    assert_eq!(Metrics::count(&h.route.metrics.retried, &[("route", "r1"), ("reason", "send")]), 2);
 }
 
 #[tokio::test]
@@ -260,11 +207,7 @@ async fn shutdown_during_a_retry_releases_instead_of_acking() {
     p.backoff.initial = Duration::from_secs(60);
     p.backoff.max = Duration::from_secs(60);
     let h = harness(vec![env("m1")], vec![], 1, p);
-    h.senders[0]
-        .script
-        .lock()
-        .expect("lock")
-        .push_back(Err(TransportError::transient("broker down")));
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("broker down")));
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(h.route.clone().run(shutdown.clone()));
     for _ in 0..400 {
@@ -275,20 +218,13 @@ async fn shutdown_during_a_retry_releases_instead_of_acking() {
     }
     shutdown.cancel();
     task.await.expect("join").expect("route");
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Released("m1".into())]
-    );
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into())]);
 }
 
 #[tokio::test]
 async fn permanent_failure_dead_letters_with_binding_and_address_then_acks() {
     let h = harness(vec![env("m1")], vec![], 1, policy());
-    h.senders[0]
-        .script
-        .lock()
-        .expect("lock")
-        .push_back(Err(TransportError::permanent("topic too long")));
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::permanent("topic too long")));
     run_until_settled(&h, 1).await;
     let dlq = h.dlq.entries.lock().expect("lock").clone();
     assert_eq!(dlq.len(), 1);
@@ -296,10 +232,7 @@ async fn permanent_failure_dead_letters_with_binding_and_address_then_acks() {
     assert_eq!(dlq[0].address.as_deref(), Some("out/0"));
     assert_eq!(dlq[0].envelope.subject.as_deref(), Some("order.created"));
     assert_eq!(dlq[0].reason, "send_rejected");
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Acked("m1".into())]
-    );
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
 #[tokio::test]
@@ -309,24 +242,13 @@ async fn processor_drop_acks_without_sending_or_dead_lettering() {
     run_until_settled(&h, 1).await;
     assert!(h.senders[0].sent.lock().expect("lock").is_empty());
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Acked("m1".into())]
-    );
-    assert_eq!(
-        Metrics::count(
-            &h.route.metrics.dropped,
-            &[("route", "r1"), ("reason", "filtered")]
-        ),
-        1
-    );
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+    assert_eq!(Metrics::count(&h.route.metrics.dropped, &[("route", "r1"), ("reason", "filtered")]), 1);
 }
 
 #[tokio::test]
 async fn processor_reject_goes_to_the_dlq_with_its_reason_code() {
-    let reject: SharedProcessor = Arc::new(FixedProcessor(Err(ProcessError::Reject(
-        "plugin_trap: boom".into(),
-    ))));
+    let reject: SharedProcessor = Arc::new(FixedProcessor(Err(ProcessError::Reject("plugin_trap: boom".into()))));
     let h = harness(vec![env("m1")], vec![reject], 1, policy());
     run_until_settled(&h, 1).await;
     let dlq = h.dlq.entries.lock().expect("lock").clone();
@@ -337,10 +259,7 @@ async fn processor_reject_goes_to_the_dlq_with_its_reason_code() {
 
 #[tokio::test]
 async fn routed_addresses_replace_binding_addresses_but_not_the_subject() {
-    let route: SharedProcessor = Arc::new(FixedProcessor(Ok(Verdict::Route(vec![
-        "a/1".into(),
-        "a/2".into(),
-    ]))));
+    let route: SharedProcessor = Arc::new(FixedProcessor(Ok(Verdict::Route(vec!["a/1".into(), "a/2".into()]))));
     let mut p = policy();
     p.dispatch_mode = DispatchMode::FanOut;
     let h = harness(vec![env("m1")], vec![route], 2, p);
@@ -349,10 +268,7 @@ async fn routed_addresses_replace_binding_addresses_but_not_the_subject() {
         let sent = s.sent.lock().expect("lock").clone();
         let addrs: Vec<_> = sent.iter().map(|m| m.address.as_str()).collect();
         assert_eq!(addrs, ["a/1", "a/2"]);
-        assert!(
-            sent.iter()
-                .all(|m| m.envelope.subject.as_deref() == Some("order.created"))
-        );
+        assert!(sent.iter().all(|m| m.envelope.subject.as_deref() == Some("order.created")));
     }
 }
 
@@ -361,18 +277,11 @@ async fn fan_out_retries_only_the_binding_that_failed() {
     let mut p = policy();
     p.dispatch_mode = DispatchMode::FanOut;
     let h = harness(vec![env("m1")], vec![], 2, p);
-    h.senders[1]
-        .script
-        .lock()
-        .expect("lock")
-        .push_back(Err(TransportError::transient("down")));
+    h.senders[1].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
     run_until_settled(&h, 1).await;
     assert_eq!(h.senders[0].attempts.load(Ordering::SeqCst), 1);
     assert_eq!(h.senders[1].attempts.load(Ordering::SeqCst), 2);
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Acked("m1".into())]
-    );
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
 #[tokio::test]
@@ -397,17 +306,8 @@ async fn expired_messages_follow_on_expired() {
     let h = harness(vec![expired], vec![], 1, policy());
     run_until_settled(&h, 1).await;
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
-    assert_eq!(
-        Metrics::count(
-            &h.route.metrics.dropped,
-            &[("route", "r1"), ("reason", "expired")]
-        ),
-        1
-    );
-    assert_eq!(
-        *h.log.lock().expect("lock"),
-        vec![Settled::Acked("old".into())]
-    );
+    assert_eq!(Metrics::count(&h.route.metrics.dropped, &[("route", "r1"), ("reason", "expired")]), 1);
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("old".into())]);
 }
 
 #[tokio::test]
@@ -419,16 +319,8 @@ async fn spoofed_reserved_headers_never_reach_the_sender() {
     run_until_settled(&h, 1).await;
     let sent = h.senders[0].sent.lock().expect("lock").clone();
     assert!(!sent[0].envelope.headers.contains_key("x-bridge.tenant-id"));
-    assert_eq!(
-        sent[0].envelope.headers.get("n"),
-        Some(&HeaderValue::Integer(3))
-    );
-    assert!(
-        sent[0]
-            .envelope
-            .headers
-            .contains_key("x-bridge.correlation-id")
-    );
+    assert_eq!(sent[0].envelope.headers.get("n"), Some(&HeaderValue::Integer(3)));
+    assert!(sent[0].envelope.headers.contains_key("x-bridge.correlation-id"));
 }
 
 #[tokio::test]
@@ -450,10 +342,7 @@ async fn max_in_flight_bounds_concurrent_handling() {
             (e, Ok(Verdict::Pass))
         }
     }
-    let slow = Arc::new(Slow {
-        now: AtomicUsize::new(0),
-        peak: AtomicUsize::new(0),
-    });
+    let slow = Arc::new(Slow { now: AtomicUsize::new(0), peak: AtomicUsize::new(0) });
     let envs = (0..20).map(|i| env(&format!("m{i}"))).collect();
     let h = harness(envs, vec![slow.clone()], 1, policy());
     run_until_settled(&h, 20).await;
