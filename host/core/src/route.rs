@@ -76,7 +76,10 @@ pub struct Route {
 struct BindingFailure {
     binding: String,
     address: String,
-    error: TransportError,
+    /// Short reason code for the DLQ and metrics.
+    code: &'static str,
+    detail: String,
+    action: FailureAction,
 }
 
 /// How handling a delivery ended, before the source is settled.
@@ -262,7 +265,13 @@ impl Route {
                     }
                     Err(error) => {
                         warn!(binding = %binding.id, address = %plan.address, %error, "send failed permanently");
-                        failures.push(BindingFailure { binding: binding.id.clone(), address: plan.address, error });
+                        failures.push(BindingFailure {
+                            binding: binding.id.clone(),
+                            address: plan.address,
+                            code: "send_rejected",
+                            detail: error.reason,
+                            action: self.policy.on_permanent_failure,
+                        });
                     }
                 }
             }
@@ -278,6 +287,21 @@ impl Route {
                 return Settle::Release { after: delay, reason: last_error };
             }
             attempt = attempt.saturating_add(1);
+            if envelope.is_expired_at(Timestamp::now()) {
+                // Stale data is not delivered late: what is still pending
+                // follows on_expired, like a message that arrived expired.
+                Metrics::inc(&self.metrics.expired, &[("route", route)]);
+                for plan in still_pending {
+                    failures.push(BindingFailure {
+                        binding: self.bindings[plan.binding].id.clone(),
+                        address: plan.address,
+                        code: "expired",
+                        detail: format!("message expired while waiting to retry: {last_error}"),
+                        action: self.policy.on_expired,
+                    });
+                }
+                break;
+            }
             pending = still_pending;
         }
 
@@ -287,9 +311,9 @@ impl Route {
                 .fail_permanently(
                     envelope.clone(),
                     Some((failure.binding, failure.address)),
-                    self.policy.on_permanent_failure,
-                    "send_rejected",
-                    &failure.error.reason,
+                    failure.action,
+                    failure.code,
+                    &failure.detail,
                     attempt + 1,
                     first_seen,
                     shutdown,

@@ -350,3 +350,20 @@ async fn max_in_flight_bounds_concurrent_handling() {
     let peak = slow.peak.load(Ordering::SeqCst);
     assert!((2..=4).contains(&peak), "peak {peak}");
 }
+
+#[tokio::test]
+async fn a_message_that_expires_while_waiting_to_retry_follows_on_expired() {
+    let mut e = env("m1");
+    e.expires_at = Some(Timestamp::now().plus(Duration::from_millis(150)));
+    let mut p = policy();
+    p.on_expired = FailureAction::Dlq;
+    let h = harness(vec![e], vec![], 1, p);
+    h.senders[0].script.lock().expect("lock").extend((0..100).map(|_| Err(TransportError::transient("down"))));
+    run_until_settled(&h, 1).await;
+    let dlq = h.dlq.entries.lock().expect("lock").clone();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].reason, "expired");
+    assert_eq!(dlq[0].binding.as_deref(), Some("b0"));
+    assert!(h.senders[0].sent.lock().expect("lock").is_empty());
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+}
