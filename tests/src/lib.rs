@@ -6,8 +6,10 @@
 //!   subscribe and collect) and a private Mosquitto that a test can stop
 //!   and restart.
 //! - [`daemon`]: runs the `ferry` binary on a config and stops it.
+//! - [`http`]: a minimal HTTP GET for the admin endpoints.
 
 pub mod daemon;
+pub mod http;
 pub mod mqtt;
 
 use std::path::PathBuf;

@@ -15,6 +15,9 @@ pub struct Config {
     /// Where ferry keeps its own durable state (the dead-letter queue).
     #[serde(default)]
     pub store: StoreConfig,
+    /// The admin HTTP server (metrics, health, readiness).
+    #[serde(default)]
+    pub admin: AdminConfig,
     /// Named message sources.
     #[serde(default)]
     pub receivers: BTreeMap<String, ReceiverConfig>,
@@ -61,6 +64,17 @@ fn default_call_timeout_ms() -> u64 {
 }
 fn default_memory_limit_mib() -> u64 {
     64
+}
+
+/// `[admin]`
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AdminConfig {
+    /// `host:port` for `GET /metrics`, `/healthz` and `/readyz`, e.g.
+    /// `127.0.0.1:9464`. Off when unset. Bind to loopback unless the port
+    /// is protected otherwise: the endpoints have no authentication.
+    #[serde(default)]
+    pub listen: Option<String>,
 }
 
 /// `[store]`

@@ -73,6 +73,11 @@ fn invalid_fixtures_report_their_key() {
         ("delivery_mode = \"direct_hold\"", "delivery_mode = \"shared_outbox\"", "routes[0].delivery_mode"),
         ("url = \"mqtt://127.0.0.1:1883\"\ntopics", "url = \"http://x\"\ntopics", "receivers.in.url"),
         ("[plugins]\ndir = \"plugins\"", "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"", "plugins"),
+        (
+            "[plugins]\ndir = \"plugins\"",
+            "[admin]\nlisten = \"localhost\"\n[plugins]\ndir = \"plugins\"",
+            "admin.listen",
+        ),
     ];
     for (from, to, path) in cases {
         assert!(VALID.contains(from), "fixture anchor {from:?} missing");

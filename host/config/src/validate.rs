@@ -15,6 +15,11 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     if p.memory_limit_mib == 0 || p.memory_limit_mib > 4096 {
         return Err(ConfigError::new("plugins.memory_limit_mib", "must be between 1 and 4096"));
     }
+    if let Some(listen) = &config.admin.listen
+        && listen.parse::<std::net::SocketAddr>().is_err()
+    {
+        return Err(ConfigError::new("admin.listen", format!("{listen:?} is not an address like 127.0.0.1:9464")));
+    }
     if config.store.path.trim().is_empty() {
         return Err(ConfigError::new("store.path", "must not be empty"));
     }

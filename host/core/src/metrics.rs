@@ -48,6 +48,8 @@ pub struct Metrics {
     pub expired: CounterFamily,
     /// Messages being handled now. Labels: route.
     pub in_flight: GaugeFamily,
+    /// Whether a route is running (1/0). Labels: route.
+    pub route_running: GaugeFamily,
     /// MQTT user properties refused at ingress (too long, not UTF-8, control
     /// characters). Labels: receiver.
     pub mqtt_ingress_header_dropped: CounterFamily,
@@ -57,9 +59,11 @@ pub struct Metrics {
     /// Headers an MQTT sender could not send because they are not text.
     /// Labels: sender.
     pub mqtt_non_string_header_dropped: CounterFamily,
-    /// Successful (re)connections of a transport client. Labels: kind, name.
+    /// Successful (re)connections of a transport client. Labels: kind,
+    /// role (`receiver` or `sender`), name.
     pub connections: CounterFamily,
-    /// Whether a transport client is connected now (1/0). Labels: kind, name.
+    /// Whether a transport client is connected now (1/0). Labels: kind,
+    /// role, name.
     pub connected: GaugeFamily,
     /// Plugin calls by outcome. Labels: plugin, route, outcome (`pass`,
     /// `drop`, `route`, `retry`, `reject`, `trap`, `deadline`).
@@ -101,6 +105,8 @@ impl Metrics {
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
         let in_flight = GaugeFamily::default();
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
+        let route_running = GaugeFamily::default();
+        registry.register("route_running", "Whether a route is running (1/0)", route_running.clone());
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
@@ -113,6 +119,7 @@ impl Metrics {
             dropped,
             expired,
             in_flight,
+            route_running,
             mqtt_ingress_header_dropped,
             mqtt_ingress_poison_dropped,
             mqtt_non_string_header_dropped,
@@ -133,6 +140,11 @@ impl Metrics {
 
     /// Current value of a counter (for tests and the admin API).
     pub fn count(family: &CounterFamily, pairs: &[(&str, &str)]) -> u64 {
+        family.get_or_create(&labels(pairs)).get()
+    }
+
+    /// Current value of a gauge.
+    pub fn gauge(family: &GaugeFamily, pairs: &[(&str, &str)]) -> i64 {
         family.get_or_create(&labels(pairs)).get()
     }
 

@@ -107,6 +107,8 @@ impl Route {
         let permits = Arc::new(Semaphore::new(self.policy.max_in_flight));
         let mut handlers = JoinSet::new();
         let mut receiver_result = None;
+        let running = self.metrics.route_running.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).clone();
+        running.set(1);
         info!(route = %self.id, "route started");
 
         loop {
@@ -146,6 +148,7 @@ impl Route {
             Some(r) => r,
             None => receiver_task.await,
         };
+        running.set(0);
         info!(route = %self.id, "route stopped");
         match result {
             Ok(r) => r,

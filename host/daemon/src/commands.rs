@@ -100,9 +100,33 @@ pub async fn run(path: &Path) -> ExitCode {
         }
     };
     let shutdown = CancellationToken::new();
+    let admin_stop = CancellationToken::new();
+    let mut admin = None;
+    if let Some(listen) = &config.admin.listen {
+        let addr = match listen.parse() {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("{}: admin.listen: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        match crate::admin::serve(addr, bridge.metrics.clone(), bridge.readiness.clone(), admin_stop.clone()).await {
+            Ok(task) => admin = Some(task),
+            Err(e) => {
+                error!(%listen, error = %e, "cannot bind the admin server");
+                eprintln!("{}: admin.listen: cannot bind {listen}: {e}", path.display());
+                return ExitCode::from(2);
+            }
+        }
+    }
     tokio::spawn(signal_shutdown(shutdown.clone()));
     info!(routes = bridge.routes.len(), "ferry running");
-    if bridge.run(shutdown).await { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    let clean = bridge.run(shutdown).await;
+    admin_stop.cancel();
+    if let Some(task) = admin {
+        let _ = task.await;
+    }
+    if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 async fn signal_shutdown(shutdown: CancellationToken) {

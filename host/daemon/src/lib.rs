@@ -1,9 +1,11 @@
 //! The ferry daemon as a library, so the binary stays a thin CLI.
 //!
+//! - [`admin`]: the admin HTTP server (metrics, health, readiness).
 //! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
 //! - [`commands`]: `run`, `validate` and `render`.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 
+pub mod admin;
 pub mod commands;
 pub mod logging;
 pub mod wiring;

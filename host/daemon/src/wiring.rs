@@ -16,6 +16,8 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
+use crate::admin::Readiness;
+
 /// A start-up problem, with the config key it concerns.
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: {message}")]
@@ -64,6 +66,8 @@ pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<Sh
 /// Everything `ferry run` starts.
 pub struct Bridge {
     pub routes: Vec<Arc<Route>>,
+    /// What `/readyz` checks.
+    pub readiness: Readiness,
     senders: Vec<Arc<MqttSender>>,
     pub metrics: Metrics,
 }
@@ -116,7 +120,11 @@ impl Bridge {
                 metrics: metrics.clone(),
             }));
         }
-        Ok(Self { routes, senders: senders.into_values().collect(), metrics })
+        let mut transports: Vec<(String, String, String)> =
+            config.routes.iter().map(|r| ("mqtt".to_owned(), "receiver".to_owned(), r.receiver.clone())).collect();
+        transports.extend(senders.keys().map(|name| ("mqtt".to_owned(), "sender".to_owned(), name.clone())));
+        let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
+        Ok(Self { routes, readiness, senders: senders.into_values().collect(), metrics })
     }
 
     /// Runs every route until `shutdown` fires or a route fails, then

@@ -118,7 +118,7 @@ impl Receiver for MqttReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
         let backoff = reconnect_backoff(&self.connection);
-        let labels = ferry_core::metrics::labels(&[("kind", "mqtt"), ("name", receiver)]);
+        let labels = ferry_core::metrics::labels(&[("kind", "mqtt"), ("role", "receiver"), ("name", receiver)]);
         let mut failures: u32 = 0;
         let mut accepting = true;
         while !shutdown.is_cancelled() {

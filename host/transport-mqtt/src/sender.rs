@@ -225,7 +225,7 @@ fn pubrec_result(reason: PubRecReason) -> Result<(), TransportError> {
 async fn connection_loop(shared: Arc<Shared>, stop: CancellationToken) {
     let name = shared.name.as_str();
     let backoff = reconnect_backoff(&shared.connection);
-    let labels = ferry_core::metrics::labels(&[("kind", "mqtt"), ("name", name)]);
+    let labels = ferry_core::metrics::labels(&[("kind", "mqtt"), ("role", "sender"), ("name", name)]);
     let qos = shared.config.qos;
     let mut failures: u32 = 0;
     while !stop.is_cancelled() {

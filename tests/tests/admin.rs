@@ -1,0 +1,149 @@
+//! The admin endpoints of the real daemon: counters move with the messages
+//! (including each seed counter on its triggering input), and /readyz
+//! follows the brokers.
+
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::http::{get, sample};
+use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, free_port};
+use ferry_tests::unique;
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
+
+fn config(admin: &str, url: &str, src: &str, dst: &str, processors: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "{admin}"
+
+[receivers.in]
+type = "mqtt"
+url = "{url}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+max_payload_bytes = 2048
+reconnect_initial_ms = 100
+reconnect_max_ms = 300
+
+[senders.out]
+type = "mqtt"
+url = "{url}"
+client_id = "{sid}"
+reconnect_initial_ms = 100
+reconnect_max_ms = 300
+
+[[routes]]
+id = "r1"
+receiver = "in"
+{processors}
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/{{mqtt.topic}}"
+"#,
+        rid = unique("ferry-in"),
+        sid = unique("ferry-out"),
+    )
+}
+
+fn metrics(addr: &str) -> String {
+    let (status, body) = get(addr, "/metrics").expect("scrape");
+    assert_eq!(status, 200);
+    body
+}
+
+/// Waits until `name{..labels..}` reaches `want` (counters move shortly
+/// after the message does).
+fn wait_for_sample(addr: &str, name: &str, labels: &str, want: f64) -> String {
+    let mut last = String::new();
+    for _ in 0..100 {
+        last = metrics(addr);
+        if sample(&last, name, labels) == Some(want) {
+            return last;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{name}{{{labels}}} never reached {want}:\n{last}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_move_with_the_messages_and_count_every_seed_counter() {
+    let broker = PrivateMosquitto::start().await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let (src, dst) = (unique("adm/src"), unique("adm/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    ws.config(&config(&admin, &broker.url(), &src, &dst, "[[routes.processors]]\nplugin = \"hostile\"\n"));
+    let daemon = Daemon::start(&ws, 2);
+    let before = metrics(&admin);
+    assert_eq!(sample(&before, "ferry_messages_received_total", "route=\"r1\""), None);
+    assert_eq!(sample(&before, "ferry_route_running", "route=\"r1\""), Some(1.0));
+
+    let mut sub = TestMqtt::connect(&broker.url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker.url()).await;
+    // Sent as is: counts received, sent, acked.
+    publisher.publish_with(&format!("{src}/plain"), "a", &[("k", "v")]).await;
+    // One user property over 256 bytes: MQTTIngressHeaderDropped.
+    let long = "x".repeat(300);
+    publisher.publish_with(&format!("{src}/long"), "b", &[("long", &long)]).await;
+    // Payload over max_payload_bytes: MQTTIngressPoisonDropped.
+    publisher.publish_with(&format!("{src}/big"), &"y".repeat(4096), &[]).await;
+    // The plugin adds an integer header: MQTTNonStringHeaderDropped.
+    publisher.publish_with(&format!("{src}/mutate"), "c", &[("hostile", "mutate")]).await;
+    // The plugin rejects: dead-lettered.
+    publisher
+        .publish(
+            &format!("{src}/reject"),
+            "d",
+            PublishProperties { user_properties: vec![("hostile".into(), "reject".into())], ..Default::default() },
+        )
+        .await;
+
+    let text = wait_for_sample(&admin, "ferry_messages_acked_total", "route=\"r1\"", 4.0);
+    assert_eq!(sample(&text, "ferry_messages_received_total", "route=\"r1\""), Some(4.0));
+    assert_eq!(sample(&text, "ferry_messages_sent_total", "binding=\"out\""), Some(3.0));
+    assert_eq!(sample(&text, "ferry_messages_dead_lettered_total", "reason=\"plugin_rejected\""), Some(1.0));
+    assert_eq!(sample(&text, "ferry_mqtt_ingress_header_dropped_total", "receiver=\"in\""), Some(1.0));
+    assert_eq!(sample(&text, "ferry_mqtt_ingress_poison_dropped_total", "reason=\"payload_too_large\""), Some(1.0));
+    assert_eq!(sample(&text, "ferry_mqtt_non_string_header_dropped_total", "sender=\"out\""), Some(1.0));
+    assert_eq!(sample(&text, "ferry_plugin_calls_total", "outcome=\"pass\""), Some(3.0));
+    assert_eq!(sample(&text, "ferry_plugin_calls_total", "outcome=\"reject\""), Some(1.0));
+    assert_eq!(sample(&text, "ferry_messages_in_flight", "route=\"r1\""), Some(0.0));
+    assert_eq!(sub.drain(Duration::from_secs(1)).await.len(), 3);
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_follows_the_broker() {
+    let mut broker = PrivateMosquitto::start().await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(&admin, &broker.url(), &unique("rdy/src"), &unique("rdy/dst"), ""));
+    let daemon = Daemon::start(&ws, 2);
+    assert_eq!(get(&admin, "/healthz").expect("healthz").0, 200);
+    let wait_status = |want: u16| {
+        for _ in 0..200 {
+            let (status, body) = get(&admin, "/readyz").expect("readyz");
+            if status == want {
+                return body;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("/readyz never answered {want}");
+    };
+    let body = wait_status(200);
+    assert!(body.contains("\"ready\":true"), "{body}");
+
+    broker.stop();
+    let body = wait_status(503);
+    let json: serde_json::Value = serde_json::from_str(&body).expect("json body");
+    let not_ready = json["not_ready"].to_string();
+    assert!(
+        not_ready.contains("mqtt receiver in: not connected") && not_ready.contains("mqtt sender out: not connected"),
+        "{body}"
+    );
+    assert_eq!(get(&admin, "/healthz").expect("healthz").0, 200, "alive while not ready");
+
+    broker.restart().await;
+    wait_status(200);
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
