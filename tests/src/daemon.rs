@@ -75,6 +75,7 @@ impl Daemon {
             .args(["run", "-c", "ferry.toml", "--log-level", "info"])
             .current_dir(ws.path())
             .env("NO_COLOR", "1")
+            .envs(crate::sqs::aws_env())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

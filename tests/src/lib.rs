@@ -7,10 +7,12 @@
 //!   and restart.
 //! - [`daemon`]: runs the `ferry` binary on a config and stops it.
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
+//! - [`sqs`]: queues of their own on the SQS endpoint (moto_server).
 
 pub mod daemon;
 pub mod http;
 pub mod mqtt;
+pub mod sqs;
 
 use std::path::PathBuf;
 

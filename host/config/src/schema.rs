@@ -101,6 +101,7 @@ fn default_store_path() -> String {
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
+    Sqs(SqsReceiverConfig),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
@@ -108,6 +109,7 @@ pub enum ReceiverConfig {
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
+    Sqs(SqsSenderConfig),
 }
 
 /// MQTT 5 connection settings shared by receivers and senders (the
@@ -212,6 +214,98 @@ pub struct MqttSenderConfig {
 
 fn default_ack_timeout_ms() -> u64 {
     10_000
+}
+
+/// `type = "sqs"` receiver. Credentials come from the standard AWS chain
+/// (environment, profile, instance role).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqsReceiverConfig {
+    /// Full queue URL. Give this or `queue_name`.
+    #[serde(default)]
+    pub queue_url: Option<String>,
+    /// Queue name, resolved with GetQueueUrl at start.
+    #[serde(default)]
+    pub queue_name: Option<String>,
+    /// Endpoint override (e.g. a local SQS-compatible server).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// AWS region. Default: the AWS chain's, else `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Long-polling wait, 0..=20 seconds. Default 20.
+    #[serde(default = "default_wait_time_seconds")]
+    pub wait_time_seconds: i32,
+    /// Messages per ReceiveMessage call, 1..=10. Default 10.
+    #[serde(default = "default_max_messages")]
+    pub max_messages: i32,
+    /// Visibility timeout ferry asks for and keeps extending while a message
+    /// is held, in seconds (1..=43200). Default 30.
+    #[serde(default = "default_visibility_timeout")]
+    pub visibility_timeout: i32,
+    /// Replace an SNS notification body with the message inside it and map
+    /// its MessageAttributes to headers. Default false.
+    #[serde(default)]
+    pub sns_unwrap: bool,
+}
+
+fn default_wait_time_seconds() -> i32 {
+    20
+}
+fn default_max_messages() -> i32 {
+    10
+}
+fn default_visibility_timeout() -> i32 {
+    30
+}
+
+/// `type = "sqs"` sender.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SqsSenderConfig {
+    /// Full queue URL. Give this or `queue_name`.
+    #[serde(default)]
+    pub queue_url: Option<String>,
+    /// Queue name, resolved with GetQueueUrl at start.
+    #[serde(default)]
+    pub queue_name: Option<String>,
+    /// Endpoint override.
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// AWS region. Default: the AWS chain's, else `us-east-1`.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Body plus every attribute's name, type and value must fit in this.
+    /// Default 1 MiB (SQS's limit).
+    #[serde(default = "default_max_message_bytes")]
+    pub max_message_bytes: usize,
+    /// FIFO queues: header whose text is the MessageGroupId. Default
+    /// `x-bridge.ordering-key`.
+    #[serde(default = "default_message_group_header")]
+    pub message_group_header: String,
+    /// FIFO queues: MessageGroupId when that header is missing. Default
+    /// `default`.
+    #[serde(default = "default_message_group")]
+    pub default_message_group: String,
+    /// Messages per SendMessageBatch, 1..=10. Default 10.
+    #[serde(default = "default_max_messages")]
+    pub batch_size: i32,
+    /// How long a batch waits for more messages, in milliseconds. Default 5.
+    #[serde(default = "default_batch_linger_ms")]
+    pub batch_linger_ms: u64,
+}
+
+fn default_max_message_bytes() -> usize {
+    1024 * 1024
+}
+fn default_message_group_header() -> String {
+    "x-bridge.ordering-key".to_owned()
+}
+fn default_message_group() -> String {
+    "default".to_owned()
+}
+fn default_batch_linger_ms() -> u64 {
+    5
 }
 
 /// How a route holds its source messages.

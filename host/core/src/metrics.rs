@@ -5,7 +5,8 @@
 //! The seed documents name some counters in CamelCase; they map to:
 //! `MQTTIngressHeaderDropped` -> `ferry_mqtt_ingress_header_dropped_total`,
 //! `MQTTIngressPoisonDropped` -> `ferry_mqtt_ingress_poison_dropped_total`,
-//! `MQTTNonStringHeaderDropped` -> `ferry_mqtt_non_string_header_dropped_total`.
+//! `MQTTNonStringHeaderDropped` -> `ferry_mqtt_non_string_header_dropped_total`,
+//! `SQSDroppedAttributes` -> `ferry_sqs_dropped_attributes_total`.
 
 use std::sync::Arc;
 
@@ -59,6 +60,12 @@ pub struct Metrics {
     /// Headers an MQTT sender could not send because they are not text.
     /// Labels: sender.
     pub mqtt_non_string_header_dropped: CounterFamily,
+    /// Headers an SQS sender could not send as message attributes (over the
+    /// ten-attribute or byte budget, or not expressible). Labels: sender.
+    pub sqs_dropped_attributes: CounterFamily,
+    /// SQS messages left on the queue because their MD5 did not match.
+    /// Labels: receiver.
+    pub sqs_md5_mismatch: CounterFamily,
     /// Successful (re)connections of a transport client. Labels: kind,
     /// role (`receiver` or `sender`), name.
     pub connections: CounterFamily,
@@ -101,6 +108,11 @@ impl Metrics {
             "mqtt_non_string_header_dropped",
             "Non-text headers an MQTT sender dropped (MQTTNonStringHeaderDropped)",
         );
+        let sqs_dropped_attributes = counter(
+            "sqs_dropped_attributes",
+            "Headers an SQS sender could not send as attributes (SQSDroppedAttributes)",
+        );
+        let sqs_md5_mismatch = counter("sqs_md5_mismatch", "SQS messages whose MD5 did not match what was received");
         let connections = counter("transport_connections", "Successful connections of a transport client");
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
         let in_flight = GaugeFamily::default();
@@ -123,6 +135,8 @@ impl Metrics {
             mqtt_ingress_header_dropped,
             mqtt_ingress_poison_dropped,
             mqtt_non_string_header_dropped,
+            sqs_dropped_attributes,
+            sqs_md5_mismatch,
             connections,
             connected,
             plugin_calls,

@@ -88,6 +88,13 @@ enum Settle {
     Release { after: Duration, reason: String },
 }
 
+/// What to do with a transient failure (see [`Route::source_retry`]).
+enum SourceRetry {
+    Hold,
+    Release(Settle),
+    Exhausted(u32),
+}
+
 /// One planned send.
 struct Plan {
     binding: usize,
@@ -218,10 +225,26 @@ impl Route {
                         )
                         .await;
                 }
-                Err((_, ProcessError::Retry { after, reason })) => {
+                Err((env, ProcessError::Retry { after, reason })) => {
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
-                    if let Some(settle) = self.release_instead_of_waiting(handle, after, &reason) {
-                        return settle;
+                    match self.source_retry(handle, after, &reason) {
+                        SourceRetry::Release(settle) => return settle,
+                        SourceRetry::Exhausted(count) => {
+                            let on_failure = self.policy.on_permanent_failure;
+                            return self
+                                .fail_permanently(
+                                    env,
+                                    None,
+                                    on_failure,
+                                    "replay_exhausted",
+                                    &reason,
+                                    count + 1,
+                                    first_seen,
+                                    shutdown,
+                                )
+                                .await;
+                        }
+                        SourceRetry::Hold => {}
                     }
                     debug!(%reason, ?after, "processor asked for a retry");
                     if !sleep_or_shutdown(after, shutdown).await {
@@ -283,8 +306,21 @@ impl Route {
             }
             Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
             let delay = self.policy.backoff.delay(attempt);
-            if let Some(settle) = self.release_instead_of_waiting(handle, delay, &last_error) {
-                return settle;
+            match self.source_retry(handle, delay, &last_error) {
+                SourceRetry::Release(settle) => return settle,
+                SourceRetry::Exhausted(count) => {
+                    for plan in still_pending {
+                        failures.push(BindingFailure {
+                            binding: self.bindings[plan.binding].id.clone(),
+                            address: plan.address,
+                            code: "replay_exhausted",
+                            detail: format!("delivered {} times without success: {last_error}", count + 1),
+                            action: self.policy.on_permanent_failure,
+                        });
+                    }
+                    break;
+                }
+                SourceRetry::Hold => {}
             }
             if !sleep_or_shutdown(delay, shutdown).await {
                 return Settle::Release { after: delay, reason: last_error };
@@ -329,13 +365,18 @@ impl Route {
         settle
     }
 
-    /// For sources that redeliver with a count (SQS, AMQP), a transient
-    /// failure goes back to the source instead of being held here; once the
-    /// count passes `max_replay_attempts` the message is held and retried
-    /// here like any other (issue 5 turns that into a dead letter).
-    fn release_instead_of_waiting(&self, handle: &dyn DeliveryHandle, after: Duration, reason: &str) -> Option<Settle> {
-        let count = handle.redelivery_count()?;
-        (count < self.policy.max_replay_attempts).then(|| Settle::Release { after, reason: reason.to_owned() })
+    /// How a transient failure is retried. Sources that redeliver with a
+    /// count (SQS, AMQP) get the message back after the delay, until the
+    /// count reaches `max_replay_attempts`; then it has failed for good.
+    /// Sources without a count (MQTT) hold it here and retry in process.
+    fn source_retry(&self, handle: &dyn DeliveryHandle, after: Duration, reason: &str) -> SourceRetry {
+        match handle.redelivery_count() {
+            None => SourceRetry::Hold,
+            Some(count) if count < self.policy.max_replay_attempts => {
+                SourceRetry::Release(Settle::Release { after, reason: reason.to_owned() })
+            }
+            Some(count) => SourceRetry::Exhausted(count),
+        }
     }
 
     /// Dead-letters or drops a message per `action`. A dead letter that

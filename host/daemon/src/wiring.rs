@@ -11,6 +11,7 @@ use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedProcessor};
 use ferry_core::route::{Binding, Route, RoutePolicy};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
+use ferry_transport_sqs::{SqsReceiver, SqsSender};
 use ferry_wasm::{PluginEngine, PluginLimits, PluginRegistry, WasmProcessor};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -68,7 +69,7 @@ pub struct Bridge {
     pub routes: Vec<Arc<Route>>,
     /// What `/readyz` checks.
     pub readiness: Readiness,
-    senders: Vec<Arc<MqttSender>>,
+    senders: Vec<Arc<dyn Sender>>,
     pub metrics: Metrics,
 }
 
@@ -78,12 +79,18 @@ impl Bridge {
     pub fn build(config: &Config, metrics: Metrics) -> Result<Self, StartError> {
         let processors = build_processors(config, &metrics)?;
         let dlq = Arc::new(FileDeadLetterStore::in_dir(Path::new(&config.store.path)));
-        let mut senders = std::collections::BTreeMap::new();
+        let mut senders: std::collections::BTreeMap<String, Arc<dyn Sender>> = std::collections::BTreeMap::new();
+        let mut transports: Vec<(String, String, String)> = Vec::new();
         for (name, s) in &config.senders {
-            let SenderConfig::Mqtt(m) = s;
-            let sender = MqttSender::start(name, m.clone(), metrics.clone())
-                .map_err(|e| StartError::new(format!("senders.{name}"), e))?;
-            senders.insert(name.clone(), Arc::new(sender));
+            let sender: Arc<dyn Sender> = match s {
+                SenderConfig::Mqtt(m) => Arc::new(
+                    MqttSender::start(name, m.clone(), metrics.clone())
+                        .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
+                ),
+                SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
+            };
+            transports.push((kind_of_sender(s).to_owned(), "sender".to_owned(), name.clone()));
+            senders.insert(name.clone(), sender);
         }
         let mut routes = Vec::new();
         for (route_config, chain) in config.routes.iter().zip(processors) {
@@ -94,20 +101,20 @@ impl Bridge {
                     u16::try_from(route_config.max_in_flight).unwrap_or(u16::MAX),
                     metrics.clone(),
                 )),
-                None => {
-                    return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver)));
+                Some(ReceiverConfig::Sqs(q)) => {
+                    Arc::new(SqsReceiver::new(&route_config.receiver, q.clone(), metrics.clone()))
                 }
+                None => return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver))),
             };
+            if let Some(r) = config.receivers.get(&route_config.receiver) {
+                transports.push((kind_of_receiver(r).to_owned(), "receiver".to_owned(), route_config.receiver.clone()));
+            }
             let mut bindings = Vec::new();
             for b in &route_config.bindings {
                 let sender = senders
                     .get(&b.sender)
                     .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-                bindings.push(Binding {
-                    id: b.id().to_owned(),
-                    sender: sender.clone() as Arc<dyn Sender>,
-                    address: b.address.clone(),
-                });
+                bindings.push(Binding { id: b.id().to_owned(), sender: sender.clone(), address: b.address.clone() });
             }
             routes.push(Arc::new(Route {
                 id: route_config.id.clone(),
@@ -120,9 +127,6 @@ impl Bridge {
                 metrics: metrics.clone(),
             }));
         }
-        let mut transports: Vec<(String, String, String)> =
-            config.routes.iter().map(|r| ("mqtt".to_owned(), "receiver".to_owned(), r.receiver.clone())).collect();
-        transports.extend(senders.keys().map(|name| ("mqtt".to_owned(), "sender".to_owned(), name.clone())));
         let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
         Ok(Self { routes, readiness, senders: senders.into_values().collect(), metrics })
     }
@@ -158,5 +162,19 @@ impl Bridge {
         }
         info!("all routes stopped");
         clean
+    }
+}
+
+fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
+    match r {
+        ReceiverConfig::Mqtt(_) => "mqtt",
+        ReceiverConfig::Sqs(_) => "sqs",
+    }
+}
+
+fn kind_of_sender(s: &SenderConfig) -> &'static str {
+    match s {
+        SenderConfig::Mqtt(_) => "mqtt",
+        SenderConfig::Sqs(_) => "sqs",
     }
 }

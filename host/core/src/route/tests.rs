@@ -22,6 +22,8 @@ type Log = Arc<Mutex<Vec<Settled>>>;
 struct FakeHandle {
     id: String,
     log: Log,
+    /// Redeliveries so far, for sources that count them.
+    count: Option<u32>,
 }
 
 #[async_trait]
@@ -33,6 +35,9 @@ impl DeliveryHandle for FakeHandle {
     async fn release(self: Box<Self>, _after: Duration, _reason: &str) -> Result<(), TransportError> {
         self.log.lock().expect("lock").push(Settled::Released(self.id.clone()));
         Ok(())
+    }
+    fn redelivery_count(&self) -> Option<u32> {
+        self.count
     }
 }
 
@@ -47,7 +52,11 @@ impl Receiver for FakeReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let envelopes = std::mem::take(&mut *self.envelopes.lock().expect("lock"));
         for envelope in envelopes {
-            let handle = Box::new(FakeHandle { id: envelope.id.clone(), log: self.log.clone() });
+            let count = envelope.headers.get("test.count").and_then(|v| match v {
+                ferry_envelope::HeaderValue::Integer(n) => u32::try_from(*n).ok(),
+                _ => None,
+            });
+            let handle = Box::new(FakeHandle { id: envelope.id.clone(), log: self.log.clone(), count });
             if sink.send(Delivery { envelope, handle }).await.is_err() {
                 break;
             }
@@ -365,5 +374,26 @@ async fn a_message_that_expires_while_waiting_to_retry_follows_on_expired() {
     assert_eq!(dlq[0].reason, "expired");
     assert_eq!(dlq[0].binding.as_deref(), Some("b0"));
     assert!(h.senders[0].sent.lock().expect("lock").is_empty());
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+}
+
+#[tokio::test]
+async fn a_counted_source_gets_the_message_back_until_max_replay_attempts_then_dlq() {
+    let mut first = env("m1");
+    first.set_header("test.count", HeaderValue::Integer(1));
+    let h = harness(vec![first], vec![], 1, policy());
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 1).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into())]);
+    assert!(h.dlq.entries.lock().expect("lock").is_empty());
+
+    let mut last = env("m1");
+    last.set_header("test.count", HeaderValue::Integer(5));
+    let h = harness(vec![last], vec![], 1, policy());
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 1).await;
+    let dlq = h.dlq.entries.lock().expect("lock").clone();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].reason, "replay_exhausted");
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }

@@ -1,0 +1,99 @@
+//! SDK client set-up, queue URL resolution and error classification.
+
+use aws_config::BehaviorVersion;
+use aws_config::meta::region::RegionProviderChain;
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_sqs::operation::RequestId;
+use ferry_core::TransportError;
+
+/// Where a queue is and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueTarget {
+    pub queue_url: Option<String>,
+    pub queue_name: Option<String>,
+    pub endpoint_url: Option<String>,
+    pub region: Option<String>,
+}
+
+impl QueueTarget {
+    /// Whether the queue is FIFO (its name ends in `.fifo`).
+    pub fn is_fifo(&self) -> bool {
+        self.queue_url.as_deref().or(self.queue_name.as_deref()).is_some_and(|q| q.ends_with(".fifo"))
+    }
+
+    /// The queue as configured, for logs.
+    pub fn label(&self) -> &str {
+        self.queue_url.as_deref().or(self.queue_name.as_deref()).unwrap_or("?")
+    }
+}
+
+/// Builds a client from the standard AWS chain plus the overrides.
+pub async fn client(target: &QueueTarget) -> Client {
+    let region = RegionProviderChain::first_try(target.region.clone().map(aws_sdk_sqs::config::Region::new))
+        .or_default_provider()
+        .or_else("us-east-1");
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(region);
+    if let Some(endpoint) = &target.endpoint_url {
+        loader = loader.endpoint_url(endpoint);
+    }
+    Client::new(&loader.load().await)
+}
+
+/// The queue URL: as configured, or looked up by name.
+pub async fn queue_url(client: &Client, target: &QueueTarget) -> Result<String, TransportError> {
+    if let Some(url) = &target.queue_url {
+        return Ok(url.clone());
+    }
+    let name = target.queue_name.as_deref().unwrap_or_default();
+    let out = client.get_queue_url().queue_name(name).send().await.map_err(classify)?;
+    out.queue_url()
+        .map(str::to_owned)
+        .ok_or_else(|| TransportError::transient(format!("no URL returned for queue {name}")))
+}
+
+/// Error codes that mean "slow down / try later".
+const THROTTLING: [&str; 5] = [
+    "Throttling",
+    "ThrottlingException",
+    "RequestThrottled",
+    "AWS.SimpleQueueService.RequestThrottled",
+    "KmsThrottled",
+];
+
+/// Classifies an SDK error once: network, timeouts, throttling, 5xx and
+/// a queue that does not exist (yet) are transient; anything else the
+/// service refused (validation) is permanent.
+pub fn classify<E, R>(err: SdkError<E, R>) -> TransportError
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+    SdkError<E, R>: std::error::Error,
+{
+    let text = format!("{}", aws_sdk_sqs::error::DisplayErrorContext(&err));
+    match &err {
+        SdkError::ServiceError(service) => {
+            let code = service.err().code().unwrap_or_default();
+            let status = format!("{:?}", service.raw());
+            let server_side = status.contains("status: 5") || status.contains("StatusCode(5");
+            if THROTTLING.contains(&code)
+                || code.contains("Throttl")
+                || code.contains("QueueDoesNotExist")
+                || code == "AWS.SimpleQueueService.NonExistentQueue"
+                || server_side
+                || code.contains("InternalError")
+                || code.contains("ServiceUnavailable")
+            {
+                TransportError::transient(text)
+            } else {
+                TransportError::permanent(text)
+            }
+        }
+        _ => TransportError::transient(text),
+    }
+}
+
+/// The request id of a response, when present (for logs).
+pub fn request_id<T: RequestId>(out: &T) -> &str {
+    out.request_id().unwrap_or("-")
+}

@@ -1,0 +1,22 @@
+//! ferry's AWS SQS transport, on aws-sdk-sqs.
+//!
+//! - [`attributes`]: headers -> message attributes under SQS's ten-attribute
+//!   and byte budgets (seed 000), body checks, and the MD5 digests SQS
+//!   returns (seed 003).
+//! - [`ingress`]: SQS message -> envelope (attributes, system attributes,
+//!   SNS unwrap).
+//! - [`client`]: SDK client set-up, queue URL resolution, and the one place
+//!   SDK errors are classified as transient or permanent.
+//! - [`receiver`]: [`SqsReceiver`], long polling with a visibility
+//!   heartbeat per held message and batched deletes.
+//! - [`sender`]: [`SqsSender`], batching sends with per-message results,
+//!   FIFO group and deduplication ids, and MD5 checks.
+
+pub mod attributes;
+pub mod client;
+pub mod ingress;
+pub mod receiver;
+pub mod sender;
+
+pub use receiver::SqsReceiver;
+pub use sender::SqsSender;

@@ -1,0 +1,118 @@
+//! SQS helpers for tests, against the endpoint in `FERRY_TEST_SQS_URL`
+//! (moto_server on 127.0.0.1:4566 by default).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_sqs::Client;
+use aws_sdk_sqs::config::{Credentials, Region};
+use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName, QueueAttributeName};
+
+/// The SQS endpoint the tests use.
+pub fn endpoint() -> String {
+    std::env::var("FERRY_TEST_SQS_URL").unwrap_or_else(|_| "http://127.0.0.1:4566".to_owned())
+}
+
+/// The environment a process under test needs for the AWS credential
+/// chain (moto accepts any credentials).
+pub fn aws_env() -> [(&'static str, String); 3] {
+    [
+        ("AWS_ACCESS_KEY_ID", std::env::var("AWS_ACCESS_KEY_ID").unwrap_or_else(|_| "test".into())),
+        ("AWS_SECRET_ACCESS_KEY", std::env::var("AWS_SECRET_ACCESS_KEY").unwrap_or_else(|_| "test".into())),
+        ("AWS_REGION", std::env::var("AWS_REGION").unwrap_or_else(|_| "us-east-1".into())),
+    ]
+}
+
+/// Panics with a clear message when in-process SDK clients would find no
+/// credentials (`just test` sets them).
+pub fn require_aws_env() {
+    if std::env::var("AWS_ACCESS_KEY_ID").is_err() {
+        panic!(
+            "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_REGION (any values work with moto), or run `just test`"
+        );
+    }
+}
+
+/// A client with static test credentials.
+pub fn client() -> Client {
+    let config = aws_sdk_sqs::Config::builder()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new("test", "test", None, None, "ferry-tests"))
+        .endpoint_url(endpoint())
+        .build();
+    Client::from_conf(config)
+}
+
+/// Creates a queue named `<prefix>-<random>` (FIFO when asked) and returns
+/// its name and URL.
+pub async fn create_queue(client: &Client, prefix: &str, fifo: bool) -> (String, String) {
+    let mut name = crate::unique(prefix).replace('/', "-");
+    let mut request = client.create_queue();
+    if fifo {
+        name.push_str(".fifo");
+        request = request.attributes(QueueAttributeName::FifoQueue, "true");
+    }
+    let out = request.queue_name(&name).send().await.expect("create queue (is moto_server running?)");
+    (name, out.queue_url().expect("queue url").to_owned())
+}
+
+/// A String attribute.
+pub fn text(value: &str) -> MessageAttributeValue {
+    MessageAttributeValue::builder().data_type("String").string_value(value).build().expect("attribute")
+}
+
+/// Sends one message with attributes.
+pub async fn send(client: &Client, url: &str, body: &str, attributes: HashMap<String, MessageAttributeValue>) {
+    client
+        .send_message()
+        .queue_url(url)
+        .message_body(body)
+        .set_message_attributes(Some(attributes))
+        .send()
+        .await
+        .expect("send message");
+}
+
+/// Receives everything visible within `window` (deleting nothing).
+pub async fn receive(client: &Client, url: &str, window: Duration) -> Vec<Message> {
+    let deadline = tokio::time::Instant::now() + window;
+    let mut all = Vec::new();
+    while tokio::time::Instant::now() < deadline {
+        let out = client
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .message_attribute_names("All")
+            .message_system_attribute_names(MessageSystemAttributeName::All)
+            .send()
+            .await
+            .expect("receive");
+        all.extend(out.messages.unwrap_or_default());
+    }
+    all
+}
+
+/// Messages waiting or in flight, per the queue's attributes.
+pub async fn depth(client: &Client, url: &str) -> (i64, i64) {
+    let out = client
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+        .send()
+        .await
+        .expect("queue attributes");
+    let get =
+        |k: QueueAttributeName| out.attributes().and_then(|a| a.get(&k)).and_then(|v| v.parse().ok()).unwrap_or(-1);
+    (
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+    )
+}
+
+/// The text of a received message's attribute.
+pub fn attribute<'a>(m: &'a Message, name: &str) -> Option<&'a str> {
+    m.message_attributes()?.get(name)?.string_value()
+}
