@@ -9,6 +9,11 @@ host_target := env_var_or_default("CARGO_TARGET_DIR", root / "target")
 guest_target := env_var_or_default("CARGO_TARGET_DIR", root / "processors" / "target")
 guest_out := guest_target / "wasm32-wasip2" / "release"
 
+# The SQS tests run against moto_server, which accepts any credentials.
+export AWS_ACCESS_KEY_ID := env_var_or_default("AWS_ACCESS_KEY_ID", "test")
+export AWS_SECRET_ACCESS_KEY := env_var_or_default("AWS_SECRET_ACCESS_KEY", "test")
+export AWS_REGION := env_var_or_default("AWS_REGION", "us-east-1")
+
 # Show the recipes.
 default:
     @just --list
@@ -43,6 +48,17 @@ mosquitto:
     for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/1883) 2>/dev/null && break; sleep 0.1; done
     echo "started mosquitto on 127.0.0.1:1883"
 
+# Start moto_server (the SQS endpoint for tests) if nothing listens on 127.0.0.1:4566.
+moto:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if (exec 3<>/dev/tcp/127.0.0.1/4566) 2>/dev/null; then echo "SQS endpoint already on 127.0.0.1:4566"; exit 0; fi
+    python3 -c 'import moto.server' 2>/dev/null || { echo "moto is not installed (pip install 'moto[server]')"; exit 1; }
+    nohup python3 -m moto.server -H 127.0.0.1 -p 4566 > "${TMPDIR:-/tmp}/ferry-moto.log" 2>&1 &
+    for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/4566) 2>/dev/null && break; sleep 0.1; done
+    (exec 3<>/dev/tcp/127.0.0.1/4566) 2>/dev/null || { echo "moto_server did not start"; exit 1; }
+    echo "started moto_server on 127.0.0.1:4566"
+
 # Run the daemon on examples/ferry.toml (starts Mosquitto when needed).
 run: plugins build mosquitto
     @echo "ferry: sensors/# -> filter (kind=temp) -> bridged/<topic>. In another shell:"
@@ -51,7 +67,7 @@ run: plugins build mosquitto
     {{host_target}}/debug/ferry run -c examples/ferry.toml
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
-test: plugins test-plugins
+test: plugins test-plugins mosquitto moto
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings

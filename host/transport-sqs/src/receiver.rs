@@ -87,7 +87,7 @@ impl Receiver for SqsReceiver {
                 }
             }
         };
-        info!(receiver, queue = %url, "receiving");
+        info!(receiver, queue = %url, "connected; receiving");
         self.metrics.connected.get_or_create(&conn_labels).set(1);
         let (delete_tx, delete_rx) = mpsc::channel(256);
         let deleter = tokio::spawn(delete_loop(sdk.clone(), url.clone(), delete_rx));

@@ -99,7 +99,7 @@ impl SqsSender {
             .get_or_try_init(|| async {
                 let sdk = client(&self.target).await;
                 let url = queue_url(&sdk, &self.target).await?;
-                info!(sender = %self.name, queue = %url, "sending");
+                info!(sender = %self.name, queue = %url, "connected; sending");
                 Ok::<_, TransportError>((sdk, url))
             })
             .await
