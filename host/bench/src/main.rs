@@ -7,7 +7,12 @@
 //! 2. One filter call on a header, at 1 KiB and 1 MiB payloads: the
 //!    message is a host resource, so the two should cost the same.
 //!
-//! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000).
+//! 3. SQS -> MQTT and MQTT -> SQS through ferry, against the raw SDK rate
+//!    on the same SQS endpoint (moto_server in development): raw drain
+//!    (ReceiveMessage + DeleteMessageBatch) and raw fill (SendMessageBatch).
+//!
+//! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000) and
+//! `FERRY_BENCH_SQS_MESSAGES` (default 1000).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -171,8 +176,182 @@ fn processor_rows() {
     println!("  {:<44} {:>10.2}", "ratio 1 MiB / 1 KiB", large / small);
 }
 
+fn sqs_messages() -> usize {
+    std::env::var("FERRY_BENCH_SQS_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+}
+
+/// Fills a queue with `n` 1 KiB messages, ten per SendMessageBatch, four
+/// batches at a time; returns msgs/s.
+async fn sqs_fill(client: &aws_sdk_sqs::Client, url: &str, n: usize) -> f64 {
+    use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+    let body = "x".repeat(1024);
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    let batches: Vec<usize> = (0..n).step_by(10).collect();
+    for chunk in batches.chunks(batches.len().div_ceil(4).max(1)) {
+        let (client, url, body, chunk) = (client.clone(), url.to_owned(), body.clone(), chunk.to_vec());
+        tasks.spawn(async move {
+            for start in chunk {
+                let entries = (start..(start + 10).min(n))
+                    .filter_map(|i| {
+                        SendMessageBatchRequestEntry::builder().id(i.to_string()).message_body(&body).build().ok()
+                    })
+                    .collect();
+                let _ = client.send_message_batch().queue_url(&url).set_entries(Some(entries)).send().await;
+            }
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Drains `n` messages the way a plain consumer would; returns msgs/s.
+async fn sqs_drain(client: &aws_sdk_sqs::Client, url: &str, n: usize) -> f64 {
+    use aws_sdk_sqs::types::DeleteMessageBatchRequestEntry;
+    let started = Instant::now();
+    let mut done = 0;
+    while done < n && started.elapsed() < Duration::from_secs(300) {
+        let Ok(out) =
+            client.receive_message().queue_url(url).max_number_of_messages(10).wait_time_seconds(1).send().await
+        else {
+            continue;
+        };
+        let messages = out.messages.unwrap_or_default();
+        let entries: Vec<_> = messages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(m.receipt_handle()?)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if !entries.is_empty() {
+            let _ = client.delete_message_batch().queue_url(url).set_entries(Some(entries)).send().await;
+        }
+        done += messages.len();
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn queue_depth(client: &aws_sdk_sqs::Client, url: &str) -> usize {
+    let (visible, _) = ferry_tests::sqs::depth(client, url).await;
+    usize::try_from(visible).unwrap_or(0)
+}
+
+async fn sqs_rows() {
+    let n = sqs_messages();
+    let client = ferry_tests::sqs::client();
+    let (_, raw_url) = ferry_tests::sqs::create_queue(&client, "bench-raw", false).await;
+    let raw_fill = sqs_fill(&client, &raw_url, n).await;
+    eprintln!("sqs: raw fill {raw_fill:.0} msgs/s");
+    let raw_drain = sqs_drain(&client, &raw_url, n).await;
+    eprintln!("sqs: raw drain {raw_drain:.0} msgs/s");
+
+    // SQS -> MQTT: a pre-filled queue drained by ferry into MQTT.
+    let (_, in_url) = ferry_tests::sqs::create_queue(&client, "bench-in", false).await;
+    sqs_fill(&client, &in_url, n).await;
+    let dst = unique("bench/sqs");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.q]
+type = "sqs"
+queue_url = "{in_url}"
+endpoint_url = "{endpoint}"
+wait_time_seconds = 1
+[senders.m]
+type = "mqtt"
+url = "{mqtt}"
+client_id = "{sid}"
+[[routes]]
+id = "sqs-mqtt"
+receiver = "q"
+max_in_flight = 100
+[[routes.bindings]]
+sender = "m"
+address = "{dst}/out"
+"#,
+        endpoint = ferry_tests::sqs::endpoint(),
+        mqtt = broker_url(),
+        sid = unique("bench-m"),
+    ));
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let started = Instant::now();
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let mut got = 0;
+    while got < n {
+        match sub.next(Duration::from_secs(30)).await {
+            Some(_) => got += 1,
+            None => break,
+        }
+    }
+    let sqs_to_mqtt = got as f64 / started.elapsed().as_secs_f64();
+    eprintln!("sqs: {got} of {n} crossed SQS -> MQTT at {sqs_to_mqtt:.0} msgs/s");
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+
+    // MQTT -> SQS: publishes through ferry until the queue holds them all.
+    let (_, out_url) = ferry_tests::sqs::create_queue(&client, "bench-out", false).await;
+    let src = unique("bench/mq");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.m]
+type = "mqtt"
+url = "{mqtt}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+[senders.q]
+type = "sqs"
+queue_url = "{out_url}"
+endpoint_url = "{endpoint}"
+[[routes]]
+id = "mqtt-sqs"
+receiver = "m"
+max_in_flight = 100
+[[routes.bindings]]
+sender = "q"
+"#,
+        endpoint = ferry_tests::sqs::endpoint(),
+        mqtt = broker_url(),
+        rid = unique("bench-m"),
+    ));
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    let payload = Bytes::from(vec![b'x'; 1024]);
+    let started = Instant::now();
+    let mut arrived = 0;
+    for i in 0..n {
+        // Keep fewer than WINDOW messages between the publisher and SQS.
+        if i % 100 == 0 {
+            while i >= arrived + WINDOW {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                arrived = queue_depth(&client, &out_url).await;
+            }
+        }
+        let _ = publisher.client.publish(format!("{src}/a"), QoS::AtLeastOnce, false, payload.clone()).await;
+    }
+    while queue_depth(&client, &out_url).await < n && started.elapsed() < Duration::from_secs(300) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let mqtt_to_sqs = queue_depth(&client, &out_url).await as f64 / started.elapsed().as_secs_f64();
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+
+    println!("\nSQS (endpoint {}), 1 KiB bodies, {n} messages", ferry_tests::sqs::endpoint());
+    println!("  {:<44} {:>10.0} msgs/s", "raw SDK drain (receive + delete batch)", raw_drain);
+    println!("  {:<44} {:>10.0} msgs/s", "SQS -> MQTT through ferry", sqs_to_mqtt);
+    println!("  {:<44} {:>10.2}", "ratio ferry / raw drain", sqs_to_mqtt / raw_drain);
+    println!("  {:<44} {:>10.0} msgs/s", "raw SDK fill (send batch x4)", raw_fill);
+    println!("  {:<44} {:>10.0} msgs/s", "MQTT -> SQS through ferry", mqtt_to_sqs);
+    println!("  {:<44} {:>10.2}", "ratio ferry / raw fill", mqtt_to_sqs / raw_fill);
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     processor_rows();
     mqtt_rows().await;
+    sqs_rows().await;
 }
