@@ -211,3 +211,78 @@ async fn processing_three_times_the_visibility_timeout_still_delivers_once() {
     assert_eq!(sample(&metrics, "ferry_messages_received_total", "route=\"sqs-in\""), Some(1.0));
     assert_eq!(daemon.terminate().code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_a_fifo_queue_keeps_order_within_a_group_end_to_end() {
+    let client = sqs::client();
+    let (_, url) = create_queue(&client, "bb-fifo", true).await;
+    let src = unique("bb/fifo");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[admin]
+listen = "{admin}"
+[receivers.m]
+type = "mqtt"
+url = "{mqtt}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+[senders.q]
+type = "sqs"
+queue_url = "{url}"
+endpoint_url = "{endpoint}"
+message_group_header = "device"
+[[routes]]
+id = "to-fifo"
+receiver = "m"
+max_in_flight = 1
+[[routes.bindings]]
+sender = "q"
+"#,
+        mqtt = broker_url(),
+        rid = unique("ferry-m"),
+        endpoint = sqs::endpoint(),
+    ));
+    let daemon = Daemon::start(&ws, 1);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for i in 0..20 {
+        let id = format!("fifo-{i}");
+        publisher
+            .publish_with(&format!("{src}/a"), &i.to_string(), &[("device", "d1"), ("mqtt.message-id", &id)])
+            .await;
+    }
+    // The same identity again: its deduplication id matches, SQS drops it.
+    publisher.publish_with(&format!("{src}/a"), "3", &[("device", "d1"), ("mqtt.message-id", "fifo-3")]).await;
+    // Wait until ferry has sent all 21 (moto only deduplicates against
+    // messages still on the queue, so nothing is consumed before that).
+    for _ in 0..300 {
+        let (_, metrics) = get(&admin, "/metrics").expect("metrics");
+        if sample(&metrics, "ferry_messages_acked_total", "route=\"to-fifo\"") == Some(21.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(depth(&client, &url).await.0, 20, "21 sends, one duplicate dropped by its deduplication id");
+
+    let mut bodies = Vec::new();
+    for _ in 0..30 {
+        for m in receive(&client, &url, Duration::from_millis(500)).await {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            client
+                .delete_message()
+                .queue_url(&url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+        }
+        if bodies.len() >= 20 {
+            break;
+        }
+    }
+    let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    assert_eq!(bodies, expected, "in publish order, the duplicate dropped");
+    assert!(receive(&client, &url, Duration::from_secs(1)).await.is_empty());
+    assert_eq!(daemon.terminate().code(), Some(0));
+}

@@ -156,6 +156,7 @@ async fn fifo_sends_keep_group_order_and_deduplicate_by_subject_and_identity() {
     again.subject = Some("tick".into());
     again.set_header("x-bridge.ordering-key", "g1");
     sender.send(OutboundMessage { envelope: again, address: String::new() }).await.expect("sent");
+    assert_eq!(depth(&client, &url).await.0, 8, "the duplicate was dropped by its deduplication id");
 
     let mut bodies = Vec::new();
     for _ in 0..20 {
