@@ -12,7 +12,7 @@
 //!    (ReceiveMessage + DeleteMessageBatch) and raw fill (SendMessageBatch).
 //!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000) and
-//! `FERRY_BENCH_SQS_MESSAGES` (default 1000).
+//! `FERRY_BENCH_SQS_MESSAGES` (default 300).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -177,7 +177,7 @@ fn processor_rows() {
 }
 
 fn sqs_messages() -> usize {
-    std::env::var("FERRY_BENCH_SQS_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(1000)
+    std::env::var("FERRY_BENCH_SQS_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
 }
 
 /// Fills a queue with `n` 1 KiB messages, ten per SendMessageBatch, four
@@ -327,18 +327,26 @@ sender = "q"
     for i in 0..n {
         // Keep fewer than WINDOW messages between the publisher and SQS.
         if i % 100 == 0 {
-            while i >= arrived + WINDOW {
+            while i >= arrived + WINDOW && started.elapsed() < Duration::from_secs(300) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 arrived = queue_depth(&client, &out_url).await;
             }
         }
         let _ = publisher.client.publish(format!("{src}/a"), QoS::AtLeastOnce, false, payload.clone()).await;
     }
+    eprintln!("sqs: published {n} to MQTT after {:?}", started.elapsed());
     while queue_depth(&client, &out_url).await < n && started.elapsed() < Duration::from_secs(300) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    eprintln!("sqs: {} of {n} on the queue after {:?}", queue_depth(&client, &out_url).await, started.elapsed());
     let mqtt_to_sqs = queue_depth(&client, &out_url).await as f64 / started.elapsed().as_secs_f64();
     let _ = tokio::task::block_in_place(|| daemon.terminate());
+
+    // The queues are the bench's own: remove them so a long-lived endpoint
+    // does not slow down with every run.
+    for url in [&raw_url, &in_url, &out_url] {
+        let _ = client.delete_queue().queue_url(url.as_str()).send().await;
+    }
 
     println!("\nSQS (endpoint {}), 1 KiB bodies, {n} messages", ferry_tests::sqs::endpoint());
     println!("  {:<44} {:>10.0} msgs/s", "raw SDK drain (receive + delete batch)", raw_drain);
