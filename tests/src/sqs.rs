@@ -116,3 +116,53 @@ pub async fn depth(client: &Client, url: &str) -> (i64, i64) {
 pub fn attribute<'a>(m: &'a Message, name: &str) -> Option<&'a str> {
     m.message_attributes()?.get(name)?.string_value()
 }
+
+/// Waits (up to 5 s) until the queue holds nothing, visible or in flight;
+/// returns the last depth seen.
+pub async fn wait_until_empty(client: &Client, url: &str) -> (i64, i64) {
+    let mut last = depth(client, url).await;
+    for _ in 0..50 {
+        if last == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        last = depth(client, url).await;
+    }
+    last
+}
+
+/// A one-route config: MQTT `<src>/#` on `mqtt_url` -> the SQS queue at
+/// `queue_url`. `extra` is appended to the file (e.g. an `[admin]` table or
+/// more route keys go before it via `route_extra`).
+pub fn mqtt_to_sqs_config(
+    mqtt_url: &str,
+    src: &str,
+    queue_url: &str,
+    sender_extra: &str,
+    route_extra: &str,
+    extra: &str,
+) -> String {
+    format!(
+        r#"
+[receivers.m]
+type = "mqtt"
+url = "{mqtt_url}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+[senders.q]
+type = "sqs"
+queue_url = "{queue_url}"
+endpoint_url = "{endpoint}"
+{sender_extra}
+[[routes]]
+id = "to-sqs"
+receiver = "m"
+{route_extra}
+[[routes.bindings]]
+sender = "q"
+{extra}
+"#,
+        rid = crate::unique("ferry-m"),
+        endpoint = endpoint(),
+    )
+}

@@ -82,13 +82,7 @@ async fn sqs_to_mqtt_maps_attributes_and_drops_numeric_sqs_headers_with_a_count(
     assert!(user_property(&p, "sqs.SenderId").is_some(), "text system attributes cross");
     let (_, metrics) = get(&admin, "/metrics").expect("metrics");
     assert_eq!(sample(&metrics, "ferry_mqtt_non_string_header_dropped_total", "sender=\"m\""), Some(2.0));
-    for _ in 0..50 {
-        if depth(&client, &url).await == (0, 0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(depth(&client, &url).await, (0, 0), "acked = deleted");
+    assert_eq!(sqs::wait_until_empty(&client, &url).await, (0, 0), "acked = deleted");
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
@@ -98,27 +92,7 @@ async fn mqtt_to_sqs_maps_user_properties_to_attributes() {
     let (_, url) = create_queue(&client, "bb-sqs-out", false).await;
     let src = unique("bb/mq");
     let ws = Workspace::with_plugins(&[]);
-    ws.config(&format!(
-        r#"
-[receivers.m]
-type = "mqtt"
-url = "{mqtt}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-[senders.q]
-type = "sqs"
-queue_url = "{url}"
-endpoint_url = "{endpoint}"
-[[routes]]
-id = "to-sqs"
-receiver = "m"
-[[routes.bindings]]
-sender = "q"
-"#,
-        mqtt = broker_url(),
-        rid = unique("ferry-m"),
-        endpoint = sqs::endpoint(),
-    ));
+    ws.config(&sqs::mqtt_to_sqs_config(&broker_url(), &src, &url, "", "", ""));
     let daemon = Daemon::start(&ws, 1);
     let publisher = TestMqtt::connect(&broker_url()).await;
     publisher
@@ -179,13 +153,7 @@ async fn a_failing_target_makes_sqs_redeliver_with_a_growing_count_until_the_dlq
     assert_eq!(dead[0]["envelope"]["headers"]["sqs.ApproximateReceiveCount"]["value"], 3);
     let (_, metrics) = get(&admin, "/metrics").expect("metrics");
     assert!(sample(&metrics, "ferry_messages_retried_total", "route=\"sqs-in\"").unwrap_or(0.0) >= 2.0);
-    for _ in 0..50 {
-        if depth(&client, &url).await == (0, 0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(depth(&client, &url).await, (0, 0), "deleted after dead-lettering");
+    assert_eq!(sqs::wait_until_empty(&client, &url).await, (0, 0), "deleted after dead-lettering");
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
@@ -219,30 +187,13 @@ async fn mqtt_to_a_fifo_queue_keeps_order_within_a_group_end_to_end() {
     let src = unique("bb/fifo");
     let admin = format!("127.0.0.1:{}", free_port());
     let ws = Workspace::with_plugins(&[]);
-    ws.config(&format!(
-        r#"
-[admin]
-listen = "{admin}"
-[receivers.m]
-type = "mqtt"
-url = "{mqtt}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-[senders.q]
-type = "sqs"
-queue_url = "{url}"
-endpoint_url = "{endpoint}"
-message_group_header = "device"
-[[routes]]
-id = "to-fifo"
-receiver = "m"
-max_in_flight = 1
-[[routes.bindings]]
-sender = "q"
-"#,
-        mqtt = broker_url(),
-        rid = unique("ferry-m"),
-        endpoint = sqs::endpoint(),
+    ws.config(&sqs::mqtt_to_sqs_config(
+        &broker_url(),
+        &src,
+        &url,
+        "message_group_header = \"device\"",
+        "max_in_flight = 1",
+        &format!("[admin]\nlisten = \"{admin}\""),
     ));
     let daemon = Daemon::start(&ws, 1);
     let publisher = TestMqtt::connect(&broker_url()).await;
@@ -258,7 +209,7 @@ sender = "q"
     // messages still on the queue, so nothing is consumed before that).
     for _ in 0..300 {
         let (_, metrics) = get(&admin, "/metrics").expect("metrics");
-        if sample(&metrics, "ferry_messages_acked_total", "route=\"to-fifo\"") == Some(21.0) {
+        if sample(&metrics, "ferry_messages_acked_total", "route=\"to-sqs\"") == Some(21.0) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;

@@ -297,28 +297,7 @@ address = "{dst}/out"
     let (_, out_url) = ferry_tests::sqs::create_queue(&client, "bench-out", false).await;
     let src = unique("bench/mq");
     let ws = Workspace::with_plugins(&[]);
-    ws.config(&format!(
-        r#"
-[receivers.m]
-type = "mqtt"
-url = "{mqtt}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-[senders.q]
-type = "sqs"
-queue_url = "{out_url}"
-endpoint_url = "{endpoint}"
-[[routes]]
-id = "mqtt-sqs"
-receiver = "m"
-max_in_flight = 100
-[[routes.bindings]]
-sender = "q"
-"#,
-        endpoint = ferry_tests::sqs::endpoint(),
-        mqtt = broker_url(),
-        rid = unique("bench-m"),
-    ));
+    ws.config(&ferry_tests::sqs::mqtt_to_sqs_config(&broker_url(), &src, &out_url, "", "max_in_flight = 100", ""));
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
     let publisher = TestMqtt::connect(&broker_url()).await;
     let payload = Bytes::from(vec![b'x'; 1024]);
