@@ -1,5 +1,7 @@
 //! SDK client set-up, queue URL resolution and error classification.
 
+use std::time::Duration;
+
 use aws_config::BehaviorVersion;
 use aws_config::meta::region::RegionProviderChain;
 use aws_sdk_sqs::Client;
@@ -33,7 +35,15 @@ pub async fn client(target: &QueueTarget) -> Client {
     let region = RegionProviderChain::first_try(target.region.clone().map(aws_sdk_sqs::config::Region::new))
         .or_default_provider()
         .or_else("us-east-1");
-    let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(region);
+    // Every call is bounded, so a stalled endpoint shows up as a transient
+    // error (and a stopping daemon is never stuck behind one). One attempt
+    // outlasts the longest long poll (20 s).
+    let timeouts = aws_config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .operation_attempt_timeout(Duration::from_secs(30))
+        .operation_timeout(Duration::from_secs(90))
+        .build();
+    let mut loader = aws_config::defaults(BehaviorVersion::latest()).region(region).timeout_config(timeouts);
     if let Some(endpoint) = &target.endpoint_url {
         loader = loader.endpoint_url(endpoint);
     }
