@@ -26,3 +26,26 @@ pub fn sample(metrics: &str, name: &str, labels_fragment: &str) -> Option<f64> {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
 }
+
+/// Scrapes `/metrics`, asserting a 200.
+pub fn metrics(addr: &str) -> String {
+    let (status, body) = get(addr, "/metrics").expect("scrape");
+    assert_eq!(status, 200);
+    body
+}
+
+/// Waits up to `timeout` until `name{..labels..}` reaches `want` (counters
+/// move shortly after the message does); returns the last scrape.
+pub fn wait_for_sample(addr: &str, name: &str, labels: &str, want: f64, timeout: Duration) -> String {
+    let started = std::time::Instant::now();
+    loop {
+        let last = metrics(addr);
+        if sample(&last, name, labels) == Some(want) {
+            return last;
+        }
+        if started.elapsed() > timeout {
+            panic!("{name}{{{labels}}} never reached {want}:\n{last}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -166,3 +166,25 @@ sender = "q"
         endpoint = endpoint(),
     )
 }
+
+/// Receives and deletes until `want` bodies arrived or `rounds` half-second
+/// receives passed; returns the bodies in arrival order.
+pub async fn consume_bodies(client: &Client, url: &str, want: usize, rounds: usize) -> Vec<String> {
+    let mut bodies = Vec::new();
+    for _ in 0..rounds {
+        for m in receive(client, url, Duration::from_millis(500)).await {
+            bodies.push(m.body().unwrap_or_default().to_owned());
+            client
+                .delete_message()
+                .queue_url(url)
+                .receipt_handle(m.receipt_handle().unwrap_or_default())
+                .send()
+                .await
+                .expect("delete");
+        }
+        if bodies.len() >= want {
+            break;
+        }
+    }
+    bodies
+}

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::http::{get, sample};
+use ferry_tests::http::{get, metrics, sample, wait_for_sample};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, free_port};
 use ferry_tests::unique;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
@@ -45,26 +45,6 @@ address = "{dst}/{{mqtt.topic}}"
     )
 }
 
-fn metrics(addr: &str) -> String {
-    let (status, body) = get(addr, "/metrics").expect("scrape");
-    assert_eq!(status, 200);
-    body
-}
-
-/// Waits until `name{..labels..}` reaches `want` (counters move shortly
-/// after the message does).
-fn wait_for_sample(addr: &str, name: &str, labels: &str, want: f64) -> String {
-    let mut last = String::new();
-    for _ in 0..100 {
-        last = metrics(addr);
-        if sample(&last, name, labels) == Some(want) {
-            return last;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("{name}{{{labels}}} never reached {want}:\n{last}");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_move_with_the_messages_and_count_every_seed_counter() {
     let broker = PrivateMosquitto::start().await;
@@ -98,7 +78,7 @@ async fn metrics_move_with_the_messages_and_count_every_seed_counter() {
         )
         .await;
 
-    let text = wait_for_sample(&admin, "ferry_messages_acked_total", "route=\"r1\"", 4.0);
+    let text = wait_for_sample(&admin, "ferry_messages_acked_total", "route=\"r1\"", 4.0, Duration::from_secs(5));
     assert_eq!(sample(&text, "ferry_messages_received_total", "route=\"r1\""), Some(4.0));
     assert_eq!(sample(&text, "ferry_messages_sent_total", "binding=\"out\""), Some(3.0));
     assert_eq!(sample(&text, "ferry_messages_dead_lettered_total", "reason=\"plugin_rejected\""), Some(1.0));

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::http::{get, sample};
+use ferry_tests::http::{get, sample, wait_for_sample};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, free_port, topic, user_property};
 use ferry_tests::sqs::{self, attribute, create_queue, depth, receive, text};
 use ferry_tests::unique;
@@ -207,31 +207,10 @@ async fn mqtt_to_a_fifo_queue_keeps_order_within_a_group_end_to_end() {
     publisher.publish_with(&format!("{src}/a"), "3", &[("device", "d1"), ("mqtt.message-id", "fifo-3")]).await;
     // Wait until ferry has sent all 21 (moto only deduplicates against
     // messages still on the queue, so nothing is consumed before that).
-    for _ in 0..300 {
-        let (_, metrics) = get(&admin, "/metrics").expect("metrics");
-        if sample(&metrics, "ferry_messages_acked_total", "route=\"to-sqs\"") == Some(21.0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_for_sample(&admin, "ferry_messages_acked_total", "route=\"to-sqs\"", 21.0, Duration::from_secs(30));
     assert_eq!(depth(&client, &url).await.0, 20, "21 sends, one duplicate dropped by its deduplication id");
 
-    let mut bodies = Vec::new();
-    for _ in 0..30 {
-        for m in receive(&client, &url, Duration::from_millis(500)).await {
-            bodies.push(m.body().unwrap_or_default().to_owned());
-            client
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("delete");
-        }
-        if bodies.len() >= 20 {
-            break;
-        }
-    }
+    let bodies = sqs::consume_bodies(&client, &url, 20, 30).await;
     let expected: Vec<String> = (0..20).map(|i| i.to_string()).collect();
     assert_eq!(bodies, expected, "in publish order, the duplicate dropped");
     assert!(receive(&client, &url, Duration::from_secs(1)).await.is_empty());

@@ -6,7 +6,6 @@ use aws_config::BehaviorVersion;
 use aws_config::meta::region::RegionProviderChain;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_sqs::operation::RequestId;
 use ferry_core::TransportError;
 
 /// Where a queue is and how to reach it.
@@ -101,9 +100,4 @@ where
         }
         _ => TransportError::transient(text),
     }
-}
-
-/// The request id of a response, when present (for logs).
-pub fn request_id<T: RequestId>(out: &T) -> &str {
-    out.request_id().unwrap_or("-")
 }

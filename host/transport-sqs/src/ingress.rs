@@ -17,10 +17,6 @@ pub enum IngressError {
 
 /// Prefix of the headers made from system attributes.
 pub const SYSTEM_PREFIX: &str = "sqs.";
-/// The receive count header, a number; also the route's retry count.
-pub const RECEIVE_COUNT: &str = "sqs.ApproximateReceiveCount";
-/// The send time header, a time; also the envelope's creation time.
-pub const SENT_TIMESTAMP: &str = "sqs.SentTimestamp";
 
 /// Converts one received message. `now` is the receive time.
 pub fn to_envelope(message: &Message, sns_unwrap: bool, now: Timestamp) -> Result<Envelope, IngressError> {

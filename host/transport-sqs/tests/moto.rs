@@ -158,22 +158,7 @@ async fn fifo_sends_keep_group_order_and_deduplicate_by_subject_and_identity() {
     sender.send(OutboundMessage { envelope: again, address: String::new() }).await.expect("sent");
     assert_eq!(depth(&client, &url).await.0, 8, "the duplicate was dropped by its deduplication id");
 
-    let mut bodies = Vec::new();
-    for _ in 0..20 {
-        for m in receive(&client, &url, Duration::from_millis(500)).await {
-            bodies.push(m.body().unwrap_or_default().to_owned());
-            client
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("delete");
-        }
-        if bodies.len() >= 8 {
-            break;
-        }
-    }
+    let bodies = sqs::consume_bodies(&client, &url, 8, 20).await;
     assert_eq!(bodies, ["0", "1", "2", "3", "4", "5", "6", "7"]);
 }
 

@@ -104,11 +104,6 @@ impl PluginRegistry {
         self.plugins.keys().map(String::as_str)
     }
 
-    /// Plugins that were refused, with the reason.
-    pub fn refused(&self) -> &BTreeMap<String, String> {
-        &self.refused
-    }
-
     pub fn engine(&self) -> &PluginEngine {
         &self.engine
     }
