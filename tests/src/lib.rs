@@ -8,10 +8,13 @@
 //! - [`daemon`]: runs the `ferry` binary on a config and stops it.
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
 //! - [`sqs`]: queues of their own on the SQS endpoint (moto_server).
+//! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
+//!   RabbitMQ node a test can restart.
 
 pub mod daemon;
 pub mod http;
 pub mod mqtt;
+pub mod rabbit;
 pub mod sqs;
 
 use std::path::PathBuf;

@@ -8,6 +8,7 @@
 //! Validation here is pure (no network, no filesystem); the daemon adds the
 //! checks that need the outside world, such as whether a plugin file loads.
 
+mod amqp;
 pub mod schema;
 pub mod substitute;
 mod validate;

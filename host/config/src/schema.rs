@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::amqp::*;
+
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -102,6 +104,8 @@ fn default_store_path() -> String {
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
     Sqs(SqsReceiverConfig),
+    Amqp10(Amqp10ReceiverConfig),
+    Amqp091(Amqp091ReceiverConfig),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
@@ -110,6 +114,8 @@ pub enum ReceiverConfig {
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
     Sqs(SqsSenderConfig),
+    Amqp10(Amqp10SenderConfig),
+    Amqp091(Amqp091SenderConfig),
 }
 
 /// MQTT 5 connection settings shared by receivers and senders (the

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{Config, ConfigError, DeliveryMode, ReceiverConfig, SenderConfig};
+use crate::{Config, ConfigError, DeliveryMode, EXCHANGE_TYPES, ReceiverConfig, SenderConfig};
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     let p = &config.plugins;
@@ -76,6 +76,42 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                     ));
                 }
             }
+            ReceiverConfig::Amqp10(a) => {
+                check_amqp_url(&a.url, &key)?;
+                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
+                if a.address.is_empty() {
+                    return Err(ConfigError::new(format!("{key}.address"), "must name the link source"));
+                }
+                if a.credit == 0 {
+                    return Err(ConfigError::new(format!("{key}.credit"), "must be at least 1"));
+                }
+                if a.max_message_bytes == 0 {
+                    return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
+                }
+            }
+            ReceiverConfig::Amqp091(a) => {
+                check_amqp_url(&a.url, &key)?;
+                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
+                if a.queue.is_empty() {
+                    return Err(ConfigError::new(format!("{key}.queue"), "must name a queue"));
+                }
+                check_exchange_type(&a.exchange_type, &format!("{key}.exchange_type"))?;
+                if a.exchange.as_deref() == Some("") {
+                    return Err(ConfigError::new(
+                        format!("{key}.exchange"),
+                        "the default exchange cannot be bound; leave exchange unset to consume the queue as it is",
+                    ));
+                }
+                if a.exchange.is_some() && a.routing_key.keys().is_empty() {
+                    return Err(ConfigError::new(format!("{key}.routing_key"), "needs at least one binding key"));
+                }
+                if a.prefetch == 0 || a.prefetch > u32::from(u16::MAX) {
+                    return Err(ConfigError::new(format!("{key}.prefetch"), "must be between 1 and 65535"));
+                }
+                if a.max_message_bytes == 0 {
+                    return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
+                }
+            }
         }
     }
     for (name, s) in &config.senders {
@@ -107,6 +143,32 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                         format!("{key}.default_message_group"),
                         "must be 1 to 128 characters",
                     ));
+                }
+            }
+            SenderConfig::Amqp10(a) => {
+                check_amqp_url(&a.url, &key)?;
+                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
+                if a.send_timeout_ms == 0 {
+                    return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
+                }
+            }
+            SenderConfig::Amqp091(a) => {
+                check_amqp_url(&a.url, &key)?;
+                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
+                if let Some(t) = &a.exchange_type {
+                    check_exchange_type(t, &format!("{key}.exchange_type"))?;
+                    if a.exchange.is_empty() {
+                        return Err(ConfigError::new(
+                            format!("{key}.exchange_type"),
+                            "the default exchange cannot be declared; set exchange too",
+                        ));
+                    }
+                }
+                if a.exchange_from_header && a.exchange_header.is_empty() {
+                    return Err(ConfigError::new(format!("{key}.exchange_header"), "must not be empty"));
+                }
+                if a.send_timeout_ms == 0 {
+                    return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
                 }
             }
         }
@@ -213,6 +275,26 @@ fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
     let host = rest.rsplit('@').next().unwrap_or(rest);
     if host.is_empty() || host.starts_with(':') {
         return Err(ConfigError::new(format!("{key}.url"), "has no host"));
+    }
+    Ok(())
+}
+
+fn check_amqp_url(url: &str, key: &str) -> Result<(), ConfigError> {
+    let rest = url.strip_prefix("amqp://").ok_or_else(|| {
+        let hint = if url.starts_with("amqps://") { " (TLS is not supported yet)" } else { "" };
+        ConfigError::new(format!("{key}.url"), format!("must start with amqp://{hint}"))
+    })?;
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let host = authority.rsplit('@').next().unwrap_or(authority);
+    if host.is_empty() || host.starts_with(':') {
+        return Err(ConfigError::new(format!("{key}.url"), "has no host"));
+    }
+    Ok(())
+}
+
+fn check_exchange_type(t: &str, key: &str) -> Result<(), ConfigError> {
+    if !EXCHANGE_TYPES.contains(&t) {
+        return Err(ConfigError::new(key, format!("{t:?} is not one of {}", EXCHANGE_TYPES.join(", "))));
     }
     Ok(())
 }

@@ -16,6 +16,17 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Reconnect delays of a transport client: doubling from `initial_ms`
+    /// up to `max_ms`, ±30% jitter.
+    pub fn reconnect(initial_ms: u64, max_ms: u64) -> Self {
+        Self {
+            initial: Duration::from_millis(initial_ms),
+            max: Duration::from_millis(max_ms),
+            multiplier: 2.0,
+            jitter: 0.3,
+        }
+    }
+
     /// The delay before retry number `attempt` (0 = first retry).
     pub fn delay(&self, attempt: u32) -> Duration {
         let base = self.initial.as_secs_f64() * self.multiplier.powi(i32::try_from(attempt).unwrap_or(i32::MAX));

@@ -1,21 +1,27 @@
 //! ferry's core: everything between a receiver and a sender, with no
 //! transport SDK and no WebAssembly engine in sight.
 //!
+//! - [`address`]: binding address templates (`orders.{region}`).
 //! - [`error`]: failures classified once as transient or permanent.
 //! - [`ports`]: the traits adapters implement — [`ports::Receiver`],
 //!   [`ports::DeliveryHandle`], [`ports::Sender`], [`ports::Processor`].
 //! - [`headers`]: the header rules every route applies on ingress.
 //! - [`backoff`]: exponential backoff with jitter.
 //! - [`dlq`]: the dead-letter store port and its file-backed default.
+//! - [`ledger`]: redelivery counts for sources that do not keep one.
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
+//! - [`redact`]: passwords out of logged URLs.
 //! - [`route`]: the route runtime (direct_hold delivery, dispatch, retries).
 
+pub mod address;
 pub mod backoff;
 pub mod dlq;
 pub mod error;
 pub mod headers;
+pub mod ledger;
 pub mod metrics;
 pub mod ports;
+pub mod redact;
 pub mod route;
 
 pub use error::{ErrorClass, TransportError};

@@ -66,6 +66,14 @@ pub struct Metrics {
     /// SQS messages left on the queue because their MD5 did not match.
     /// Labels: receiver.
     pub sqs_md5_mismatch: CounterFamily,
+    /// Messages a receiver could not read and refused at the broker (AMQP
+    /// `rejected`, basic.reject without requeue). Labels: kind, receiver,
+    /// reason (`unsupported_body`, `too_large`, `undecodable`).
+    pub ingress_rejected: CounterFamily,
+    /// AMQP headers or application properties that have no form on the
+    /// other side (decimals, described values, nested tables). Labels:
+    /// kind, name, direction (`ingress` or `egress`).
+    pub amqp_header_dropped: CounterFamily,
     /// Successful (re)connections of a transport client. Labels: kind,
     /// role (`receiver` or `sender`), name.
     pub connections: CounterFamily,
@@ -113,6 +121,10 @@ impl Metrics {
             "Headers an SQS sender could not send as attributes (SQSDroppedAttributes)",
         );
         let sqs_md5_mismatch = counter("sqs_md5_mismatch", "SQS messages whose MD5 did not match what was received");
+        let ingress_rejected =
+            counter("ingress_rejected", "Messages a receiver could not read and refused at the broker");
+        let amqp_header_dropped =
+            counter("amqp_header_dropped", "AMQP headers or properties with no form on the other side");
         let connections = counter("transport_connections", "Successful connections of a transport client");
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
         let in_flight = GaugeFamily::default();
@@ -137,6 +149,8 @@ impl Metrics {
             mqtt_non_string_header_dropped,
             sqs_dropped_attributes,
             sqs_md5_mismatch,
+            ingress_rejected,
+            amqp_header_dropped,
             connections,
             connected,
             plugin_calls,

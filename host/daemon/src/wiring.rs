@@ -10,6 +10,8 @@ use ferry_core::dlq::FileDeadLetterStore;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedProcessor};
 use ferry_core::route::{Binding, Route, RoutePolicy};
+use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
+use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
 use ferry_wasm::{PluginEngine, PluginLimits, PluginRegistry, WasmProcessor};
@@ -88,6 +90,8 @@ impl Bridge {
                         .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
                 ),
                 SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
+                SenderConfig::Amqp10(a) => Amqp10Sender::start(name, a.clone(), metrics.clone()),
+                SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
             };
             transports.push((kind_of_sender(s).to_owned(), "sender".to_owned(), name.clone()));
             senders.insert(name.clone(), sender);
@@ -103,6 +107,12 @@ impl Bridge {
                 )),
                 Some(ReceiverConfig::Sqs(q)) => {
                     Arc::new(SqsReceiver::new(&route_config.receiver, q.clone(), metrics.clone()))
+                }
+                Some(ReceiverConfig::Amqp10(a)) => {
+                    Arc::new(Amqp10Receiver::new(&route_config.receiver, a.clone(), metrics.clone()))
+                }
+                Some(ReceiverConfig::Amqp091(a)) => {
+                    Arc::new(Amqp091Receiver::new(&route_config.receiver, a.clone(), metrics.clone()))
                 }
                 None => return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver))),
             };
@@ -169,6 +179,8 @@ fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
     match r {
         ReceiverConfig::Mqtt(_) => "mqtt",
         ReceiverConfig::Sqs(_) => "sqs",
+        ReceiverConfig::Amqp10(_) => "amqp10",
+        ReceiverConfig::Amqp091(_) => "amqp091",
     }
 }
 
@@ -176,5 +188,7 @@ fn kind_of_sender(s: &SenderConfig) -> &'static str {
     match s {
         SenderConfig::Mqtt(_) => "mqtt",
         SenderConfig::Sqs(_) => "sqs",
+        SenderConfig::Amqp10(_) => "amqp10",
+        SenderConfig::Amqp091(_) => "amqp091",
     }
 }

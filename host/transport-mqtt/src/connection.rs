@@ -48,24 +48,12 @@ pub fn options(conn: &MqttConnection) -> Result<MqttOptions, TransportError> {
 
 /// Reconnect delays for a connection: capped exponential with jitter.
 pub fn reconnect_backoff(conn: &MqttConnection) -> Backoff {
-    Backoff {
-        initial: Duration::from_millis(conn.reconnect_initial_ms),
-        max: Duration::from_millis(conn.reconnect_max_ms),
-        multiplier: 2.0,
-        jitter: 0.3,
-    }
+    Backoff::reconnect(conn.reconnect_initial_ms, conn.reconnect_max_ms)
 }
 
 /// The URL with any password masked, for logs.
 pub fn redacted(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut url) if url.password().is_some() => {
-            let _ = url.set_password(Some("****"));
-            url.to_string()
-        }
-        Ok(url) => url.to_string(),
-        Err(_) => "(invalid url)".to_owned(),
-    }
+    ferry_core::redact::url(raw)
 }
 
 #[cfg(test)]
@@ -81,6 +69,5 @@ mod tests {
         assert_eq!(e.password.as_deref(), Some("p@ss"));
         assert_eq!(parse_url("mqtt://127.0.0.1").expect("valid").port, 1883);
         assert!(parse_url("http://x").is_err());
-        assert_eq!(redacted("mqtt://u:secret@h:1"), "mqtt://u:****@h:1");
     }
 }

@@ -49,31 +49,7 @@ pub fn resolve_topic(
     } else {
         address
     };
-    let mut topic = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else {
-            break;
-        };
-        topic.push_str(&rest[..start]);
-        let name = &rest[start + 1..start + len];
-        match envelope.headers.get(name) {
-            Some(HeaderValue::Text(v)) => topic.push_str(v),
-            Some(other) => {
-                return Err(TransportError::permanent(format!(
-                    "topic template {template:?}: header {name:?} is {}, not text",
-                    other.kind()
-                )));
-            }
-            None => {
-                return Err(TransportError::permanent(format!(
-                    "topic template {template:?}: header {name:?} is missing"
-                )));
-            }
-        }
-        rest = &rest[start + len + 1..];
-    }
-    topic.push_str(rest);
+    let topic = ferry_core::address::expand(template, envelope)?;
     if topic.is_empty() {
         return Err(TransportError::permanent(format!("topic template {template:?} gave an empty topic")));
     }

@@ -1,0 +1,20 @@
+//! ferry's AMQP 0-9-1 transport (RabbitMQ), on lapin.
+//!
+//! - [`ingress`]: delivery -> envelope (routing key, exchange, properties
+//!   and typed headers; `gobridge.subject` is the subject carrier).
+//! - [`egress`]: envelope -> publish (routing key from the binding address,
+//!   exchange from config or a header, properties and headers).
+//! - [`receiver`]: [`Amqp091Receiver`], a queue consumer acked by the route;
+//!   retries are nack/requeue after the backoff, counted so they end.
+//! - [`sender`]: [`Amqp091Sender`], publisher confirms and mandatory
+//!   publishing on a supervised connection.
+//! - [`connection`]: connecting with a deadline.
+
+pub mod connection;
+pub mod egress;
+pub mod ingress;
+pub mod receiver;
+pub mod sender;
+
+pub use receiver::Amqp091Receiver;
+pub use sender::Amqp091Sender;

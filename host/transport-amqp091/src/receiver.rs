@@ -1,0 +1,269 @@
+//! [`Amqp091Receiver`]: consumes one queue with manual acks.
+//!
+//! At connect it sets `basic.qos(prefetch)`, declares the queue (durable,
+//! or passively), declares or checks the exchange and binds each routing
+//! key, then consumes. A delivery is acked when the route is done with it.
+//! A retry is a `basic.nack` with requeue after the route's backoff; the
+//! receiver counts releases per message (by `message_id`, or a fingerprint
+//! of the content when there is none; quorum queues' `x-delivery-count` is
+//! used too), so the route sees a growing redelivery count and dead-letters
+//! the message at `max_replay_attempts` instead of cycling it forever. A
+//! body over `max_message_bytes` is rejected without requeue (the queue's
+//! dead-letter exchange gets it, if it has one) and counted. After a lost
+//! connection the broker requeues every unacked message itself.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use ferry_config::Amqp091ReceiverConfig;
+use ferry_core::TransportError;
+use ferry_core::ledger::{RedeliveryLedger, fingerprint};
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
+use ferry_envelope::Timestamp;
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Acker, Channel, Connection, Consumer, ExchangeKind};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::connection::{close, open};
+use crate::ingress::from_delivery;
+
+const LEDGER_CAPACITY: usize = 100_000;
+
+/// An AMQP 0-9-1 queue consumer feeding one route.
+pub struct Amqp091Receiver {
+    name: String,
+    config: Amqp091ReceiverConfig,
+    metrics: Metrics,
+    ledger: Arc<RedeliveryLedger>,
+}
+
+/// The RabbitMQ exchange kind for a config name.
+pub fn exchange_kind(name: &str) -> ExchangeKind {
+    match name {
+        "fanout" => ExchangeKind::Fanout,
+        "topic" => ExchangeKind::Topic,
+        "headers" => ExchangeKind::Headers,
+        _ => ExchangeKind::Direct,
+    }
+}
+
+impl Amqp091Receiver {
+    pub fn new(name: &str, config: Amqp091ReceiverConfig, metrics: Metrics) -> Self {
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
+    }
+
+    /// Connects and sets up the topology and the consumer.
+    async fn consume(&self) -> Result<(Connection, Channel, Consumer), TransportError> {
+        let connection = open(&self.config.url, &self.name).await?;
+        match self.setup(&connection).await {
+            Ok((channel, consumer)) => Ok((connection, channel, consumer)),
+            Err(e) => {
+                close(&connection).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn setup(&self, connection: &Connection) -> Result<(Channel, Consumer), TransportError> {
+        let c = &self.config;
+        let err = |what: &str, e: lapin::Error| TransportError::transient(format!("{what}: {e}"));
+        let channel = connection.create_channel().await.map_err(|e| err("open channel", e))?;
+        let prefetch = u16::try_from(c.prefetch).unwrap_or(u16::MAX);
+        channel.basic_qos(prefetch, BasicQosOptions::default()).await.map_err(|e| err("basic.qos", e))?;
+        let queue = crate::connection::short("queue", &c.queue)?;
+        let options = QueueDeclareOptions { passive: c.queue_passive, durable: true, ..Default::default() };
+        channel
+            .queue_declare(queue.clone(), options, FieldTable::default())
+            .await
+            .map_err(|e| err(&format!("declare queue {:?}", c.queue), e))?;
+        if let Some(exchange) = &c.exchange {
+            let x = crate::connection::short("exchange", exchange)?;
+            let options = ExchangeDeclareOptions { passive: c.exchange_passive, durable: true, ..Default::default() };
+            channel
+                .exchange_declare(x.clone(), exchange_kind(&c.exchange_type), options, FieldTable::default())
+                .await
+                .map_err(|e| err(&format!("declare exchange {exchange:?}"), e))?;
+            for key in c.routing_key.keys() {
+                let k = crate::connection::short("routing key", &key)?;
+                channel
+                    .queue_bind(queue.clone(), x.clone(), k, QueueBindOptions::default(), FieldTable::default())
+                    .await
+                    .map_err(|e| err(&format!("bind {:?} to {exchange:?} with {key:?}", c.queue), e))?;
+            }
+        }
+        let tag = format!("ferry-{}-{}", self.name, &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let consumer = channel
+            .basic_consume(queue, tag.as_str().into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .map_err(|e| err("basic.consume", e))?;
+        Ok((channel, consumer))
+    }
+
+    /// Turns one delivery into a route delivery; oversized bodies are
+    /// rejected here and yield nothing.
+    async fn on_delivery(&self, d: lapin::message::Delivery) -> Option<Delivery> {
+        if d.data.len() > self.config.max_message_bytes {
+            warn!(receiver = %self.name, bytes = d.data.len(), "message over max_message_bytes rejected");
+            Metrics::inc(
+                &self.metrics.ingress_rejected,
+                &[("kind", "amqp091"), ("receiver", &self.name), ("reason", "too_large")],
+            );
+            if let Err(e) = d.acker.reject(BasicRejectOptions { requeue: false }).await {
+                warn!(receiver = %self.name, error = %e, "could not reject an oversized message");
+            }
+            return None;
+        }
+        let ingress = from_delivery(&d, Timestamp::now());
+        if ingress.dropped_headers > 0 {
+            self.metrics
+                .amqp_header_dropped
+                .get_or_create(&ferry_core::metrics::labels(&[
+                    ("kind", "amqp091"),
+                    ("name", &self.name),
+                    ("direction", "ingress"),
+                ]))
+                .inc_by(u64::from(ingress.dropped_headers));
+        }
+        let key = if ingress.has_id {
+            format!("id:{}", ingress.envelope.id)
+        } else {
+            fingerprint(&[
+                d.exchange.as_str().as_bytes(),
+                d.routing_key.as_str().as_bytes(),
+                format!("{:?}", d.properties).as_bytes(),
+                &d.data,
+            ])
+        };
+        let handle = Amqp091DeliveryHandle {
+            acker: Some(d.acker),
+            key,
+            ledger: self.ledger.clone(),
+            broker_count: ingress.delivery_count,
+        };
+        Some(Delivery { envelope: ingress.envelope, handle: Box::new(handle) })
+    }
+}
+
+#[async_trait]
+impl Receiver for Amqp091Receiver {
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
+        let receiver = self.name.as_str();
+        let url = ferry_core::redact::url(&self.config.url);
+        let backoff =
+            ferry_core::backoff::Backoff::reconnect(self.config.reconnect_initial_ms, self.config.reconnect_max_ms);
+        let labels = ferry_core::metrics::labels(&[("kind", "amqp091"), ("role", "receiver"), ("name", receiver)]);
+        let mut failures: u32 = 0;
+        'connect: while !shutdown.is_cancelled() {
+            let connected = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = self.consume() => r,
+            };
+            let reason = match connected {
+                Ok((connection, channel, mut consumer)) => {
+                    failures = 0;
+                    info!(receiver, %url, queue = %self.config.queue, "connected");
+                    self.metrics.connections.get_or_create(&labels).inc();
+                    self.metrics.connected.get_or_create(&labels).set(1);
+                    let reason = loop {
+                        let next = tokio::select! {
+                            _ = shutdown.cancelled() => break None,
+                            n = consumer.next() => n,
+                        };
+                        match next {
+                            Some(Ok(d)) => {
+                                let Some(delivery) = self.on_delivery(d).await else { continue };
+                                let sent = tokio::select! {
+                                    _ = shutdown.cancelled() => break None,
+                                    s = sink.send(delivery) => s,
+                                };
+                                if sent.is_err() {
+                                    // The route stopped; what is unacked goes
+                                    // back to the queue with the connection.
+                                    close(&connection).await;
+                                    self.metrics.connected.get_or_create(&labels).set(0);
+                                    shutdown.cancelled().await;
+                                    break 'connect;
+                                }
+                            }
+                            Some(Err(e)) => break Some(e.to_string()),
+                            None => break Some("the broker cancelled the consumer".to_owned()),
+                        }
+                    };
+                    self.metrics.connected.get_or_create(&labels).set(0);
+                    drop(channel);
+                    close(&connection).await;
+                    match reason {
+                        None => {
+                            info!(receiver, "disconnected");
+                            break;
+                        }
+                        Some(r) => r,
+                    }
+                }
+                Err(e) => e.reason,
+            };
+            let delay = backoff.delay(failures);
+            failures = failures.saturating_add(1);
+            warn!(receiver, %url, error = %reason, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Acks or requeues one delivery on the channel it came on.
+struct Amqp091DeliveryHandle {
+    acker: Option<Acker>,
+    key: String,
+    ledger: Arc<RedeliveryLedger>,
+    broker_count: Option<u32>,
+}
+
+fn settle_error(e: lapin::Error) -> TransportError {
+    TransportError::transient(format!("channel gone before the settlement ({e}); the broker will redeliver"))
+}
+
+#[async_trait]
+impl DeliveryHandle for Amqp091DeliveryHandle {
+    async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
+        let Some(acker) = self.acker.take() else { return Ok(()) };
+        self.ledger.forget(&self.key);
+        match acker.ack(BasicAckOptions::default()).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                Err(TransportError::transient("the channel this message came on is gone; the broker will redeliver"))
+            }
+            Err(e) => Err(settle_error(e)),
+        }
+    }
+
+    async fn release(mut self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError> {
+        let Some(acker) = self.acker.take() else { return Ok(()) };
+        self.ledger.record_release(&self.key);
+        debug!(%reason, after_ms = after.as_millis() as u64, "amqp091 delivery will be requeued");
+        // The delivery holds its prefetch slot until the nack, so waiting
+        // cannot pull more than `prefetch` messages.
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Err(e) = acker.nack(BasicNackOptions { multiple: false, requeue: true }).await {
+                debug!(error = %e, "nack not sent; the broker requeues when the channel closes");
+            }
+        });
+        Ok(())
+    }
+
+    fn redelivery_count(&self) -> Option<u32> {
+        Some(self.ledger.count(&self.key).max(self.broker_count.unwrap_or(0)))
+    }
+}

@@ -1,0 +1,224 @@
+//! The AMQP 0-9-1 transport against RabbitMQ on 127.0.0.1:5672. Each test
+//! uses queues and exchanges of its own.
+
+use std::time::Duration;
+
+use ferry_config::{Amqp091ReceiverConfig, Amqp091SenderConfig, RoutingKeys};
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::{Delivery, OutboundMessage, Receiver, Sender};
+use ferry_envelope::{Envelope, HeaderValue, Timestamp};
+use ferry_tests::rabbit::{Rabbit, URL091};
+use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, ExchangeKind};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+const WAIT: Duration = Duration::from_secs(10);
+
+fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
+    Amqp091ReceiverConfig {
+        url: URL091.to_owned(),
+        queue: queue.to_owned(),
+        queue_passive: false,
+        exchange: None,
+        exchange_type: "direct".into(),
+        exchange_passive: false,
+        routing_key: RoutingKeys::One("#".into()),
+        prefetch: 10,
+        max_message_bytes: 1024,
+        reconnect_initial_ms: 100,
+        reconnect_max_ms: 1000,
+    }
+}
+
+fn sender_config() -> Amqp091SenderConfig {
+    Amqp091SenderConfig {
+        url: URL091.to_owned(),
+        exchange: String::new(),
+        exchange_type: None,
+        exchange_passive: false,
+        routing_key: String::new(),
+        exchange_from_header: false,
+        exchange_header: "amqp091.exchange".into(),
+        mandatory: true,
+        persistent: true,
+        send_timeout_ms: 5000,
+        reconnect_initial_ms: 100,
+        reconnect_max_ms: 1000,
+    }
+}
+
+struct Running {
+    deliveries: mpsc::Receiver<Delivery>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    metrics: Metrics,
+}
+
+fn start_receiver(config: Amqp091ReceiverConfig) -> Running {
+    let metrics = Metrics::new();
+    let receiver = Amqp091Receiver::new("in", config, metrics.clone());
+    let (tx, deliveries) = mpsc::channel(16);
+    let stop = CancellationToken::new();
+    let token = stop.clone();
+    let task = tokio::spawn(async move { receiver.run(tx, token).await.expect("receiver runs") });
+    Running { deliveries, stop, task, metrics }
+}
+
+impl Running {
+    async fn next(&mut self) -> Delivery {
+        tokio::time::timeout(WAIT, self.deliveries.recv()).await.expect("a delivery in time").expect("receiver alive")
+    }
+
+    async fn stop(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+/// Sends until the sender has connected (it connects in the background).
+async fn send_when_connected(sender: &Amqp091Sender, msg: OutboundMessage) -> Result<(), ferry_core::TransportError> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match sender.send(msg.clone()).await {
+            Err(e) if e.reason.contains("not connected") && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test]
+async fn receiver_binds_keys_maps_the_delivery_and_acks() {
+    let rabbit = Rabbit::connect().await;
+    let q = ferry_tests::unique("a091-in");
+    let x = ferry_tests::unique("a091-x");
+    let mut config = receiver_config(&q);
+    config.exchange = Some(x.clone());
+    config.exchange_type = "topic".into();
+    config.routing_key = RoutingKeys::Many(vec!["orders.*".into(), "audit.#".into()]);
+    let mut running = start_receiver(config);
+    // The receiver declares the queue and the bindings before consuming.
+    rabbit.wait_for_consumer(&q, WAIT).await;
+
+    let mut headers = FieldTable::default();
+    headers.insert("gobridge.subject".into(), AMQPValue::LongString("order.created".into()));
+    headers.insert("region".into(), AMQPValue::LongString("eu".into()));
+    headers.insert("n".into(), AMQPValue::LongLongInt(42));
+    let props = BasicProperties::default()
+        .with_message_id("order-9".into())
+        .with_correlation_id("corr-9".into())
+        .with_reply_to("replies".into())
+        .with_content_type("application/json".into())
+        .with_timestamp(1_700_000_000)
+        .with_headers(headers);
+    rabbit.publish(&x, "orders.eu", b"{}", props).await;
+    rabbit.publish(&x, "ignored.key", b"not bound", BasicProperties::default()).await;
+    rabbit.publish(&x, "audit.a.b", b"audit", BasicProperties::default()).await;
+
+    let d = running.next().await;
+    let e = &d.envelope;
+    assert_eq!(e.id, "order-9");
+    assert_eq!(e.subject.as_deref(), Some("order.created"));
+    assert_eq!(e.text_header("amqp091.routing-key"), Some("orders.eu"));
+    assert_eq!(e.text_header("amqp091.exchange"), Some(x.as_str()));
+    assert_eq!(e.text_header("amqp091.correlation-id"), Some("corr-9"));
+    assert_eq!(e.text_header("amqp091.reply-to"), Some("replies"));
+    assert_eq!(e.text_header("amqp091.content-type"), Some("application/json"));
+    assert_eq!(e.created_at, Timestamp(1_700_000_000_000));
+    assert_eq!(e.text_header("region"), Some("eu"));
+    assert_eq!(e.headers.get("n"), Some(&HeaderValue::Integer(42)));
+    d.handle.ack().await.expect("acked");
+    let audit = running.next().await;
+    assert_eq!(audit.envelope.payload().as_ref(), b"audit", "the second binding key routes too");
+    assert!(audit.envelope.headers.contains_key("x-bridge.generated-id"));
+    audit.handle.ack().await.expect("acked");
+    running.stop().await;
+    assert_eq!(rabbit.depth(&q).await, 0);
+    rabbit.delete_queue(&q).await;
+    rabbit.delete_exchange(&x).await;
+}
+
+#[tokio::test]
+async fn releases_are_counted_per_message_and_oversized_bodies_rejected() {
+    let rabbit = Rabbit::connect().await;
+    let q = ferry_tests::unique("a091-retry");
+    rabbit.declare_queue(&q).await;
+    rabbit.publish("", &q, &[0u8; 2048], BasicProperties::default()).await;
+    rabbit.publish("", &q, b"no id here", BasicProperties::default()).await;
+    let mut running = start_receiver(receiver_config(&q));
+    for attempt in 0..3u32 {
+        let d = running.next().await;
+        assert_eq!(d.envelope.payload().as_ref(), b"no id here");
+        assert_eq!(d.handle.redelivery_count(), Some(attempt), "a message without an id is counted by content");
+        d.handle.release(Duration::from_millis(20), "test").await.expect("released");
+    }
+    let d = running.next().await;
+    assert_eq!(d.handle.redelivery_count(), Some(3));
+    d.handle.ack().await.expect("acked");
+    assert_eq!(
+        Metrics::count(
+            &running.metrics.ingress_rejected,
+            &[("kind", "amqp091"), ("receiver", "in"), ("reason", "too_large")]
+        ),
+        1
+    );
+    running.stop().await;
+    assert_eq!(rabbit.depth(&q).await, 0);
+    rabbit.delete_queue(&q).await;
+}
+
+#[tokio::test]
+async fn sender_confirms_maps_and_classifies_unroutable_and_missing_exchanges() {
+    let rabbit = Rabbit::connect().await;
+    let q = ferry_tests::unique("a091-out");
+    rabbit.declare_queue(&q).await;
+    let x = ferry_tests::unique("a091-route");
+    rabbit.declare_exchange(&x, ExchangeKind::Direct).await;
+    rabbit.bind(&q, &x, "by-content").await;
+    let mut config = sender_config();
+    config.exchange_from_header = true;
+    let sender = Amqp091Sender::start("out", config, Metrics::new());
+
+    let mut e = Envelope::new("env-1", &b"hello"[..]);
+    e.subject = Some("greeting".into());
+    e.set_header("lang", "en");
+    e.set_header("n", HeaderValue::Integer(7));
+    e.set_header("x-bridge.route-id", "private");
+    send_when_connected(&sender, OutboundMessage { envelope: e.clone(), address: q.clone() }).await.expect("confirmed");
+    let got = rabbit.get(&q, WAIT).await.expect("message arrived");
+    let p = &got.delivery.properties;
+    assert_eq!(p.message_id().as_ref().map(ShortString::as_str), Some("env-1"));
+    assert_eq!(*p.delivery_mode(), Some(2));
+    let headers = p.headers().as_ref().expect("headers").inner();
+    assert_eq!(headers.get("gobridge.subject"), Some(&AMQPValue::LongString("greeting".into())));
+    assert_eq!(headers.get("lang"), Some(&AMQPValue::LongString("en".into())));
+    assert_eq!(headers.get("n"), Some(&AMQPValue::LongLongInt(7)));
+    assert!(!headers.contains_key("x-bridge.route-id"));
+    assert_eq!(got.delivery.data, b"hello");
+
+    // Routing by content: the exchange comes from a header, the routing key
+    // from a template over another header.
+    let mut routed = e.clone();
+    routed.set_header("amqp091.exchange", x.clone());
+    routed.set_header("kind", "by-content");
+    sender.send(OutboundMessage { envelope: routed, address: "{kind}".into() }).await.expect("routed by content");
+    assert!(rabbit.get(&q, WAIT).await.is_some());
+
+    let unroutable = sender.send(OutboundMessage { envelope: e.clone(), address: ferry_tests::unique("nobody") }).await;
+    let err = unroutable.expect_err("mandatory publish with no queue");
+    assert!(!err.is_transient() && err.reason.contains("unroutable"), "{err}");
+
+    let mut missing = e.clone();
+    missing.set_header("amqp091.exchange", ferry_tests::unique("no-such-exchange"));
+    let err = sender.send(OutboundMessage { envelope: missing, address: q.clone() }).await.expect_err("404");
+    assert!(!err.is_transient(), "{err}");
+    // The channel the broker closed is replaced.
+    send_when_connected(&sender, OutboundMessage { envelope: e, address: q.clone() }).await.expect("works again");
+    assert!(rabbit.get(&q, WAIT).await.is_some());
+    sender.close().await;
+    rabbit.delete_queue(&q).await;
+    rabbit.delete_exchange(&x).await;
+}

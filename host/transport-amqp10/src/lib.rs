@@ -1,0 +1,21 @@
+//! ferry's AMQP 1.0 transport, on fe2o3-amqp.
+//!
+//! - [`ingress`]: AMQP 1.0 message -> envelope (seed 000 "AMQP 1.0 into the
+//!   envelope").
+//! - [`egress`]: envelope -> AMQP 1.0 message (seed 000 "AMQP 1.0 out of the
+//!   envelope").
+//! - [`receiver`]: [`Amqp10Receiver`], one receiving link; a message is
+//!   settled (accepted, modified/released, rejected) only when the route is
+//!   done with it.
+//! - [`sender`]: [`Amqp10Sender`], one sending link; a send completes on the
+//!   broker's outcome.
+//! - [`connection`]: opening connections and sessions with a deadline.
+
+pub mod connection;
+pub mod egress;
+pub mod ingress;
+pub mod receiver;
+pub mod sender;
+
+pub use receiver::Amqp10Receiver;
+pub use sender::Amqp10Sender;

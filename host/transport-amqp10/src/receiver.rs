@@ -1,0 +1,312 @@
+//! [`Amqp10Receiver`]: one receiving link, settled by the route.
+//!
+//! A task owns the link. It reads deliveries and applies settlements that
+//! delivery handles send it over a channel, so a route that is slow to take
+//! new deliveries never blocks the settlement of old ones. The link credit
+//! (`credit`) bounds how many messages are unsettled at once.
+//!
+//! Outcomes: ack = `accepted`; a retry = `modified` with `delivery-failed`
+//! (or `released`, per `retry_outcome`) after the route's backoff; a message
+//! ferry cannot read = `rejected` with `amqp:decode-error`, counted. After
+//! a lost connection the broker requeues what was unsettled; a handle from
+//! the old connection then fails its settlement as transient, and the route
+//! leaves the message to that redelivery.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fe2o3_amqp::link::delivery::DeliveryInfo;
+use fe2o3_amqp::link::{Receiver as LinkReceiver, RecvError};
+use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition};
+use fe2o3_amqp::types::messaging::{Body, Modified};
+use fe2o3_amqp::types::primitives::Value;
+use ferry_config::{Amqp10ReceiverConfig, Amqp10RetryOutcome};
+use ferry_core::TransportError;
+use ferry_core::ledger::{RedeliveryLedger, fingerprint};
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
+use ferry_envelope::Timestamp;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::connection::{Link, open, reconnect_backoff};
+use crate::ingress::to_envelope;
+
+/// Keys the redelivery ledger remembers.
+const LEDGER_CAPACITY: usize = 100_000;
+
+/// An AMQP 1.0 receiving link feeding one route.
+pub struct Amqp10Receiver {
+    name: String,
+    config: Amqp10ReceiverConfig,
+    metrics: Metrics,
+    ledger: Arc<RedeliveryLedger>,
+}
+
+/// How the route settled a delivery.
+#[derive(Debug)]
+enum Settlement {
+    Accept,
+    Retry,
+}
+
+struct Command {
+    info: DeliveryInfo,
+    settlement: Settlement,
+    reply: oneshot::Sender<Result<(), String>>,
+}
+
+/// Why one connection's link loop ended.
+enum LinkEnd {
+    Shutdown,
+    RouteGone,
+    Lost(String),
+}
+
+impl Amqp10Receiver {
+    pub fn new(name: &str, config: Amqp10ReceiverConfig, metrics: Metrics) -> Self {
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
+    }
+
+    fn labels(&self) -> ferry_core::metrics::Labels {
+        ferry_core::metrics::labels(&[("kind", "amqp10"), ("role", "receiver"), ("name", &self.name)])
+    }
+
+    async fn attach(&self, link: &mut Link) -> Result<LinkReceiver, TransportError> {
+        let attach = LinkReceiver::builder()
+            .name(format!("ferry-{}-{}", self.name, uuid::Uuid::new_v4()))
+            .source(self.config.address.as_str())
+            .credit_mode(fe2o3_amqp::link::receiver::CreditMode::Auto(self.config.credit))
+            .auto_accept(false)
+            .attach(&mut link.session);
+        match tokio::time::timeout(crate::connection::CONNECT_TIMEOUT, attach).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(TransportError::transient(format!("attach to {:?}: {e}", self.config.address))),
+            Err(_) => Err(TransportError::transient(format!("attach to {:?}: timed out", self.config.address))),
+        }
+    }
+
+    /// Reads and settles on one link until shutdown, loss, or the route
+    /// stops taking deliveries.
+    async fn serve(&self, link: &mut LinkReceiver, sink: &DeliverySink, shutdown: &CancellationToken) -> LinkEnd {
+        let (tx, mut commands) = mpsc::channel::<Command>(self.config.credit as usize * 2 + 16);
+        // A delivery read from the link that the route has not taken yet.
+        let mut pending: Option<Delivery> = None;
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => return LinkEnd::Shutdown,
+                Some(cmd) = commands.recv() => self.settle(link, cmd).await,
+                permit = sink.reserve(), if pending.is_some() => match (permit, pending.take()) {
+                    (Ok(permit), Some(delivery)) => permit.send(delivery),
+                    _ => return LinkEnd::RouteGone,
+                },
+                received = link.recv::<Body<Value>>(), if pending.is_none() => match received {
+                    Ok(delivery) => pending = self.on_delivery(link, delivery, &tx).await,
+                    Err(RecvError::MessageDecode(e)) => {
+                        self.reject_poison(link, e.info, "undecodable", "the message could not be decoded").await;
+                    }
+                    Err(e) => return LinkEnd::Lost(e.to_string()),
+                },
+            }
+        }
+    }
+
+    /// Converts a delivery; poison is rejected here and yields nothing.
+    async fn on_delivery(
+        &self,
+        link: &LinkReceiver,
+        delivery: fe2o3_amqp::link::delivery::Delivery<Body<Value>>,
+        tx: &mpsc::Sender<Command>,
+    ) -> Option<Delivery> {
+        let info = DeliveryInfo::from(&delivery);
+        let message = delivery.message();
+        match to_envelope(message, self.config.max_message_bytes, Timestamp::now()) {
+            Ok(ingress) => {
+                if ingress.dropped_headers > 0 {
+                    self.metrics
+                        .amqp_header_dropped
+                        .get_or_create(&ferry_core::metrics::labels(&[
+                            ("kind", "amqp10"),
+                            ("name", &self.name),
+                            ("direction", "ingress"),
+                        ]))
+                        .inc_by(u64::from(ingress.dropped_headers));
+                }
+                let has_id = message.properties.as_ref().is_some_and(|p| p.message_id.is_some());
+                let key = if has_id {
+                    ingress.envelope.id.clone()
+                } else {
+                    fingerprint(&[
+                        ingress.envelope.payload(),
+                        format!("{:?}", message.application_properties).as_bytes(),
+                    ])
+                };
+                let handle = Amqp10DeliveryHandle {
+                    tx: tx.clone(),
+                    info: Some(info),
+                    key,
+                    ledger: self.ledger.clone(),
+                    delivery_count: ingress.delivery_count,
+                };
+                Some(Delivery { envelope: ingress.envelope, handle: Box::new(handle) })
+            }
+            Err(poison) => {
+                self.reject_poison(link, info, poison.label(), &poison.describe()).await;
+                None
+            }
+        }
+    }
+
+    async fn reject_poison(&self, link: &LinkReceiver, info: DeliveryInfo, label: &str, description: &str) {
+        warn!(receiver = %self.name, reason = label, "unreadable message rejected at the broker");
+        Metrics::inc(
+            &self.metrics.ingress_rejected,
+            &[("kind", "amqp10"), ("receiver", &self.name), ("reason", label)],
+        );
+        let error =
+            AmqpErrorBody::new(ErrorCondition::AmqpError(AmqpError::DecodeError), Some(description.to_owned()), None);
+        if let Err(e) = link.reject(info, error).await {
+            warn!(receiver = %self.name, error = %e, "could not reject an unreadable message");
+        }
+    }
+
+    async fn settle(&self, link: &LinkReceiver, cmd: Command) {
+        let result = match cmd.settlement {
+            Settlement::Accept => link.accept(cmd.info).await,
+            Settlement::Retry => match self.config.retry_outcome {
+                Amqp10RetryOutcome::Modified => {
+                    let modified =
+                        Modified { delivery_failed: Some(true), undeliverable_here: None, message_annotations: None };
+                    link.modify(cmd.info, modified).await
+                }
+                Amqp10RetryOutcome::Released => link.release(cmd.info).await,
+            },
+        };
+        let _ = cmd.reply.send(result.map_err(|e| e.to_string()));
+    }
+}
+
+#[async_trait]
+impl Receiver for Amqp10Receiver {
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
+        let receiver = self.name.as_str();
+        let backoff = reconnect_backoff(self.config.reconnect());
+        let labels = self.labels();
+        let mut failures: u32 = 0;
+        let url = ferry_core::redact::url(&self.config.url);
+        while !shutdown.is_cancelled() {
+            let attempt = async {
+                let mut link = open(&self.config.url, &format!("ferry-{receiver}")).await?;
+                match self.attach(&mut link).await {
+                    Ok(r) => Ok((link, r)),
+                    Err(e) => {
+                        link.close().await;
+                        Err(e)
+                    }
+                }
+            };
+            let connected = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = attempt => r,
+            };
+            let end = match connected {
+                Ok((link, mut receiver_link)) => {
+                    failures = 0;
+                    info!(receiver, %url, address = %self.config.address, "connected");
+                    self.metrics.connections.get_or_create(&labels).inc();
+                    self.metrics.connected.get_or_create(&labels).set(1);
+                    let end = self.serve(&mut receiver_link, &sink, &shutdown).await;
+                    self.metrics.connected.get_or_create(&labels).set(0);
+                    if !matches!(end, LinkEnd::Lost(_)) {
+                        let _ = tokio::time::timeout(crate::connection::CLOSE_TIMEOUT, receiver_link.detach()).await;
+                    }
+                    link.close().await;
+                    end
+                }
+                Err(e) => LinkEnd::Lost(e.reason),
+            };
+            match end {
+                LinkEnd::Shutdown => {
+                    info!(receiver, "disconnected");
+                    break;
+                }
+                LinkEnd::RouteGone => {
+                    // The route stopped; unsettled messages go back to the
+                    // broker with the connection.
+                    info!(receiver, "route stopped taking deliveries; disconnected");
+                    shutdown.cancelled().await;
+                    break;
+                }
+                LinkEnd::Lost(reason) => {
+                    let delay = backoff.delay(failures);
+                    failures = failures.saturating_add(1);
+                    warn!(receiver, %url, error = %reason, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Settles one delivery through the link task of its connection.
+struct Amqp10DeliveryHandle {
+    tx: mpsc::Sender<Command>,
+    info: Option<DeliveryInfo>,
+    /// Ledger key: the message id, or a fingerprint without one.
+    key: String,
+    ledger: Arc<RedeliveryLedger>,
+    delivery_count: u32,
+}
+
+impl Amqp10DeliveryHandle {
+    async fn send(
+        tx: &mpsc::Sender<Command>,
+        info: DeliveryInfo,
+        settlement: Settlement,
+    ) -> Result<(), TransportError> {
+        let (reply, answer) = oneshot::channel();
+        let lost = || TransportError::transient("the link this message came on is gone; the broker will redeliver");
+        tx.send(Command { info, settlement, reply }).await.map_err(|_| lost())?;
+        match answer.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(TransportError::transient(format!("settlement not sent: {e}"))),
+            Err(_) => Err(lost()),
+        }
+    }
+}
+
+#[async_trait]
+impl DeliveryHandle for Amqp10DeliveryHandle {
+    async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
+        let Some(info) = self.info.take() else { return Ok(()) };
+        self.ledger.forget(&self.key);
+        Self::send(&self.tx, info, Settlement::Accept).await
+    }
+
+    async fn release(mut self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError> {
+        let Some(info) = self.info.take() else { return Ok(()) };
+        self.ledger.record_release(&self.key);
+        debug!(%reason, after_ms = after.as_millis() as u64, "amqp10 delivery will be given back");
+        // The message keeps its credit until it is given back, so waiting
+        // here cannot make the broker send more than `credit` messages.
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            if let Err(e) = Self::send(&tx, info, Settlement::Retry).await {
+                debug!(error = %e, "retry outcome not sent; the broker redelivers after the connection ends");
+            }
+        });
+        Ok(())
+    }
+
+    fn redelivery_count(&self) -> Option<u32> {
+        Some(self.delivery_count.max(self.ledger.count(&self.key)))
+    }
+}

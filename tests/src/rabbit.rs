@@ -1,0 +1,329 @@
+//! RabbitMQ for tests: the shared broker on 127.0.0.1:5672 (AMQP 0-9-1, and
+//! AMQP 1.0 through the `rabbitmq_amqp1_0` plugin), plain clients for both
+//! protocols, and a private RabbitMQ node that a test can restart.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fe2o3_amqp::types::messaging::{Body, Message, Outcome};
+use fe2o3_amqp::types::primitives::Value;
+use futures_lite::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicConsumeOptions, BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions,
+    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions, QueueDeleteOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+
+/// The shared broker's AMQP 0-9-1 URL.
+pub const URL091: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// The shared broker's AMQP 1.0 URL.
+pub const URL10: &str = "amqp://guest:guest@127.0.0.1:5672";
+
+/// An AMQP 0-9-1 client with one confirm-mode channel.
+pub struct Rabbit {
+    pub connection: Connection,
+    pub channel: Channel,
+}
+
+impl Rabbit {
+    /// Connects to the shared broker.
+    pub async fn connect() -> Self {
+        Self::connect_to(URL091).await
+    }
+
+    pub async fn connect_to(url: &str) -> Self {
+        let connection = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .unwrap_or_else(|e| panic!("RabbitMQ at {url} (is it running?): {e}"));
+        let channel = connection.create_channel().await.expect("channel");
+        channel.confirm_select(ConfirmSelectOptions::default()).await.expect("confirm mode");
+        Self { connection, channel }
+    }
+
+    /// Declares a durable queue.
+    pub async fn declare_queue(&self, name: &str) {
+        let options = QueueDeclareOptions { durable: true, ..Default::default() };
+        self.channel.queue_declare(name.into(), options, FieldTable::default()).await.expect("queue.declare");
+    }
+
+    /// Declares a durable queue with arguments (e.g. `x-dead-letter-exchange`).
+    pub async fn declare_queue_with(&self, name: &str, arguments: FieldTable) {
+        let options = QueueDeclareOptions { durable: true, ..Default::default() };
+        self.channel.queue_declare(name.into(), options, arguments).await.expect("queue.declare");
+    }
+
+    pub async fn delete_queue(&self, name: &str) {
+        let _ = self.channel.queue_delete(name.into(), QueueDeleteOptions::default()).await;
+    }
+
+    /// Declares an exchange and binds `queue` to it with `key`.
+    pub async fn declare_exchange(&self, name: &str, kind: ExchangeKind) {
+        self.channel
+            .exchange_declare(name.into(), kind, ExchangeDeclareOptions::default(), FieldTable::default())
+            .await
+            .expect("exchange.declare");
+    }
+
+    pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
+        self.channel
+            .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), FieldTable::default())
+            .await
+            .expect("queue.bind");
+    }
+
+    pub async fn delete_exchange(&self, name: &str) {
+        let _ = self.channel.exchange_delete(name.into(), ExchangeDeleteOptions::default()).await;
+    }
+
+    /// Publishes and waits for the broker's confirm.
+    pub async fn publish(&self, exchange: &str, routing_key: &str, body: &[u8], properties: BasicProperties) {
+        let confirm = self
+            .channel
+            .basic_publish(exchange.into(), routing_key.into(), BasicPublishOptions::default(), body, properties)
+            .await
+            .expect("basic.publish")
+            .await
+            .expect("confirm");
+        assert!(confirm.is_ack(), "broker did not confirm the publish");
+    }
+
+    /// Messages ready in `queue`.
+    pub async fn depth(&self, queue: &str) -> u32 {
+        let options = QueueDeclareOptions { passive: true, ..Default::default() };
+        self.channel
+            .queue_declare(queue.into(), options, FieldTable::default())
+            .await
+            .expect("queue exists")
+            .message_count()
+    }
+
+    /// Waits until `queue` exists and has a consumer (a receiver finished
+    /// declaring and binding it). Probes on channels of their own, since a
+    /// failed passive declare closes its channel.
+    pub async fn wait_for_consumer(&self, queue: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let channel = self.connection.create_channel().await.expect("channel");
+            let options = QueueDeclareOptions { passive: true, ..Default::default() };
+            if let Ok(q) = channel.queue_declare(queue.into(), options, FieldTable::default()).await {
+                let _ = channel.close(200, "probe".into()).await;
+                if q.consumer_count() > 0 {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "no consumer on {queue} within {timeout:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Takes one message from `queue` (acked), waiting up to `timeout`.
+    pub async fn get(&self, queue: &str, timeout: Duration) -> Option<lapin::message::BasicGetMessage> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let got = self.channel.basic_get(queue.into(), BasicGetOptions { no_ack: true }).await.expect("basic.get");
+            if got.is_some() || Instant::now() > deadline {
+                return got;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Consumes until `n` messages arrived or `timeout` passed (acking each).
+    pub async fn collect(&self, queue: &str, n: usize, timeout: Duration) -> Vec<lapin::message::Delivery> {
+        let channel = self.connection.create_channel().await.expect("channel");
+        let mut consumer = channel
+            .basic_consume(queue.into(), "".into(), BasicConsumeOptions::default(), FieldTable::default())
+            .await
+            .expect("basic.consume");
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        while out.len() < n {
+            match tokio::time::timeout_at(deadline, consumer.next()).await {
+                Ok(Some(Ok(d))) => {
+                    d.ack(BasicAckOptions::default()).await.expect("ack");
+                    out.push(d);
+                }
+                _ => break,
+            }
+        }
+        let _ = channel.close(200, "done".into()).await;
+        out
+    }
+}
+
+/// A plain AMQP 1.0 client: one connection and session.
+pub struct Amqp10Client {
+    connection: fe2o3_amqp::connection::ConnectionHandle<()>,
+    session: fe2o3_amqp::session::SessionHandle<()>,
+}
+
+impl Amqp10Client {
+    pub async fn connect(url: &str) -> Self {
+        let mut connection = fe2o3_amqp::Connection::open(crate::unique("ferry-test"), url)
+            .await
+            .unwrap_or_else(|e| panic!("AMQP 1.0 at {url} (is rabbitmq_amqp1_0 enabled?): {e}"));
+        let session = fe2o3_amqp::Session::begin(&mut connection).await.expect("session");
+        Self { connection, session }
+    }
+
+    /// Sends one message to `address` and returns the broker's outcome.
+    pub async fn send<T: fe2o3_amqp::types::messaging::SerializableBody>(
+        &mut self,
+        address: &str,
+        message: Message<T>,
+    ) -> Outcome {
+        let mut sender = fe2o3_amqp::Sender::attach(&mut self.session, crate::unique("test-sender"), address)
+            .await
+            .expect("attach sender");
+        let outcome = sender.send(message).await.expect("send");
+        let _ = sender.detach().await;
+        outcome
+    }
+
+    /// Receives up to `n` messages from `address` (accepting each) within
+    /// `timeout`.
+    pub async fn receive(&mut self, address: &str, n: usize, timeout: Duration) -> Vec<Message<Body<Value>>> {
+        let mut receiver = fe2o3_amqp::Receiver::attach(&mut self.session, crate::unique("test-receiver"), address)
+            .await
+            .expect("attach receiver");
+        let mut out = Vec::new();
+        let deadline = tokio::time::Instant::now() + timeout;
+        while out.len() < n {
+            match tokio::time::timeout_at(deadline, receiver.recv::<Body<Value>>()).await {
+                Ok(Ok(d)) => {
+                    receiver.accept(&d).await.expect("accept");
+                    out.push(d.into_message());
+                }
+                _ => break,
+            }
+        }
+        let _ = receiver.detach().await;
+        out
+    }
+
+    pub async fn close(mut self) {
+        let _ = self.session.end().await;
+        let _ = self.connection.close().await;
+    }
+}
+
+/// A RabbitMQ node of the test's own (its own port, data directory and
+/// Erlang cookie), for tests that stop and restart the broker. Messages
+/// in durable queues survive a restart.
+pub struct PrivateRabbit {
+    pub port: u16,
+    node: String,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl PrivateRabbit {
+    /// Starts one with the AMQP 1.0 plugin and waits until it is ready.
+    pub async fn start() -> Self {
+        // rabbitmqctl takes ports 35672-35682 for itself; stay clear.
+        let mut port = crate::mqtt::free_port();
+        while (35_000..36_000).contains(&port) || port > 64_000 {
+            port = crate::mqtt::free_port();
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
+        let node = format!("{}@localhost", crate::unique("ferrytest"));
+        let mut r = Self { port, node, dir, child: None };
+        r.restart().await;
+        r
+    }
+
+    pub fn url091(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.port)
+    }
+
+    pub fn url10(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}", self.port)
+    }
+
+    fn bin(name: &str) -> PathBuf {
+        PathBuf::from("/usr/lib/rabbitmq/bin").join(name)
+    }
+
+    fn command(&self, program: &str) -> Command {
+        let d = self.dir.path();
+        let mut c = Command::new(Self::bin(program));
+        c.env("HOME", d)
+            .env("RABBITMQ_NODENAME", &self.node)
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", self.port.to_string())
+            .env("RABBITMQ_DIST_PORT", (self.port + 1).to_string())
+            .env("RABBITMQ_MNESIA_BASE", d.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", d.join("log"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", d.join("enabled_plugins"))
+            .env("RABBITMQ_PID_FILE", d.join("pid"))
+            .env("RABBITMQ_CONFIG_FILE", d.join("rabbitmq"))
+            .env("RABBITMQ_ADVANCED_CONFIG_FILE", d.join("advanced.config"));
+        c
+    }
+
+    /// (Re)starts the node on the same port and data directory.
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let child = self
+            .command("rabbitmq-server")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("rabbitmq-server starts (is RabbitMQ installed?)");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            let ready = self
+                .command("rabbitmqctl")
+                .arg("-n")
+                .arg(&self.node)
+                .arg("wait")
+                .arg(self.dir.path().join("pid"))
+                .arg("--timeout")
+                .arg("30")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+        panic!("private RabbitMQ {} did not start on port {}", self.node, self.port);
+    }
+
+    /// Stops the node (SIGTERM: RabbitMQ shuts down cleanly) and waits for
+    /// it to exit.
+    pub async fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else { return };
+        let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+        if let Some(pid) = pid {
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = std::fs::remove_file(self.dir.path().join("pid"));
+    }
+}
+
+impl Drop for PrivateRabbit {
+    fn drop(&mut self) {
+        let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok();
+        if let Some(pid) = pid {
+            let _ = Command::new("kill").arg("-KILL").arg(pid.trim()).status();
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
