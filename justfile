@@ -59,6 +59,25 @@ moto:
     (exec 3<>/dev/tcp/127.0.0.1/4566) 2>/dev/null || { echo "moto_server did not start"; exit 1; }
     echo "started moto_server on 127.0.0.1:4566"
 
+# Make sure RabbitMQ runs on 127.0.0.1:5672 with the AMQP 1.0 and shovel plugins (starts it when installed but stopped).
+rabbitmq:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    export PATH="$PATH:/usr/sbin"
+    command -v rabbitmq-plugins >/dev/null || { echo "RabbitMQ is not installed (apt-get install rabbitmq-server)"; exit 1; }
+    if (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null; then
+        rabbitmq-plugins enable rabbitmq_amqp1_0 rabbitmq_shovel >/dev/null
+        echo "RabbitMQ already on 127.0.0.1:5672 (rabbitmq_amqp1_0, rabbitmq_shovel enabled)"; exit 0
+    fi
+    rabbitmq-plugins --offline enable rabbitmq_amqp1_0 rabbitmq_shovel >/dev/null
+    rabbitmq-server -detached
+    for _ in $(seq 60); do
+        rabbitmqctl -q await_startup --timeout 5 >/dev/null 2>&1 && (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null && break
+        sleep 2
+    done
+    (exec 3<>/dev/tcp/127.0.0.1/5672) 2>/dev/null || { echo "RabbitMQ did not start"; exit 1; }
+    echo "started RabbitMQ on 127.0.0.1:5672"
+
 # Run the daemon on examples/ferry.toml (starts Mosquitto when needed).
 run: plugins build mosquitto
     @echo "ferry: sensors/# -> filter (kind=temp) -> bridged/<topic>. In another shell:"
@@ -67,7 +86,7 @@ run: plugins build mosquitto
     {{host_target}}/debug/ferry run -c examples/ferry.toml
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
-test: plugins test-plugins mosquitto moto
+test: plugins test-plugins mosquitto moto rabbitmq
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
@@ -75,7 +94,7 @@ test: plugins test-plugins mosquitto moto
     cargo test --workspace
     cd processors && cargo test -p filter
 
-# Benchmarks (release): MQTT->MQTT through ferry vs raw Mosquitto, and the cost of one processor call.
-bench: plugins mosquitto
+# Benchmarks (release): processor call cost; MQTT->MQTT, SQS and AMQP 0-9-1 routes against the broker's raw rate (and RabbitMQ's shovel).
+bench: plugins mosquitto moto rabbitmq
     cargo build --release -p ferry-daemon -p ferry-bench
     {{host_target}}/release/ferry-bench

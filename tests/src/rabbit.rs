@@ -296,13 +296,20 @@ impl PrivateRabbit {
         panic!("private RabbitMQ {} did not start on port {}", self.node, self.port);
     }
 
-    /// Stops the node (SIGTERM: RabbitMQ shuts down cleanly) and waits for
-    /// it to exit.
+    /// Stops the node cleanly (`rabbitmqctl stop`, which flushes queues to
+    /// disk) and waits for it to exit; kills it if that fails.
     pub async fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
+        let _ = self
+            .command("rabbitmqctl")
+            .arg("-n")
+            .arg(&self.node)
+            .arg("stop")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
         if let Some(pid) = pid {
-            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status();
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{pid}")).exists() {
                 tokio::time::sleep(Duration::from_millis(100)).await;

@@ -78,7 +78,7 @@ impl Amqp10Receiver {
         let attach = LinkReceiver::builder()
             .name(format!("ferry-{}-{}", self.name, uuid::Uuid::new_v4()))
             .source(self.config.address.as_str())
-            .credit_mode(fe2o3_amqp::link::receiver::CreditMode::Auto(self.config.credit))
+            .credit_mode(fe2o3_amqp::link::receiver::CreditMode::Manual)
             .auto_accept(false)
             .attach(&mut link.session);
         match tokio::time::timeout(crate::connection::CONNECT_TIMEOUT, attach).await {
@@ -90,26 +90,56 @@ impl Amqp10Receiver {
 
     /// Reads and settles on one link until shutdown, loss, or the route
     /// stops taking deliveries.
+    ///
+    /// Credit is granted by hand, `credit` at a time, and only once every
+    /// transfer of the previous grant has been read and at most half of
+    /// them are still unsettled. fe2o3-amqp overwrites its delivery count
+    /// with the one in the broker's flow frames even while transfers it has
+    /// not counted yet sit in its buffer; with automatic credit, RabbitMQ's
+    /// credit replies then inflate the count, the next grant lets the broker
+    /// send more than the link allows, and the link fails. Granting only
+    /// when nothing is in flight keeps both counts equal.
     async fn serve(&self, link: &mut LinkReceiver, sink: &DeliverySink, shutdown: &CancellationToken) -> LinkEnd {
-        let (tx, mut commands) = mpsc::channel::<Command>(self.config.credit as usize * 2 + 16);
+        let credit = self.config.credit;
+        let (tx, mut commands) = mpsc::channel::<Command>(credit as usize * 2 + 16);
         // A delivery read from the link that the route has not taken yet.
         let mut pending: Option<Delivery> = None;
+        // Transfers the current grant still allows; deliveries not settled.
+        let mut granted: u32 = 0;
+        let mut unsettled: u32 = 0;
         loop {
+            if granted == 0 && unsettled <= credit / 2 {
+                if let Err(e) = link.set_credit(credit).await {
+                    return LinkEnd::Lost(format!("cannot grant credit: {e}"));
+                }
+                granted = credit;
+            }
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return LinkEnd::Shutdown,
-                Some(cmd) = commands.recv() => self.settle(link, cmd).await,
+                Some(cmd) = commands.recv() => {
+                    unsettled = unsettled.saturating_sub(1);
+                    self.settle(link, cmd).await;
+                }
                 permit = sink.reserve(), if pending.is_some() => match (permit, pending.take()) {
                     (Ok(permit), Some(delivery)) => permit.send(delivery),
                     _ => return LinkEnd::RouteGone,
                 },
-                received = link.recv::<Body<Value>>(), if pending.is_none() => match received {
-                    Ok(delivery) => pending = self.on_delivery(link, delivery, &tx).await,
-                    Err(RecvError::MessageDecode(e)) => {
-                        self.reject_poison(link, e.info, "undecodable", "the message could not be decoded").await;
+                received = link.recv::<Body<Value>>(), if pending.is_none() && granted > 0 => {
+                    granted -= 1;
+                    match received {
+                        Ok(delivery) => {
+                            pending = self.on_delivery(link, delivery, &tx).await;
+                            if pending.is_some() {
+                                unsettled += 1;
+                            }
+                        }
+                        Err(RecvError::MessageDecode(e)) => {
+                            self.reject_poison(link, e.info, "undecodable", "the message could not be decoded").await;
+                        }
+                        Err(e) => return LinkEnd::Lost(e.to_string()),
                     }
-                    Err(e) => return LinkEnd::Lost(e.to_string()),
-                },
+                }
             }
         }
     }
