@@ -11,8 +11,14 @@
 //!    on the same SQS endpoint (moto_server in development): raw drain
 //!    (ReceiveMessage + DeleteMessageBatch) and raw fill (SendMessageBatch).
 //!
-//! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000) and
-//! `FERRY_BENCH_SQS_MESSAGES` (default 300).
+//! 4. AMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent messages:
+//!    ferry against RabbitMQ's own shovel (ack-mode on-confirm, same
+//!    prefetch) on fresh queues of the same depth, and against the raw
+//!    publish (with confirms) and consume (with acks) rates.
+//!
+//! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
+//! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
+//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp` picks groups.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -25,6 +31,7 @@ use ferry_core::ports::Verdict;
 use ferry_envelope::Envelope;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::rabbit::Rabbit;
 use ferry_tests::unique;
 use ferry_wasm::{PluginEngine, PluginLimits, WasmProcessor};
 use rumqttc::v5::mqttbytes::QoS;
@@ -336,9 +343,173 @@ address = "{dst}/out"
     println!("  {:<44} {:>10.2}", "ratio ferry / raw fill", mqtt_to_sqs / raw_fill);
 }
 
+fn amqp_messages() -> usize {
+    std::env::var("FERRY_BENCH_AMQP_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
+}
+
+/// Messages in flight for ferry (prefetch and route window) and the shovel.
+const AMQP_PREFETCH: usize = 256;
+
+/// Publishes `n` 1 KiB persistent messages to `queue` with confirms
+/// (pipelined) and returns the rate.
+async fn amqp_fill(rabbit: &Rabbit, queue: &str, n: usize) -> f64 {
+    let body = vec![b'x'; 1024];
+    let properties = lapin::BasicProperties::default().with_delivery_mode(2);
+    let started = Instant::now();
+    let mut confirms = Vec::with_capacity(1024);
+    for i in 0..n {
+        let confirm = rabbit
+            .channel
+            .basic_publish(
+                "".into(),
+                queue.into(),
+                lapin::options::BasicPublishOptions::default(),
+                &body,
+                properties.clone().with_message_id(format!("m-{i}").into()),
+            )
+            .await
+            .expect("publish");
+        confirms.push(confirm);
+        if confirms.len() == 1024 || i + 1 == n {
+            for c in confirms.drain(..) {
+                assert!(c.await.expect("confirm").is_ack(), "broker nacked a bench message");
+            }
+        }
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Consumes and acks `n` messages from `queue` and returns the rate.
+async fn amqp_drain(rabbit: &Rabbit, queue: &str, n: usize) -> f64 {
+    use futures_lite::StreamExt;
+    let channel = rabbit.connection.create_channel().await.expect("channel");
+    channel.basic_qos(AMQP_PREFETCH as u16, lapin::options::BasicQosOptions::default()).await.expect("qos");
+    let mut consumer = channel
+        .basic_consume(
+            queue.into(),
+            "".into(),
+            lapin::options::BasicConsumeOptions::default(),
+            lapin::types::FieldTable::default(),
+        )
+        .await
+        .expect("consume");
+    let started = Instant::now();
+    let mut got = 0;
+    while got < n {
+        match tokio::time::timeout(Duration::from_secs(30), consumer.next()).await {
+            Ok(Some(Ok(d))) => {
+                d.ack(lapin::options::BasicAckOptions::default()).await.expect("ack");
+                got += 1;
+            }
+            _ => break,
+        }
+    }
+    let rate = got as f64 / started.elapsed().as_secs_f64();
+    let _ = channel.close(200, "done".into()).await;
+    rate
+}
+
+/// Waits until `queue` holds `n` messages; the rate since `started`.
+async fn amqp_wait_depth(rabbit: &Rabbit, queue: &str, n: usize, started: Instant) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(600);
+    loop {
+        let depth = rabbit.depth(queue).await as usize;
+        if depth >= n || Instant::now() > deadline {
+            if depth < n {
+                eprintln!("warning: only {depth} of {n} messages arrived in {queue}");
+            }
+            return depth as f64 / started.elapsed().as_secs_f64();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn rabbitmqctl(args: &[&str]) {
+    let status = std::process::Command::new("rabbitmqctl").args(args).stdout(std::process::Stdio::null()).status();
+    if !status.is_ok_and(|s| s.success()) {
+        eprintln!("warning: rabbitmqctl {args:?} failed (is rabbitmq_shovel enabled?)");
+    }
+}
+
+async fn amqp_rows() {
+    let n = amqp_messages();
+    let rabbit = Rabbit::connect().await;
+    let [raw, src, dst, shovel_src, shovel_dst] =
+        ["raw", "src", "dst", "shovel-src", "shovel-dst"].map(|q| unique(&format!("bench-{q}")));
+    for q in [&raw, &src, &dst, &shovel_src, &shovel_dst] {
+        rabbit.declare_queue(q).await;
+    }
+    let raw_fill = amqp_fill(&rabbit, &raw, n).await;
+    let raw_drain = amqp_drain(&rabbit, &raw, n).await;
+    eprintln!("amqp: raw publish {raw_fill:.0} msgs/s, raw consume {raw_drain:.0} msgs/s");
+
+    amqp_fill(&rabbit, &src, n).await;
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "amqp091"
+url = "{url}"
+queue = "{src}"
+prefetch = {AMQP_PREFETCH}
+[senders.out]
+type = "amqp091"
+url = "{url}"
+[[routes]]
+id = "bench-amqp"
+receiver = "in"
+max_in_flight = {AMQP_PREFETCH}
+[[routes.bindings]]
+sender = "out"
+address = "{dst}"
+"#,
+        url = ferry_tests::rabbit::URL091,
+    ));
+    let started = Instant::now();
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let through = amqp_wait_depth(&rabbit, &dst, n, started).await;
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    eprintln!("amqp: ferry {through:.0} msgs/s");
+
+    amqp_fill(&rabbit, &shovel_src, n).await;
+    let name = unique("bench-shovel");
+    let definition = format!(
+        r#"{{"src-protocol":"amqp091","src-uri":"{url}","src-queue":"{shovel_src}","dest-protocol":"amqp091","dest-uri":"{url}","dest-queue":"{shovel_dst}","ack-mode":"on-confirm","src-prefetch-count":{AMQP_PREFETCH}}}"#,
+        url = "amqp://guest:guest@127.0.0.1:5672/%2f",
+    );
+    let started = Instant::now();
+    rabbitmqctl(&["set_parameter", "shovel", &name, &definition]);
+    let shovel = amqp_wait_depth(&rabbit, &shovel_dst, n, started).await;
+    rabbitmqctl(&["clear_parameter", "shovel", &name]);
+    eprintln!("amqp: shovel {shovel:.0} msgs/s");
+    for q in [&raw, &src, &dst, &shovel_src, &shovel_dst] {
+        rabbit.delete_queue(q).await;
+    }
+
+    println!("\nAMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent, prefetch {AMQP_PREFETCH}, {n} messages");
+    println!("  {:<44} {:>10.0} msgs/s", "raw publish with confirms", raw_fill);
+    println!("  {:<44} {:>10.0} msgs/s", "raw consume with acks", raw_drain);
+    println!("  {:<44} {:>10.0} msgs/s", "RabbitMQ shovel (ack-mode on-confirm)", shovel);
+    println!("  {:<44} {:>10.0} msgs/s", "through ferry (confirm, then ack)", through);
+    println!("  {:<44} {:>10.2}", "ratio ferry / shovel", through / shovel);
+    println!("  {:<44} {:>10.2}", "ratio ferry / raw consume", through / raw_drain);
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
-    processor_rows();
-    mqtt_rows().await;
-    sqs_rows().await;
+    // FERRY_BENCH_ROWS=amqp,sqs runs only those groups (default: all).
+    let only = std::env::var("FERRY_BENCH_ROWS").unwrap_or_default();
+    let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
+    if wanted("processor") {
+        processor_rows();
+    }
+    if wanted("mqtt") {
+        mqtt_rows().await;
+    }
+    if wanted("sqs") {
+        sqs_rows().await;
+    }
+    if wanted("amqp") {
+        amqp_rows().await;
+    }
 }
