@@ -8,9 +8,11 @@
 //! - [`daemon`]: runs the `ferry` binary on a config and stops it.
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
 //! - [`sqs`]: queues of their own on the SQS endpoint (moto_server).
+//! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
 //!   RabbitMQ node a test can restart.
 
+pub mod amqp10_peer;
 pub mod daemon;
 pub mod http;
 pub mod mqtt;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, MessageId, Properties};
 use fe2o3_amqp::types::primitives::{SimpleValue, Symbol};
+use ferry_tests::amqp10_peer::{PeerOutcome, ScriptedTarget};
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10, URL091};
@@ -320,5 +321,42 @@ async fn a_target_that_refuses_for_good_sends_the_message_to_the_dlq_and_the_sou
     assert!(entry.to_string().contains("dlq-1"), "{entry}");
     assert!(daemon.terminate().success(), "clean shutdown");
     assert_eq!(rabbit.depth(&src).await, 0, "acked at the source once dead-lettered");
+    rabbit.delete_queue(&src).await;
+}
+
+fn release_once_reject_poison(body: &[u8], nth: usize) -> PeerOutcome {
+    match (body, nth) {
+        (b"reject me", _) => PeerOutcome::Reject,
+        (b"release me once", 0) => PeerOutcome::Release,
+        _ => PeerOutcome::Accept,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn amqp10_outcomes_released_is_retried_and_rejected_without_condition_is_dead_lettered() {
+    let peer = ScriptedTarget::start(release_once_reject_poison).await;
+    let rabbit = Rabbit::connect().await;
+    let src = unique("bb-outcome-in");
+    rabbit.declare_queue(&src).await;
+    let sender =
+        format!("type = \"amqp10\"\nurl = \"{}\"\naddress = \"target\"\nreconnect_initial_ms = 100", peer.url());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(&amqp091_receiver(&src), &sender, "", ""));
+    let daemon = Daemon::start(&ws, 2);
+    rabbit.publish("", &src, b"release me once", BasicProperties::default().with_message_id("rel-1".into())).await;
+    rabbit.publish("", &src, b"reject me", BasicProperties::default().with_message_id("rej-1".into())).await;
+
+    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    let started = std::time::Instant::now();
+    while peer.outcomes_for(b"release me once").len() < 2 && started.elapsed() < WAIT {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(peer.outcomes_for(b"release me once"), vec![PeerOutcome::Release, PeerOutcome::Accept]);
+    assert_eq!(peer.outcomes_for(b"reject me"), vec![PeerOutcome::Reject], "a rejection is not retried");
+    let dead = ws.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert!(dead[0].to_string().contains("rej-1") && dead[0].to_string().contains("no condition"), "{}", dead[0]);
+    assert!(daemon.terminate().success(), "clean shutdown");
+    assert_eq!(rabbit.depth(&src).await, 0, "both source messages were settled");
     rabbit.delete_queue(&src).await;
 }
