@@ -23,7 +23,7 @@ use ferry_envelope::Timestamp;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -44,7 +44,8 @@ struct Shared {
     metrics: Metrics,
     active: Mutex<Option<Active>>,
     generation: AtomicU64,
-    broken: Notify,
+    /// The generation of the last link reported broken.
+    broken: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -63,7 +64,7 @@ impl Amqp091Sender {
             metrics,
             active: Mutex::new(None),
             generation: AtomicU64::new(0),
-            broken: Notify::new(),
+            broken: watch::Sender::new(0),
             stop: CancellationToken::new(),
         });
         let supervisor = tokio::spawn(supervise(shared.clone()));
@@ -128,7 +129,7 @@ async fn supervise(shared: Arc<Shared>) {
                 };
                 tokio::select! {
                     _ = shared.stop.cancelled() => {}
-                    _ = shared.broken.notified() => {}
+                    _ = broken_reported(&shared, generation) => {}
                     _ = idle_check => {}
                 }
                 shared.metrics.connected.get_or_create(&labels).set(0);
@@ -155,6 +156,13 @@ async fn supervise(shared: Arc<Shared>) {
     }
 }
 
+/// Resolves once the link of `generation` is reported broken; reports about
+/// older links are ignored.
+async fn broken_reported(shared: &Shared, generation: u64) {
+    let mut rx = shared.broken.subscribe();
+    let _ = rx.wait_for(|g| *g == generation).await;
+}
+
 impl Shared {
     /// Retires the channel of `generation` if it is still current and wakes
     /// the supervisor; later reports about the same channel do nothing.
@@ -164,7 +172,7 @@ impl Shared {
             if active.as_ref().is_some_and(|a| a.generation == generation) { active.take() } else { None }
         };
         if let Some(old) = retired {
-            self.broken.notify_one();
+            self.broken.send_replace(generation);
             tokio::spawn(async move { close(&old.connection).await });
         }
     }

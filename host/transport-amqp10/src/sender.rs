@@ -19,7 +19,7 @@ use ferry_config::Amqp10SenderConfig;
 use ferry_core::TransportError;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -41,7 +41,8 @@ struct Shared {
     /// Bumped for every new link, so a failure seen on an old link cannot
     /// tear down its replacement.
     generation: AtomicU64,
-    broken: Notify,
+    /// The generation of the last link reported broken.
+    broken: watch::Sender<u64>,
     stop: CancellationToken,
 }
 
@@ -60,7 +61,7 @@ impl Amqp10Sender {
             metrics,
             active: Mutex::new(None),
             generation: AtomicU64::new(0),
-            broken: Notify::new(),
+            broken: watch::Sender::new(0),
             stop: CancellationToken::new(),
         });
         let supervisor = tokio::spawn(supervise(shared.clone()));
@@ -112,9 +113,20 @@ async fn supervise(shared: Arc<Shared>) {
                 info!(sender = name, %url, address = %shared.config.address, "connected");
                 shared.metrics.connections.get_or_create(&labels).inc();
                 shared.metrics.connected.get_or_create(&labels).set(1);
+                // Also notice a connection that dies while no send uses it.
+                let idle_check = async {
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        let guard = shared.active.lock().await;
+                        if guard.as_ref().is_some_and(|a| a.generation == generation && a.link.connection.is_closed()) {
+                            break;
+                        }
+                    }
+                };
                 tokio::select! {
                     _ = shared.stop.cancelled() => {}
-                    _ = shared.broken.notified() => {}
+                    _ = broken_reported(&shared, generation) => {}
+                    _ = idle_check => {}
                 }
                 shared.metrics.connected.get_or_create(&labels).set(0);
                 let old = shared.active.lock().await.take();
@@ -145,6 +157,13 @@ async fn close(active: Active) {
     active.link.close().await;
 }
 
+/// Resolves once the link of `generation` is reported broken; reports about
+/// older links are ignored.
+async fn broken_reported(shared: &Shared, generation: u64) {
+    let mut rx = shared.broken.subscribe();
+    let _ = rx.wait_for(|g| *g == generation).await;
+}
+
 impl Shared {
     /// Retires the link of `generation` if it is still the current one and
     /// wakes the supervisor to replace it. Later failures of the same link
@@ -156,7 +175,7 @@ impl Shared {
             if active.as_ref().is_some_and(|a| a.generation == generation) { active.take() } else { None }
         };
         if let Some(old) = retired {
-            self.broken.notify_one();
+            self.broken.send_replace(generation);
             tokio::spawn(close(old));
         }
     }
