@@ -7,6 +7,7 @@
 //!   and restart.
 //! - [`daemon`]: runs the `ferry` binary on a config and stops it.
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
+//! - [`receiver`]: a transport receiver running in the background.
 //! - [`sqs`]: queues of their own on the SQS endpoint (moto_server).
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
@@ -17,6 +18,7 @@ pub mod daemon;
 pub mod http;
 pub mod mqtt;
 pub mod rabbit;
+pub mod receiver;
 pub mod sqs;
 
 use std::path::PathBuf;

@@ -100,21 +100,23 @@ async fn readyz_follows_the_broker() {
     ws.config(&config(&admin, &broker.url(), &unique("rdy/src"), &unique("rdy/dst"), ""));
     let daemon = Daemon::start(&ws, 2);
     assert_eq!(get(&admin, "/healthz").expect("healthz").0, 200);
-    let wait_status = |want: u16| {
+    // Waits until /readyz answers `want` with a body containing every part
+    // (the receiver and sender notice a lost broker at different moments).
+    let wait_status = |want: u16, parts: &[&str]| {
         for _ in 0..200 {
             let (status, body) = get(&admin, "/readyz").expect("readyz");
-            if status == want {
+            if status == want && parts.iter().all(|p| body.contains(p)) {
                 return body;
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("/readyz never answered {want}");
+        panic!("/readyz never answered {want} naming {parts:?}");
     };
-    let body = wait_status(200);
+    let body = wait_status(200, &[]);
     assert!(body.contains("\"ready\":true"), "{body}");
 
     broker.stop();
-    let body = wait_status(503);
+    let body = wait_status(503, &["mqtt receiver in: not connected", "mqtt sender out: not connected"]);
     let json: serde_json::Value = serde_json::from_str(&body).expect("json body");
     let not_ready = json["not_ready"].to_string();
     assert!(
@@ -124,6 +126,6 @@ async fn readyz_follows_the_broker() {
     assert_eq!(get(&admin, "/healthz").expect("healthz").0, 200, "alive while not ready");
 
     broker.restart().await;
-    wait_status(200);
+    wait_status(200, &[]);
     assert_eq!(daemon.terminate().code(), Some(0));
 }

@@ -360,3 +360,36 @@ async fn amqp10_outcomes_released_is_retried_and_rejected_without_condition_is_d
     assert_eq!(rabbit.depth(&src).await, 0, "both source messages were settled");
     rabbit.delete_queue(&src).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_dropped_permanent_failure_is_rejected_into_the_queues_dead_letter_exchange() {
+    let rabbit = Rabbit::connect().await;
+    let src = unique("bb-dlx-in");
+    let dead = unique("bb-dlx-dead");
+    let dlx = unique("bb-dlx");
+    rabbit.declare_queue(&dead).await;
+    rabbit.declare_exchange(&dlx, lapin::ExchangeKind::Fanout).await;
+    rabbit.bind(&dead, &dlx, "").await;
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString(dlx.as_str().into()));
+    rabbit.declare_queue_with(&src, args).await;
+    // The queue has arguments ferry would not declare: check it passively.
+    let receiver = format!("{}\nqueue_passive = true", amqp091_receiver(&src));
+    let sender = format!("type = \"amqp091\"\nurl = \"{URL091}\"\nreconnect_initial_ms = 100");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(&receiver, &sender, &unique("nobody-listens"), "on_permanent_failure = \"drop\""));
+    let daemon = Daemon::start(&ws, 2);
+    rabbit.publish("", &src, b"undeliverable", BasicProperties::default().with_message_id("dlx-1".into())).await;
+
+    let got = rabbit.get(&dead, WAIT).await.expect("the broker dead-lettered the rejected message");
+    assert_eq!(got.delivery.data, b"undeliverable");
+    assert_eq!(got.delivery.properties.message_id().as_ref().map(|s| s.as_str()), Some("dlx-1"));
+    let headers = got.delivery.properties.headers().as_ref().expect("headers").inner();
+    assert!(headers.contains_key("x-death"), "rejected, not republished: {headers:?}");
+    assert!(ws.dead_letters().is_empty(), "dropped, not in ferry's DLQ");
+    assert!(daemon.terminate().success(), "clean shutdown");
+    assert_eq!(rabbit.depth(&src).await, 0);
+    rabbit.delete_queue(&src).await;
+    rabbit.delete_queue(&dead).await;
+    rabbit.delete_exchange(&dlx).await;
+}

@@ -12,6 +12,7 @@
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
 //! - [`redact`]: passwords out of logged URLs.
 //! - [`route`]: the route runtime (direct_hold delivery, dispatch, retries).
+//! - [`supervisor`]: keeps a sender's connection up and replaces it when broken.
 
 pub mod address;
 pub mod backoff;
@@ -23,5 +24,6 @@ pub mod metrics;
 pub mod ports;
 pub mod redact;
 pub mod route;
+pub mod supervisor;
 
 pub use error::{ErrorClass, TransportError};

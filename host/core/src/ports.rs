@@ -30,6 +30,16 @@ pub trait DeliveryHandle: Send + Sync {
     /// resends it when the session reconnects.
     async fn release(self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError>;
 
+    /// Done with the message, which failed for good and was dropped: the
+    /// source forgets it, but may note the refusal (AMQP `rejected`, which
+    /// a queue's dead-letter exchange can catch). Defaults to [`ack`].
+    ///
+    /// [`ack`]: DeliveryHandle::ack
+    async fn reject(self: Box<Self>, reason: &str) -> Result<(), TransportError> {
+        let _ = reason;
+        self.ack().await
+    }
+
     /// Ask the source to keep the message reserved until `until`.
     async fn extend(&self, until: Timestamp) -> Result<(), TransportError> {
         let _ = until;

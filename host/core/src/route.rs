@@ -85,7 +85,13 @@ struct BindingFailure {
 /// How handling a delivery ended, before the source is settled.
 enum Settle {
     Ack,
-    Release { after: Duration, reason: String },
+    /// Failed for good and dropped: settled as refused where the source
+    /// can say so.
+    Reject(String),
+    Release {
+        after: Duration,
+        reason: String,
+    },
 }
 
 /// What to do with a transient failure (see [`Route::source_retry`]).
@@ -274,6 +280,7 @@ impl Route {
         shutdown: &CancellationToken,
     ) -> Settle {
         let route = self.id.as_str();
+        let planned = pending.len();
         let mut failures = Vec::new();
         let mut attempt: u32 = 0;
         loop {
@@ -344,6 +351,9 @@ impl Route {
             pending = still_pending;
         }
 
+        // The source hears of a refusal only when no binding got the message
+        // and it was dropped, not kept in the DLQ.
+        let every_binding_failed = failures.len() == planned;
         let mut settle = Settle::Ack;
         for failure in failures {
             let outcome = self
@@ -358,8 +368,10 @@ impl Route {
                     shutdown,
                 )
                 .await;
-            if let Settle::Release { .. } = outcome {
-                settle = outcome;
+            match outcome {
+                Settle::Release { .. } => settle = outcome,
+                Settle::Reject(_) if every_binding_failed && matches!(settle, Settle::Ack) => settle = outcome,
+                _ => {}
             }
         }
         settle
@@ -400,7 +412,7 @@ impl Route {
                 warn!(%reason, %detail, "message dropped");
                 let label = if reason == "expired" { "expired" } else { "permanent_failure" };
                 Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
-                Settle::Ack
+                Settle::Reject(format!("{reason}: {detail}"))
             }
             FailureAction::Dlq => {
                 let (binding, address) = binding.unzip();
@@ -442,6 +454,10 @@ impl Route {
             Settle::Ack => match handle.ack().await {
                 Ok(()) => Metrics::inc(&self.metrics.acked, &[("route", &self.id)]),
                 Err(error) => warn!(%error, "acknowledgement failed; the source will redeliver"),
+            },
+            Settle::Reject(reason) => match handle.reject(&reason).await {
+                Ok(()) => Metrics::inc(&self.metrics.acked, &[("route", &self.id)]),
+                Err(error) => warn!(%error, "rejection failed; the source will redeliver"),
             },
             Settle::Release { after, reason } => {
                 if let Err(error) = handle.release(after, &reason).await {

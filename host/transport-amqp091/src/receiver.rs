@@ -8,7 +8,10 @@
 //! of the content when there is none; quorum queues' `x-delivery-count` is
 //! used too), so the route sees a growing redelivery count and dead-letters
 //! the message at `max_replay_attempts` instead of cycling it forever. A
-//! body over `max_message_bytes` is rejected without requeue (the queue's
+//! message that failed for good and was dropped (`on_permanent_failure =
+//! "drop"`) is rejected without requeue, so a queue's dead-letter exchange
+//! catches it; one written to ferry's DLQ is acked. A body over
+//! `max_message_bytes` is rejected without requeue (the queue's
 //! dead-letter exchange gets it, if it has one) and counted. After a lost
 //! connection the broker requeues every unacked message itself.
 
@@ -261,6 +264,19 @@ impl DeliveryHandle for Amqp091DeliveryHandle {
             }
         });
         Ok(())
+    }
+
+    async fn reject(mut self: Box<Self>, reason: &str) -> Result<(), TransportError> {
+        let Some(acker) = self.acker.take() else { return Ok(()) };
+        self.ledger.forget(&self.key);
+        debug!(%reason, "amqp091 delivery rejected without requeue");
+        match acker.reject(BasicRejectOptions { requeue: false }).await {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                Err(TransportError::transient("the channel this message came on is gone; the broker will redeliver"))
+            }
+            Err(e) => Err(settle_error(e)),
+        }
     }
 
     fn redelivery_count(&self) -> Option<u32> {

@@ -5,14 +5,13 @@ use std::time::Duration;
 
 use ferry_config::{Amqp091ReceiverConfig, Amqp091SenderConfig, RoutingKeys};
 use ferry_core::metrics::Metrics;
-use ferry_core::ports::{Delivery, OutboundMessage, Receiver, Sender};
+use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::rabbit::{Rabbit, URL091};
+use ferry_tests::receiver::RunningReceiver;
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, ExchangeKind};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -49,32 +48,9 @@ fn sender_config() -> Amqp091SenderConfig {
     }
 }
 
-struct Running {
-    deliveries: mpsc::Receiver<Delivery>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-    metrics: Metrics,
-}
-
-fn start_receiver(config: Amqp091ReceiverConfig) -> Running {
+fn start_receiver(config: Amqp091ReceiverConfig) -> (RunningReceiver, Metrics) {
     let metrics = Metrics::new();
-    let receiver = Amqp091Receiver::new("in", config, metrics.clone());
-    let (tx, deliveries) = mpsc::channel(16);
-    let stop = CancellationToken::new();
-    let token = stop.clone();
-    let task = tokio::spawn(async move { receiver.run(tx, token).await.expect("receiver runs") });
-    Running { deliveries, stop, task, metrics }
-}
-
-impl Running {
-    async fn next(&mut self) -> Delivery {
-        tokio::time::timeout(WAIT, self.deliveries.recv()).await.expect("a delivery in time").expect("receiver alive")
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
+    (RunningReceiver::start(Amqp091Receiver::new("in", config, metrics.clone()), 16), metrics)
 }
 
 /// Sends until the sender has connected (it connects in the background).
@@ -99,7 +75,7 @@ async fn receiver_binds_keys_maps_the_delivery_and_acks() {
     config.exchange = Some(x.clone());
     config.exchange_type = "topic".into();
     config.routing_key = RoutingKeys::Many(vec!["orders.*".into(), "audit.#".into()]);
-    let mut running = start_receiver(config);
+    let (mut running, _) = start_receiver(config);
     // The receiver declares the queue and the bindings before consuming.
     rabbit.wait_for_consumer(&q, WAIT).await;
 
@@ -118,7 +94,7 @@ async fn receiver_binds_keys_maps_the_delivery_and_acks() {
     rabbit.publish(&x, "ignored.key", b"not bound", BasicProperties::default()).await;
     rabbit.publish(&x, "audit.a.b", b"audit", BasicProperties::default()).await;
 
-    let d = running.next().await;
+    let d = running.expect(WAIT).await;
     let e = &d.envelope;
     assert_eq!(e.id, "order-9");
     assert_eq!(e.subject.as_deref(), Some("order.created"));
@@ -131,7 +107,7 @@ async fn receiver_binds_keys_maps_the_delivery_and_acks() {
     assert_eq!(e.text_header("region"), Some("eu"));
     assert_eq!(e.headers.get("n"), Some(&HeaderValue::Integer(42)));
     d.handle.ack().await.expect("acked");
-    let audit = running.next().await;
+    let audit = running.expect(WAIT).await;
     assert_eq!(audit.envelope.payload().as_ref(), b"audit", "the second binding key routes too");
     assert!(audit.envelope.headers.contains_key("x-bridge.generated-id"));
     audit.handle.ack().await.expect("acked");
@@ -148,21 +124,18 @@ async fn releases_are_counted_per_message_and_oversized_bodies_rejected() {
     rabbit.declare_queue(&q).await;
     rabbit.publish("", &q, &[0u8; 2048], BasicProperties::default()).await;
     rabbit.publish("", &q, b"no id here", BasicProperties::default()).await;
-    let mut running = start_receiver(receiver_config(&q));
+    let (mut running, metrics) = start_receiver(receiver_config(&q));
     for attempt in 0..3u32 {
-        let d = running.next().await;
+        let d = running.expect(WAIT).await;
         assert_eq!(d.envelope.payload().as_ref(), b"no id here");
         assert_eq!(d.handle.redelivery_count(), Some(attempt), "a message without an id is counted by content");
         d.handle.release(Duration::from_millis(20), "test").await.expect("released");
     }
-    let d = running.next().await;
+    let d = running.expect(WAIT).await;
     assert_eq!(d.handle.redelivery_count(), Some(3));
     d.handle.ack().await.expect("acked");
     assert_eq!(
-        Metrics::count(
-            &running.metrics.ingress_rejected,
-            &[("kind", "amqp091"), ("receiver", "in"), ("reason", "too_large")]
-        ),
+        Metrics::count(&metrics.ingress_rejected, &[("kind", "amqp091"), ("receiver", "in"), ("reason", "too_large")]),
         1
     );
     running.stop().await;

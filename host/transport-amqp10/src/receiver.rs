@@ -6,8 +6,10 @@
 //! (`credit`) bounds how many messages are unsettled at once.
 //!
 //! Outcomes: ack = `accepted`; a retry = `modified` with `delivery-failed`
-//! (or `released`, per `retry_outcome`) after the route's backoff; a message
-//! ferry cannot read = `rejected` with `amqp:decode-error`, counted. After
+//! (or `released`, per `retry_outcome`) after the route's backoff; a
+//! message that failed for good and was dropped = `rejected` with
+//! `ferry:undeliverable`; a message ferry cannot read = `rejected` with
+//! `amqp:decode-error`, counted. After
 //! a lost connection the broker requeues what was unsettled; a handle from
 //! the old connection then fails its settlement as transient, and the route
 //! leaves the message to that redelivery.
@@ -20,7 +22,7 @@ use fe2o3_amqp::link::delivery::DeliveryInfo;
 use fe2o3_amqp::link::{Receiver as LinkReceiver, RecvError};
 use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Body, Modified};
-use fe2o3_amqp::types::primitives::Value;
+use fe2o3_amqp::types::primitives::{Symbol, Value};
 use ferry_config::{Amqp10ReceiverConfig, Amqp10RetryOutcome};
 use ferry_core::TransportError;
 use ferry_core::ledger::{RedeliveryLedger, fingerprint};
@@ -33,6 +35,9 @@ use tracing::{debug, info, warn};
 
 use crate::connection::{Link, open, reconnect_backoff};
 use crate::ingress::to_envelope;
+
+/// The condition of a rejection for a message that failed for good.
+pub const UNDELIVERABLE: &str = "ferry:undeliverable";
 
 /// Keys the redelivery ledger remembers.
 const LEDGER_CAPACITY: usize = 100_000;
@@ -50,6 +55,8 @@ pub struct Amqp10Receiver {
 enum Settlement {
     Accept,
     Retry,
+    /// Failed for good: `rejected` with `ferry:undeliverable` and the reason.
+    Reject(String),
 }
 
 struct Command {
@@ -214,6 +221,10 @@ impl Amqp10Receiver {
                 }
                 Amqp10RetryOutcome::Released => link.release(cmd.info).await,
             },
+            Settlement::Reject(reason) => {
+                let condition = ErrorCondition::Custom(Symbol::from(UNDELIVERABLE));
+                link.reject(cmd.info, AmqpErrorBody::new(condition, Some(reason), None)).await
+            }
         };
         let _ = cmd.reply.send(result.map_err(|e| e.to_string()));
     }
@@ -334,6 +345,12 @@ impl DeliveryHandle for Amqp10DeliveryHandle {
             }
         });
         Ok(())
+    }
+
+    async fn reject(mut self: Box<Self>, reason: &str) -> Result<(), TransportError> {
+        let Some(info) = self.info.take() else { return Ok(()) };
+        self.ledger.forget(&self.key);
+        Self::send(&self.tx, info, Settlement::Reject(reason.to_owned())).await
     }
 
     fn redelivery_count(&self) -> Option<u32> {

@@ -7,12 +7,11 @@ use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Messa
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp as AmqpTime, Value};
 use ferry_config::{Amqp10ReceiverConfig, Amqp10RetryOutcome, Amqp10SenderConfig};
 use ferry_core::metrics::Metrics;
-use ferry_core::ports::{Delivery, OutboundMessage, Receiver, Sender};
+use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
+use ferry_tests::receiver::RunningReceiver;
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -28,34 +27,9 @@ fn receiver_config(queue: &str) -> Amqp10ReceiverConfig {
     }
 }
 
-struct Running {
-    deliveries: mpsc::Receiver<Delivery>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-    metrics: Metrics,
-}
-
-fn start_receiver(queue: &str) -> Running {
+fn start_receiver(queue: &str) -> (RunningReceiver, Metrics) {
     let metrics = Metrics::new();
-    let receiver = Amqp10Receiver::new("in", receiver_config(queue), metrics.clone());
-    let (tx, deliveries) = mpsc::channel(16);
-    let stop = CancellationToken::new();
-    let token = stop.clone();
-    let task = tokio::spawn(async move {
-        receiver.run(tx, token).await.expect("receiver runs");
-    });
-    Running { deliveries, stop, task, metrics }
-}
-
-impl Running {
-    async fn next(&mut self) -> Delivery {
-        tokio::time::timeout(WAIT, self.deliveries.recv()).await.expect("a delivery in time").expect("receiver alive")
-    }
-
-    async fn stop(self) {
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
+    (RunningReceiver::start(Amqp10Receiver::new("in", receiver_config(queue), metrics.clone()), 16), metrics)
 }
 
 async fn queue() -> (Rabbit, String) {
@@ -96,8 +70,8 @@ async fn receiver_maps_properties_and_accepts_on_ack() {
         .build();
     client.send(&format!("/amq/queue/{q}"), message).await;
 
-    let mut running = start_receiver(&q);
-    let d = running.next().await;
+    let (mut running, _) = start_receiver(&q);
+    let d = running.expect(WAIT).await;
     let e = &d.envelope;
     assert_eq!(e.id, "order-1");
     assert_eq!(e.subject.as_deref(), Some("order.created"));
@@ -134,18 +108,18 @@ async fn a_released_delivery_comes_back_counted_and_unreadable_bodies_are_reject
         .build();
     client.send(&format!("/amq/queue/{q}"), good).await;
 
-    let mut running = start_receiver(&q);
-    let d = running.next().await;
+    let (mut running, metrics) = start_receiver(&q);
+    let d = running.expect(WAIT).await;
     assert_eq!(d.envelope.payload().as_ref(), b"text body", "the poison message never reaches the route");
     assert_eq!(
         Metrics::count(
-            &running.metrics.ingress_rejected,
+            &metrics.ingress_rejected,
             &[("kind", "amqp10"), ("receiver", "in"), ("reason", "unsupported_body")]
         ),
         1
     );
     d.handle.release(Duration::from_millis(50), "test").await.expect("released");
-    let again = running.next().await;
+    let again = running.expect(WAIT).await;
     assert_eq!(again.envelope.id, "m-2");
     assert!(again.handle.redelivery_count() >= Some(1), "the retry is counted");
     again.handle.ack().await.expect("accepted");

@@ -7,14 +7,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use ferry_config::{MqttReceiverConfig, MqttSenderConfig};
 use ferry_core::metrics::Metrics;
-use ferry_core::ports::{Delivery, OutboundMessage, Receiver, Sender};
+use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, topic, user_property};
+use ferry_tests::receiver::RunningReceiver;
 use ferry_tests::unique;
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 fn receiver_config(url: &str, topic: &str, client_id: &str) -> MqttReceiverConfig {
     toml::from_str(&format!(
@@ -31,34 +30,11 @@ fn sender_config(url: &str, extra: &str) -> MqttSenderConfig {
     .expect("sender config")
 }
 
-struct RunningReceiver {
-    rx: mpsc::Receiver<Delivery>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl RunningReceiver {
-    async fn start(receiver: MqttReceiver) -> Self {
-        let (tx, rx) = mpsc::channel(100);
-        let stop = CancellationToken::new();
-        let token = stop.clone();
-        let task = tokio::spawn(async move {
-            receiver.run(tx, token).await.expect("receiver runs");
-        });
-        // Let it connect and subscribe.
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        Self { rx, stop, task }
-    }
-
-    async fn next(&mut self) -> Option<Delivery> {
-        tokio::time::timeout(Duration::from_secs(5), self.rx.recv()).await.ok().flatten()
-    }
-
-    async fn stop(self) {
-        drop(self.rx);
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
+/// Starts `receiver` and lets it connect and subscribe.
+async fn start(receiver: MqttReceiver) -> RunningReceiver {
+    let running = RunningReceiver::start(receiver, 100);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    running
 }
 
 #[tokio::test]
@@ -66,7 +42,7 @@ async fn receiver_maps_a_publish_as_the_seeds_say_and_counts_refused_properties(
     let base = unique("t/ingress");
     let metrics = Metrics::new();
     let name = unique("in");
-    let mut rx = RunningReceiver::start(MqttReceiver::new(
+    let mut rx = start(MqttReceiver::new(
         &name,
         receiver_config(&broker_url(), &format!("{base}/#"), &unique("ferry")),
         10,
@@ -100,7 +76,7 @@ async fn receiver_maps_a_publish_as_the_seeds_say_and_counts_refused_properties(
     };
     let before = Timestamp::now();
     publisher.publish(&format!("{base}/kitchen"), "{\"c\":21}", props).await;
-    let delivery = rx.next().await.expect("delivered");
+    let delivery = rx.next(Duration::from_secs(5)).await.expect("delivered");
     let e = &delivery.envelope;
     assert_eq!(e.payload().as_ref(), b"{\"c\":21}");
     assert_eq!(e.text_header("mqtt.topic"), Some(format!("{base}/kitchen").as_str()));
@@ -132,7 +108,7 @@ async fn poison_publishes_are_dropped_counted_and_acknowledged() {
     let name = unique("in");
     let client_id = unique("ferry");
     let config = receiver_config(&broker_url(), &format!("{base}/#"), &client_id);
-    let mut rx = RunningReceiver::start(MqttReceiver::new(&name, config.clone(), 10, metrics.clone())).await;
+    let mut rx = start(MqttReceiver::new(&name, config.clone(), 10, metrics.clone())).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
     let many: Vec<(String, String)> = (0..129).map(|i| (format!("k{i}"), "v".to_owned())).collect();
     publisher
@@ -140,7 +116,7 @@ async fn poison_publishes_are_dropped_counted_and_acknowledged() {
         .await;
     publisher.publish_with(&format!("{base}/b"), &"x".repeat(1025), &[]).await;
     publisher.publish_with(&format!("{base}/c"), "fine", &[("mqtt.message-id", "fine-1")]).await;
-    let d = rx.next().await.expect("the good message");
+    let d = rx.next(Duration::from_secs(5)).await.expect("the good message");
     assert_eq!(d.envelope.id, "fine-1");
     assert_eq!(d.envelope.text_header("mqtt.message-id"), Some("fine-1"));
     d.handle.ack().await.expect("ack");
@@ -158,8 +134,8 @@ async fn poison_publishes_are_dropped_counted_and_acknowledged() {
     rx.stop().await;
 
     // Poison was acknowledged: the same session does not get it back.
-    let mut again = RunningReceiver::start(MqttReceiver::new(&name, config, 10, Metrics::new())).await;
-    assert!(again.next().await.is_none(), "nothing is redelivered");
+    let mut again = start(MqttReceiver::new(&name, config, 10, Metrics::new())).await;
+    assert!(again.next(Duration::from_secs(5)).await.is_none(), "nothing is redelivered");
     again.stop().await;
 }
 
@@ -168,24 +144,24 @@ async fn an_unacknowledged_delivery_comes_back_on_the_next_session() {
     let base = unique("t/redeliver");
     let client_id = unique("ferry");
     let config = receiver_config(&broker_url(), &format!("{base}/#"), &client_id);
-    let mut rx = RunningReceiver::start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
+    let mut rx = start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
     publisher.publish_with(&format!("{base}/x"), "hold me", &[("mqtt.message-id", "held-1")]).await;
-    let first = rx.next().await.expect("first delivery");
+    let first = rx.next(Duration::from_secs(5)).await.expect("first delivery");
     assert_eq!(first.envelope.id, "held-1");
     // Released, not acked (what a stopping route does).
     first.handle.release(Duration::ZERO, "test").await.expect("release");
     rx.stop().await;
 
-    let mut rx = RunningReceiver::start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
-    let second = rx.next().await.expect("redelivered after reconnect");
+    let mut rx = start(MqttReceiver::new("in", config.clone(), 10, Metrics::new())).await;
+    let second = rx.next(Duration::from_secs(5)).await.expect("redelivered after reconnect");
     assert_eq!(second.envelope.id, "held-1");
     assert_eq!(second.envelope.payload().as_ref(), b"hold me");
     second.handle.ack().await.expect("ack");
     rx.stop().await;
 
-    let mut rx = RunningReceiver::start(MqttReceiver::new("in", config, 10, Metrics::new())).await;
-    assert!(rx.next().await.is_none(), "acked messages do not come back");
+    let mut rx = start(MqttReceiver::new("in", config, 10, Metrics::new())).await;
+    assert!(rx.next(Duration::from_secs(5)).await.is_none(), "acked messages do not come back");
     rx.stop().await;
 }
 

@@ -7,12 +7,11 @@ use std::time::Duration;
 
 use ferry_config::{SqsReceiverConfig, SqsSenderConfig};
 use ferry_core::metrics::Metrics;
-use ferry_core::ports::{Delivery, OutboundMessage, Receiver, Sender};
+use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue};
+use ferry_tests::receiver::RunningReceiver;
 use ferry_tests::sqs::{self, attribute, create_queue, depth, receive, require_aws_env, text};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 fn sender_config(url: &str, extra: &str) -> SqsSenderConfig {
     toml::from_str(&format!("queue_url = {url:?}\nendpoint_url = {:?}\n{extra}", sqs::endpoint())).expect("config")
@@ -162,33 +161,6 @@ async fn fifo_sends_keep_group_order_and_deduplicate_by_subject_and_identity() {
     assert_eq!(bodies, ["0", "1", "2", "3", "4", "5", "6", "7"]);
 }
 
-struct Running {
-    rx: mpsc::Receiver<Delivery>,
-    stop: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
-}
-
-async fn start_receiver(receiver: SqsReceiver) -> Running {
-    let (tx, rx) = mpsc::channel(10);
-    let stop = CancellationToken::new();
-    let token = stop.clone();
-    let task = tokio::spawn(async move {
-        receiver.run(tx, token).await.expect("receiver");
-    });
-    Running { rx, stop, task }
-}
-
-impl Running {
-    async fn next(&mut self, timeout: Duration) -> Option<Delivery> {
-        tokio::time::timeout(timeout, self.rx.recv()).await.ok().flatten()
-    }
-    async fn stop(self) {
-        drop(self.rx);
-        self.stop.cancel();
-        let _ = self.task.await;
-    }
-}
-
 #[tokio::test]
 async fn receiver_maps_acks_releases_and_counts_receives() {
     require_aws_env();
@@ -199,7 +171,7 @@ async fn receiver_maps_acks_releases_and_counts_receives() {
     attrs.insert("kind".to_owned(), text("temp"));
     attrs.insert("x-bridge.tenant-id".to_owned(), text("spoof"));
     sqs::send(&client, &url, "{\"n\":1}", attrs).await;
-    let mut rx = start_receiver(SqsReceiver::new("in", receiver_config(&url, ""), Metrics::new())).await;
+    let mut rx = RunningReceiver::start(SqsReceiver::new("in", receiver_config(&url, ""), Metrics::new()), 10);
 
     let d = rx.next(Duration::from_secs(10)).await.expect("delivered");
     let e = &d.envelope;
@@ -228,8 +200,10 @@ async fn a_held_message_stays_invisible_past_its_visibility_timeout() {
     let client = sqs::client();
     let (_, url) = create_queue(&client, "t-heartbeat", false).await;
     sqs::send(&client, &url, "slow", HashMap::new()).await;
-    let mut rx =
-        start_receiver(SqsReceiver::new("in", receiver_config(&url, "visibility_timeout = 1"), Metrics::new())).await;
+    let mut rx = RunningReceiver::start(
+        SqsReceiver::new("in", receiver_config(&url, "visibility_timeout = 1"), Metrics::new()),
+        10,
+    );
     let d = rx.next(Duration::from_secs(10)).await.expect("delivered");
     // Held for 3.5x the visibility timeout: the heartbeat keeps it hidden.
     tokio::time::sleep(Duration::from_millis(3500)).await;

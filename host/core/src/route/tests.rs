@@ -14,6 +14,7 @@ use crate::ports::{DeliverySink, Processor, Sender};
 #[derive(Debug, Clone, PartialEq)]
 enum Settled {
     Acked(String),
+    Rejected(String),
     Released(String),
 }
 
@@ -34,6 +35,10 @@ impl DeliveryHandle for FakeHandle {
     }
     async fn release(self: Box<Self>, _after: Duration, _reason: &str) -> Result<(), TransportError> {
         self.log.lock().expect("lock").push(Settled::Released(self.id.clone()));
+        Ok(())
+    }
+    async fn reject(self: Box<Self>, _reason: &str) -> Result<(), TransportError> {
+        self.log.lock().expect("lock").push(Settled::Rejected(self.id.clone()));
         Ok(())
     }
     fn redelivery_count(&self) -> Option<u32> {
@@ -316,7 +321,26 @@ async fn expired_messages_follow_on_expired() {
     run_until_settled(&h, 1).await;
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
     assert_eq!(Metrics::count(&h.route.metrics.dropped, &[("route", "r1"), ("reason", "expired")]), 1);
-    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("old".into())]);
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Rejected("old".into())], "dropped = refused at the source");
+}
+
+#[tokio::test]
+async fn a_dropped_permanent_failure_rejects_the_source_only_when_no_binding_got_it() {
+    let mut p = policy();
+    p.on_permanent_failure = FailureAction::Drop;
+    p.dispatch_mode = DispatchMode::FanOut;
+    let h = harness(vec![env("some")], vec![], 2, p.clone());
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::permanent("no route")));
+    run_until_settled(&h, 1).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("some".into())], "the other binding has it");
+
+    let h = harness(vec![env("none")], vec![], 2, p);
+    for s in &h.senders {
+        s.script.lock().expect("lock").push_back(Err(TransportError::permanent("no route")));
+    }
+    run_until_settled(&h, 1).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Rejected("none".into())]);
+    assert!(h.dlq.entries.lock().expect("lock").is_empty());
 }
 
 #[tokio::test]
