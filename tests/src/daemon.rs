@@ -24,6 +24,8 @@ pub fn ferry_binary() -> PathBuf {
 /// A working directory with a plugin folder and a config file.
 pub struct Workspace {
     pub dir: tempfile::TempDir,
+    /// Extra environment for every `ferry` this workspace runs.
+    env: Vec<(String, String)>,
 }
 
 impl Workspace {
@@ -35,7 +37,14 @@ impl Workspace {
             std::fs::copy(crate::plugin_file(name), dir.path().join("plugins").join(format!("{name}.wasm")))
                 .expect("copy plugin");
         }
-        Self { dir }
+        Self { dir, env: Vec::new() }
+    }
+
+    /// Sets environment variables for every `ferry` run here (configs may
+    /// use them as `${VAR}`).
+    pub fn with_env(mut self, vars: &[(&str, &str)]) -> Self {
+        self.env.extend(vars.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        self
     }
 
     pub fn path(&self) -> &Path {
@@ -51,7 +60,12 @@ impl Workspace {
 
     /// Runs `ferry <args>` to completion in this directory.
     pub fn ferry(&self, args: &[&str]) -> Output {
-        Command::new(ferry_binary()).args(args).current_dir(self.path()).output().expect("ferry runs")
+        Command::new(ferry_binary())
+            .args(args)
+            .current_dir(self.path())
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .output()
+            .expect("ferry runs")
     }
 
     /// The dead-letter entries written so far.
@@ -76,6 +90,7 @@ impl Daemon {
             .current_dir(ws.path())
             .env("NO_COLOR", "1")
             .envs(crate::sqs::aws_env())
+            .envs(ws.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()

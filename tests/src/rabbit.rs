@@ -58,14 +58,16 @@ impl Rabbit {
         let _ = self.channel.queue_delete(name.into(), QueueDeleteOptions::default()).await;
     }
 
-    /// Declares an exchange and binds `queue` to it with `key`.
+    /// Declares a durable exchange (as ferry does).
     pub async fn declare_exchange(&self, name: &str, kind: ExchangeKind) {
+        let options = ExchangeDeclareOptions { durable: true, ..Default::default() };
         self.channel
-            .exchange_declare(name.into(), kind, ExchangeDeclareOptions::default(), FieldTable::default())
+            .exchange_declare(name.into(), kind, options, FieldTable::default())
             .await
             .expect("exchange.declare");
     }
 
+    /// Binds `queue` to `exchange` with `key`.
     pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
         self.channel
             .queue_bind(queue.into(), exchange.into(), key.into(), QueueBindOptions::default(), FieldTable::default())

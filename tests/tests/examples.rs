@@ -1,0 +1,184 @@
+//! Every config in `examples/` passes `ferry validate`, and each bridge
+//! example carries a message end to end on the real brokers (names made
+//! unique through the `${VAR:-default}` hooks the examples expose).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
+use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
+use ferry_tests::sqs::{self, attribute, create_queue, receive, text};
+use ferry_tests::{repo_root, unique};
+use lapin::BasicProperties;
+use lapin::types::AMQPValue;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+fn example(name: &str) -> String {
+    std::fs::read_to_string(repo_root().join("examples").join(name)).expect("example exists")
+}
+
+/// Polls an SQS queue until a message arrives.
+async fn first_sqs_message(client: &aws_sdk_sqs::Client, url: &str) -> aws_sdk_sqs::types::Message {
+    for _ in 0..10 {
+        if let Some(m) = receive(client, url, Duration::from_secs(2)).await.into_iter().next() {
+            return m;
+        }
+    }
+    panic!("nothing arrived in {url}");
+}
+
+#[test]
+fn every_example_validates() {
+    let ws = Workspace::with_plugins(&["filter"]);
+    let mut names: Vec<_> = std::fs::read_dir(repo_root().join("examples"))
+        .expect("examples/")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+        .collect();
+    names.sort();
+    assert!(names.len() >= 6, "{names:?}");
+    for path in names {
+        let out = ws.ferry(&["validate", "-c", &path.to_string_lossy()]);
+        assert!(out.status.success(), "{} does not validate: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_amqp10_example_carries_a_reading() {
+    let rabbit = Rabbit::connect().await;
+    let queue = unique("ex-readings");
+    rabbit.declare_queue(&queue).await;
+    let base = unique("ex/sensors");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_MQTT_TOPICS", &format!("{base}/#")),
+        ("FERRY_MQTT_CLIENT_ID", &unique("ex-in")),
+        ("FERRY_AMQP_QUEUE", &queue),
+    ]);
+    ws.config(&example("mqtt-to-amqp10.toml"));
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher
+        .publish_with(&format!("{base}/kitchen"), "21.5", &[("gobridge.subject", "reading"), ("room", "kitchen")])
+        .await;
+    let mut client = Amqp10Client::connect(URL10).await;
+    let got = client.receive(&format!("/amq/queue/{queue}"), 1, WAIT).await;
+    let m = got.first().expect("the reading reached RabbitMQ");
+    assert_eq!(m.properties.as_ref().and_then(|p| p.subject.as_deref()), Some("reading"));
+    assert!(daemon.terminate().success());
+    client.close().await;
+    rabbit.delete_queue(&queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn amqp091_to_sqs_fanout_example_delivers_to_both_queues() {
+    sqs::require_aws_env();
+    let client = sqs::client();
+    let (audit_name, audit) = create_queue(&client, "ex-audit", false).await;
+    let (billing_name, billing) = create_queue(&client, "ex-billing", false).await;
+    let rabbit = Rabbit::connect().await;
+    let (queue, exchange) = (unique("ex-orders"), unique("ex-events"));
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_AMQP_QUEUE", &queue),
+        ("FERRY_AMQP_EXCHANGE", &exchange),
+        ("FERRY_SQS_AUDIT_QUEUE", &audit_name),
+        ("FERRY_SQS_BILLING_QUEUE", &billing_name),
+        ("FERRY_SQS_ENDPOINT", &sqs::endpoint()),
+    ]);
+    ws.config(&example("amqp091-to-sqs-fanout.toml"));
+    let daemon = Daemon::start(&ws, 1);
+    rabbit.wait_for_consumer(&queue, WAIT).await;
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert("amount".into(), AMQPValue::LongLongInt(42));
+    let props = BasicProperties::default().with_message_id("order-1".into()).with_headers(headers);
+    rabbit.publish(&exchange, "orders.new", b"{\"order\":1}", props).await;
+    for url in [&audit, &billing] {
+        let m = first_sqs_message(&client, url).await;
+        assert_eq!(m.body(), Some("{\"order\":1}"));
+        assert_eq!(attribute(&m, "amqp091.message-id"), Some("order-1"));
+        assert_eq!(attribute(&m, "amount"), Some("42"));
+    }
+    assert!(daemon.terminate().success());
+    rabbit.delete_queue(&queue).await;
+    rabbit.delete_exchange(&exchange).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqs_to_amqp091_example_routes_by_region() {
+    sqs::require_aws_env();
+    let client = sqs::client();
+    let (inbox_name, inbox) = create_queue(&client, "ex-inbox", false).await;
+    let rabbit = Rabbit::connect().await;
+    let (exchange, eu) = (unique("ex-orders-x"), unique("ex-orders-eu"));
+    rabbit.declare_queue(&eu).await;
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_SQS_QUEUE", &inbox_name),
+        ("FERRY_SQS_ENDPOINT", &sqs::endpoint()),
+        ("FERRY_AMQP_EXCHANGE", &exchange),
+    ]);
+    ws.config(&example("sqs-to-amqp091-by-content.toml"));
+    let daemon = Daemon::start(&ws, 2);
+    // The sender declared the exchange at connect.
+    rabbit.bind(&eu, &exchange, "orders.eu").await;
+    let mut attrs = HashMap::new();
+    attrs.insert("region".to_owned(), text("eu"));
+    attrs.insert("Subject".to_owned(), text("order.created"));
+    sqs::send(&client, &inbox, "{\"order\":2}", attrs).await;
+    let got = rabbit.get(&eu, WAIT).await.expect("routed to orders.eu");
+    assert_eq!(got.delivery.routing_key.as_str(), "orders.eu");
+    let headers = got.delivery.properties.headers().as_ref().expect("headers").inner();
+    assert_eq!(headers.get("gobridge.subject"), Some(&AMQPValue::LongString("order.created".into())));
+    assert!(daemon.terminate().success());
+    rabbit.delete_queue(&eu).await;
+    rabbit.delete_exchange(&exchange).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_sqs_example_carries_telemetry() {
+    sqs::require_aws_env();
+    let client = sqs::client();
+    let (name, url) = create_queue(&client, "ex-telemetry", false).await;
+    let base = unique("ex/telemetry");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_MQTT_TOPICS", &format!("{base}/#")),
+        ("FERRY_MQTT_CLIENT_ID", &unique("ex-tel")),
+        ("FERRY_SQS_QUEUE", &name),
+        ("FERRY_SQS_ENDPOINT", &sqs::endpoint()),
+    ]);
+    ws.config(&example("mqtt-to-sqs.toml"));
+    let daemon = Daemon::start(&ws, 1);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("{base}/pump-1"), "{\"rpm\":900}", &[("site", "north")]).await;
+    let m = first_sqs_message(&client, &url).await;
+    assert_eq!(m.body(), Some("{\"rpm\":900}"));
+    assert_eq!(attribute(&m, "mqtt.topic"), Some(format!("{base}/pump-1").as_str()));
+    assert_eq!(attribute(&m, "site"), Some("north"));
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqs_to_mqtt_example_publishes_to_the_device_topic() {
+    sqs::require_aws_env();
+    let client = sqs::client();
+    let (name, url) = create_queue(&client, "ex-commands", false).await;
+    let prefix = unique("ex/devices");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_SQS_QUEUE", &name),
+        ("FERRY_SQS_ENDPOINT", &sqs::endpoint()),
+        ("FERRY_MQTT_CLIENT_ID", &unique("ex-cmd")),
+        ("FERRY_MQTT_PREFIX", &prefix),
+    ]);
+    ws.config(&example("sqs-to-mqtt.toml"));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{prefix}/#")).await;
+    let mut attrs = HashMap::new();
+    attrs.insert("device".to_owned(), text("d-7"));
+    sqs::send(&client, &url, "reboot", attrs).await;
+    let p = sub.next(WAIT).await.expect("the command reached MQTT");
+    assert_eq!(topic(&p), format!("{prefix}/d-7/commands"));
+    assert_eq!(p.payload.as_ref(), b"reboot");
+    assert_eq!(user_property(&p, "device"), Some("d-7"));
+    assert!(daemon.terminate().success());
+}
