@@ -125,6 +125,7 @@ impl Receiver for MqttReceiver {
             let (client, mut events) =
                 AsyncClient::new(self.client_options()?, usize::from(self.receive_maximum) * 2 + 16);
             let alive = Arc::new(AtomicBool::new(true));
+            let mut session_present = false;
             let stopped = loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => break true,
@@ -133,9 +134,7 @@ impl Receiver for MqttReceiver {
                 match event {
                     Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                         failures = 0;
-                        info!(receiver, url = %redacted(&self.connection.url), session_present = ack.session_present, "connected");
-                        self.metrics.connections.get_or_create(&labels).inc();
-                        self.metrics.connected.get_or_create(&labels).set(1);
+                        session_present = ack.session_present;
                         let filters = self.config.topics.iter().map(|t| Filter::new(t.clone(), self.qos()));
                         if let Err(e) = client.subscribe_many(filters).await {
                             warn!(receiver, error = %e, "subscribe request failed");
@@ -147,6 +146,11 @@ impl Receiver for MqttReceiver {
                                 warn!(receiver, %topic, ?code, "broker refused subscription");
                             }
                         }
+                        // Connected means subscribed: from here on what is
+                        // published to the topics reaches this receiver.
+                        info!(receiver, url = %redacted(&self.connection.url), session_present, "connected");
+                        self.metrics.connections.get_or_create(&labels).inc();
+                        self.metrics.connected.get_or_create(&labels).set(1);
                     }
                     Ok(Event::Incoming(Packet::Publish(publish))) => {
                         if accepting && !self.on_publish(publish, &client, &alive, &sink).await {
