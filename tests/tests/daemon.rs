@@ -318,3 +318,36 @@ fn render_shows_the_resolved_config_without_passwords() {
     assert_eq!(json["routes"][0]["max_in_flight"], 100);
     assert!(!stdout.contains("hunter2"));
 }
+
+#[test]
+fn secrets_read_from_files_reach_the_config_but_never_the_rendered_output() {
+    let ws = Workspace::with_plugins(&[]);
+    std::fs::write(ws.path().join("sender-url"), format!("{}\n", broker_url())).expect("secret file");
+    std::fs::write(ws.path().join("client-id"), "sekrit-client-7").expect("secret file");
+    // The sender's url and client id come from files.
+    let mut in_sender = false;
+    let text: Vec<String> = config(&broker_url(), "a", &broker_url(), "b", "", "", "")
+        .lines()
+        .map(|line| {
+            if line.starts_with('[') {
+                in_sender = line == "[senders.out]";
+            }
+            match line {
+                l if in_sender && l.starts_with("url = ") => "url = { file = \"sender-url\" }".to_owned(),
+                l if in_sender && l.starts_with("client_id = ") => "client_id = { file = \"client-id\" }".to_owned(),
+                l => l.to_owned(),
+            }
+        })
+        .collect();
+    let text = text.join("\n");
+    assert!(text.contains("{ file = \"client-id\" }"), "the test config changed shape:\n{text}");
+    ws.config(&text);
+    let validate = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    assert!(validate.status.success(), "{}", String::from_utf8_lossy(&validate.stderr));
+    let out = ws.ferry(&["render", "-c", "ferry.toml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(!stdout.contains("sekrit-client-7"), "{stdout}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).expect("json");
+    assert_eq!(json["senders"]["out"]["client_id"], "****");
+}

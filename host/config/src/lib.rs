@@ -1,7 +1,8 @@
 //! ferry's configuration file.
 //!
 //! - [`schema`]: the TOML shape, every key documented where it is defined.
-//! - [`substitute`]: `${VAR}` / `${VAR:-default}` expansion in string values.
+//! - [`substitute`]: `${VAR}` / `${VAR:-default}` expansion in string values,
+//!   and `{ file = "..." }` secrets.
 //! - [`load`] / [`parse`]: text -> substituted -> typed -> validated
 //!   [`Config`], or a [`ConfigError`] naming the offending key path.
 //!
@@ -38,9 +39,15 @@ impl ConfigError {
 
 /// Reads, substitutes, parses and validates a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
+    load_with_secrets(path).map(|(config, _)| config)
+}
+
+/// [`load`], also returning the text of every secret file the config read
+/// (`{ file = "..." }`), for output that must not show them.
+pub fn load_with_secrets(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("(file)", format!("cannot read {}: {e}", path.display())))?;
-    parse_with_env(&text, &|name| std::env::var(name).ok())
+    parse_collecting_secrets(&text, &|name| std::env::var(name).ok())
 }
 
 /// Parses and validates config text using the process environment.
@@ -50,15 +57,23 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
 
 /// Parses and validates config text, resolving `${VAR}` with `env`.
 pub fn parse_with_env(text: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    parse_collecting_secrets(text, env).map(|(config, _)| config)
+}
+
+fn parse_collecting_secrets(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<(Config, Vec<String>), ConfigError> {
     let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::new("(file)", toml_message(&e)))?;
-    substitute::substitute_value(&mut value, "", env)?;
+    let mut secrets = Vec::new();
+    substitute::substitute_value(&mut value, "", env, &mut secrets)?;
     let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { "(file)".to_owned() } else { path };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
     validate::validate(&config)?;
-    Ok(config)
+    Ok((config, secrets))
 }
 
 fn toml_message(e: &toml::de::Error) -> String {

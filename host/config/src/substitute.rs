@@ -1,32 +1,58 @@
 //! `${VAR}` and `${VAR:-default}` expansion in every string value of the
-//! config (keys are never expanded). `$$` stands for a literal `$`.
+//! config (keys are never expanded; `$$` stands for a literal `$`), and
+//! secrets read from files: a table whose only key is `file`, such as
+//! `url = { file = "/run/secrets/amqp-url" }`, becomes the file's text
+//! (one trailing newline removed). The path may use `${VAR}`; the file's
+//! text is taken as it is.
 
 use crate::ConfigError;
 
-/// Expands every string inside `value`, reporting errors at their key path.
+/// Expands every string inside `value`, reporting errors at their key
+/// path. The text of every secret file read is pushed to `secrets`, so
+/// that output meant for people can mask it.
 pub fn substitute_value(
     value: &mut toml::Value,
     path: &str,
     env: &dyn Fn(&str) -> Option<String>,
+    secrets: &mut Vec<String>,
 ) -> Result<(), ConfigError> {
+    if let Some(file) = secret_file(value) {
+        let file = expand(file, env).map_err(|m| ConfigError::new(format!("{path}.file"), m))?;
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| ConfigError::new(format!("{path}.file"), format!("cannot read secret file {file}: {e}")))?;
+        let text = text.strip_suffix('\n').map(|t| t.strip_suffix('\r').unwrap_or(t)).unwrap_or(&text).to_owned();
+        if !text.is_empty() {
+            secrets.push(text.clone());
+        }
+        *value = toml::Value::String(text);
+        return Ok(());
+    }
     match value {
         toml::Value::String(s) => {
             *s = expand(s, env).map_err(|m| ConfigError::new(path, m))?;
         }
         toml::Value::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
-                substitute_value(item, &format!("{path}[{i}]"), env)?;
+                substitute_value(item, &format!("{path}[{i}]"), env, secrets)?;
             }
         }
         toml::Value::Table(table) => {
             for (k, v) in table.iter_mut() {
                 let child = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
-                substitute_value(v, &child, env)?;
+                substitute_value(v, &child, env, secrets)?;
             }
         }
         _ => {}
     }
     Ok(())
+}
+
+/// The path of a `{ file = "..." }` table.
+fn secret_file(value: &toml::Value) -> Option<&str> {
+    match value {
+        toml::Value::Table(t) if t.len() == 1 => t.get("file").and_then(toml::Value::as_str),
+        _ => None,
+    }
 }
 
 /// Expands one string.

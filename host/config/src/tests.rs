@@ -205,3 +205,38 @@ sender = "o10"
         assert!(err.path.starts_with(path), "expected {path}, got {err}");
     }
 }
+
+#[test]
+fn secrets_come_from_files_and_are_reported_for_masking() {
+    let dir = std::env::temp_dir().join(format!("ferry-secret-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let file = dir.join("amqp-url");
+    std::fs::write(&file, "amqp://ferry:pa55@rabbit:5672/%2f\n").expect("write secret");
+    let text = format!(
+        r#"
+[receivers.in]
+type = "amqp091"
+url = {{ file = "${{SECRETS}}/amqp-url" }}
+queue = "q"
+[senders.out]
+type = "mqtt"
+url = "mqtt://127.0.0.1"
+[[routes]]
+id = "r"
+receiver = "in"
+[[routes.bindings]]
+sender = "out"
+"#
+    );
+    let env = |n: &str| (n == "SECRETS").then(|| dir.to_string_lossy().into_owned());
+    let (c, secrets) = parse_collecting_secrets(&text, &env).expect("valid");
+    let ReceiverConfig::Amqp091(r) = &c.receivers["in"] else { panic!("amqp091 receiver") };
+    assert_eq!(r.url, "amqp://ferry:pa55@rabbit:5672/%2f", "the trailing newline is not part of it");
+    assert_eq!(secrets, vec![r.url.clone()]);
+
+    let missing = text.replace("amqp-url", "nope");
+    let err = parse_with_env(&missing, &env).expect_err("missing file");
+    assert_eq!(err.path, "receivers.in.url.file");
+    assert!(err.message.contains("cannot read secret file"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -28,10 +28,11 @@ pub fn validate(path: &Path) -> ExitCode {
 }
 
 /// `ferry render`: the resolved config (defaults filled in, `${VAR}`
-/// substituted) as JSON, with passwords in URLs masked.
+/// substituted) as JSON, with passwords in URLs and every secret read from
+/// a file masked.
 pub fn render(path: &Path) -> ExitCode {
-    match ferry_config::load(path) {
-        Ok(config) => {
+    match ferry_config::load_with_secrets(path) {
+        Ok((config, secrets)) => {
             let mut value = match serde_json::to_value(&config) {
                 Ok(v) => v,
                 Err(e) => {
@@ -39,7 +40,7 @@ pub fn render(path: &Path) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            mask_secrets(&mut value);
+            mask_secrets(&mut value, &secrets);
             match serde_json::to_string_pretty(&value) {
                 Ok(text) => {
                     println!("{text}");
@@ -58,8 +59,9 @@ pub fn render(path: &Path) -> ExitCode {
     }
 }
 
-/// Masks the password of every `url` value.
-fn mask_secrets(value: &mut serde_json::Value) {
+/// Masks the password of every `url` value, and the text of every secret
+/// file wherever it appears.
+fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
@@ -70,12 +72,18 @@ fn mask_secrets(value: &mut serde_json::Value) {
                 {
                     let _ = url.set_password(Some("****"));
                     *s = url.to_string();
-                } else {
-                    mask_secrets(v);
+                }
+                mask_secrets(v, secrets);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(|v| mask_secrets(v, secrets)),
+        serde_json::Value::String(s) => {
+            for secret in secrets {
+                if s.contains(secret.as_str()) {
+                    *s = s.replace(secret.as_str(), "****");
                 }
             }
         }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(mask_secrets),
         _ => {}
     }
 }
@@ -149,8 +157,17 @@ mod tests {
     #[test]
     fn url_passwords_are_masked() {
         let mut v = serde_json::json!({"senders": {"a": {"url": "mqtt://u:secret@h:1883"}}, "x": ["mqtt://no-pass"]});
-        mask_secrets(&mut v);
+        mask_secrets(&mut v, &[]);
         assert_eq!(v["senders"]["a"]["url"], "mqtt://u:****@h:1883");
         assert!(!v.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn secrets_from_files_are_masked_wherever_they_appear() {
+        let mut v =
+            serde_json::json!({"r": {"url": "amqp://user@h/s3cr3t-vhost", "config": {"token": "s3cr3t-vhost"}}});
+        mask_secrets(&mut v, &["s3cr3t-vhost".to_owned()]);
+        assert!(!v.to_string().contains("s3cr3t"), "{v}");
+        assert_eq!(v["r"]["config"]["token"], "****");
     }
 }
