@@ -212,11 +212,10 @@ fn secrets_come_from_files_and_are_reported_for_masking() {
     std::fs::create_dir_all(&dir).expect("dir");
     let file = dir.join("amqp-url");
     std::fs::write(&file, "amqp://ferry:pa55@rabbit:5672/%2f\n").expect("write secret");
-    let text = format!(
-        r#"
+    let text = r#"
 [receivers.in]
 type = "amqp091"
-url = {{ file = "${{SECRETS}}/amqp-url" }}
+url = { file = "${SECRETS}/amqp-url" }
 queue = "q"
 [senders.out]
 type = "mqtt"
@@ -226,10 +225,9 @@ id = "r"
 receiver = "in"
 [[routes.bindings]]
 sender = "out"
-"#
-    );
+"#;
     let env = |n: &str| (n == "SECRETS").then(|| dir.to_string_lossy().into_owned());
-    let (c, secrets) = parse_collecting_secrets(&text, &env).expect("valid");
+    let (c, secrets) = parse_collecting_secrets(text, &env).expect("valid");
     let ReceiverConfig::Amqp091(r) = &c.receivers["in"] else { panic!("amqp091 receiver") };
     assert_eq!(r.url, "amqp://ferry:pa55@rabbit:5672/%2f", "the trailing newline is not part of it");
     assert_eq!(secrets, vec![r.url.clone()]);
