@@ -81,6 +81,9 @@ async fn metrics_move_with_the_messages_and_count_every_seed_counter() {
     let text = wait_for_sample(&admin, "ferry_messages_acked_total", "route=\"r1\"", 4.0, Duration::from_secs(5));
     assert_eq!(sample(&text, "ferry_messages_received_total", "route=\"r1\""), Some(4.0));
     assert_eq!(sample(&text, "ferry_messages_sent_total", "binding=\"out\""), Some(3.0));
+    assert_eq!(sample(&text, "ferry_message_age_at_egress_seconds_count", "binding=\"out\""), Some(3.0));
+    // Observed right after the settlement: one latency sample per delivery.
+    wait_for_sample(&admin, "ferry_delivery_latency_seconds_count", "route=\"r1\"", 4.0, Duration::from_secs(5));
     assert_eq!(sample(&text, "ferry_messages_dead_lettered_total", "reason=\"plugin_rejected\""), Some(1.0));
     assert_eq!(sample(&text, "ferry_mqtt_ingress_header_dropped_total", "receiver=\"in\""), Some(1.0));
     assert_eq!(sample(&text, "ferry_mqtt_ingress_poison_dropped_total", "reason=\"payload_too_large\""), Some(1.0));

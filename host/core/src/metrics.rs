@@ -14,6 +14,7 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 /// Label set: ordered (name, value) pairs.
@@ -22,6 +23,12 @@ pub type Labels = Vec<(String, String)>;
 pub type CounterFamily = Family<Labels, Counter>;
 /// A gauge family keyed by labels.
 pub type GaugeFamily = Family<Labels, Gauge>;
+/// A histogram family keyed by labels (seconds, 0.5 ms to about 9 min).
+pub type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0005, 2.0, 21))
+}
 
 /// Builds a label set from string pairs.
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -80,6 +87,13 @@ pub struct Metrics {
     /// Whether a transport client is connected now (1/0). Labels: kind,
     /// role, name.
     pub connected: GaugeFamily,
+    /// Time from a delivery's arrival in the route to its settlement at the
+    /// source (ack, reject or release), in seconds. Labels: route.
+    pub delivery_latency: HistogramFamily,
+    /// Age of a message when a target accepted it: the acceptance time
+    /// minus the envelope's creation time (the source's send time when the
+    /// transport carries one), in seconds. Labels: route, binding.
+    pub age_at_egress: HistogramFamily,
     /// Plugin calls by outcome. Labels: plugin, route, outcome (`pass`,
     /// `drop`, `route`, `retry`, `reject`, `trap`, `deadline`).
     pub plugin_calls: CounterFamily,
@@ -131,6 +145,18 @@ impl Metrics {
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
         let route_running = GaugeFamily::default();
         registry.register("route_running", "Whether a route is running (1/0)", route_running.clone());
+        let delivery_latency: HistogramFamily = Family::new_with_constructor(seconds_histogram);
+        registry.register(
+            "delivery_latency_seconds",
+            "From arrival in the route to settlement at the source",
+            delivery_latency.clone(),
+        );
+        let age_at_egress: HistogramFamily = Family::new_with_constructor(seconds_histogram);
+        registry.register(
+            "message_age_at_egress_seconds",
+            "Age of a message (since its creation time) when a target accepted it",
+            age_at_egress.clone(),
+        );
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
@@ -153,6 +179,8 @@ impl Metrics {
             amqp_header_dropped,
             connections,
             connected,
+            delivery_latency,
+            age_at_egress,
             plugin_calls,
         }
     }

@@ -177,10 +177,15 @@ impl Route {
         Metrics::inc(&self.metrics.received, &[("route", route)]);
         let gauge = self.metrics.in_flight.get_or_create(&crate::metrics::labels(&[("route", route)])).clone();
         gauge.inc();
+        let arrived = std::time::Instant::now();
         async {
             apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
             let settle = self.decide(envelope, handle.as_ref(), shutdown).await;
             self.settle(handle, settle).await;
+            self.metrics
+                .delivery_latency
+                .get_or_create(&crate::metrics::labels(&[("route", route)]))
+                .observe(arrived.elapsed().as_secs_f64());
         }
         .instrument(span)
         .await;
@@ -290,7 +295,14 @@ impl Route {
                 let binding = &self.bindings[plan.binding];
                 let msg = OutboundMessage { envelope: envelope.clone(), address: plan.address.clone() };
                 match binding.sender.send(msg).await {
-                    Ok(()) => Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]),
+                    Ok(()) => {
+                        Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]);
+                        let age_ms = Timestamp::now().as_millis().saturating_sub(envelope.created_at.as_millis());
+                        self.metrics
+                            .age_at_egress
+                            .get_or_create(&crate::metrics::labels(&[("route", route), ("binding", &binding.id)]))
+                            .observe(age_ms.max(0) as f64 / 1000.0);
+                    }
                     Err(error) if error.is_transient() => {
                         warn!(binding = %binding.id, address = %plan.address, %error, attempt, "send failed, will retry");
                         last_error = error.reason;

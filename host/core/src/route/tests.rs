@@ -198,6 +198,9 @@ async fn direct_hold_acks_only_after_the_send_and_keeps_the_subject() {
     assert_eq!(sent[0].envelope.text_header("x-bridge.route-id"), Some("r1"));
     assert_eq!(sent[0].envelope.text_header("x-bridge.source-id"), Some("in"));
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+    let text = h.route.metrics.render();
+    assert!(text.contains("ferry_delivery_latency_seconds_count{route=\"r1\"} 1"), "{text}");
+    assert!(text.contains("ferry_message_age_at_egress_seconds_count{route=\"r1\",binding=\"b0\"} 1"), "{text}");
 }
 
 #[tokio::test]
