@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, topic, user_property};
+use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, free_port, topic, user_property};
 use ferry_tests::unique;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
@@ -350,4 +350,52 @@ fn secrets_read_from_files_reach_the_config_but_never_the_rendered_output() {
     assert!(!stdout.contains("sekrit-client-7"), "{stdout}");
     let json: serde_json::Value = serde_json::from_str(&stdout).expect("json");
     assert_eq!(json["senders"]["out"]["client_id"], "****");
+}
+
+#[test]
+fn failing_connections_never_log_their_password() {
+    // Nothing listens on these ports: every client keeps failing and logs it.
+    let dead = |scheme: &str| format!("{scheme}://ferry:topsecret-pw@127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "amqp091"
+url = "{a091}/%2f"
+queue = "q"
+reconnect_initial_ms = 50
+reconnect_max_ms = 100
+[senders.mqtt]
+type = "mqtt"
+url = "{mqtt}"
+reconnect_initial_ms = 50
+reconnect_max_ms = 100
+[senders.a10]
+type = "amqp10"
+url = "{a10}"
+address = "q"
+reconnect_initial_ms = 50
+reconnect_max_ms = 100
+[[routes]]
+id = "r"
+receiver = "in"
+dispatch_mode = "fan_out"
+[[routes.bindings]]
+sender = "mqtt"
+address = "t"
+[[routes.bindings]]
+sender = "a10"
+"#,
+        a091 = dead("amqp"),
+        mqtt = dead("mqtt"),
+        a10 = dead("amqp"),
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    daemon.wait_for_line(&["receiver=\"in\"", "reconnecting"], Duration::from_secs(20));
+    daemon.wait_for_line(&["sender=\"mqtt\"", "reconnecting"], Duration::from_secs(20));
+    daemon.wait_for_line(&["sender=a10", "retrying"], Duration::from_secs(20));
+    let log = daemon.log_text();
+    assert!(!log.contains("topsecret-pw"), "a password reached the log:\n{log}");
+    assert!(log.contains("ferry:****@127.0.0.1"), "the masked URL is logged:\n{log}");
+    assert!(daemon.terminate().success());
 }
