@@ -152,6 +152,13 @@ impl Daemon {
         self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
     }
 
+    /// Sends a signal (`HUP`, `TERM`, ...) without waiting.
+    pub fn signal(&self, name: &str) {
+        if let Some(child) = self.child.as_ref() {
+            let _ = Command::new("kill").arg(format!("-{name}")).arg(child.id().to_string()).status();
+        }
+    }
+
     /// SIGTERM, then waits for the exit status.
     pub fn terminate(mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");

@@ -397,5 +397,10 @@ sender = "a10"
     let log = daemon.log_text();
     assert!(!log.contains("topsecret-pw"), "a password reached the log:\n{log}");
     assert!(log.contains("ferry:****@127.0.0.1"), "the masked URL is logged:\n{log}");
+    // SIGHUP (sent by log rotation and service managers) must not stop it.
+    daemon.signal("HUP");
+    daemon.wait_for_line(&["SIGHUP", "ignored"], Duration::from_secs(10));
+    let mut daemon = daemon;
+    assert!(daemon.is_running(), "SIGHUP ended the daemon");
     assert!(daemon.terminate().success());
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use ferry_core::metrics::Metrics;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::wiring::{Bridge, build_processors};
 
@@ -139,13 +139,26 @@ pub async fn run(path: &Path) -> ExitCode {
 
 async fn signal_shutdown(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
+        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
+    else {
         error!("cannot install signal handlers; stop ferry with SIGKILL");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => info!("SIGTERM: shutting down"),
-        _ = int.recv() => info!("SIGINT: shutting down"),
+    loop {
+        tokio::select! {
+            _ = term.recv() => {
+                info!("SIGTERM: shutting down");
+                break;
+            }
+            _ = int.recv() => {
+                info!("SIGINT: shutting down");
+                break;
+            }
+            // SIGHUP would end the process by default; reloading is not
+            // there yet, so it is logged and ignored.
+            _ = hup.recv() => warn!("SIGHUP: reloading is not supported yet; ignored, ferry keeps running"),
+        }
     }
     shutdown.cancel();
 }
