@@ -8,6 +8,7 @@
 //! - [`daemon`]: runs the `ferry` binary on a config and stops it.
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
 //! - [`receiver`]: a transport receiver running in the background.
+//! - [`tls`]: a throwaway CA and server certificate for TLS tests.
 //! - [`sqs`]: queues of their own on the SQS endpoint (moto_server).
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
@@ -20,6 +21,7 @@ pub mod mqtt;
 pub mod rabbit;
 pub mod receiver;
 pub mod sqs;
+pub mod tls;
 
 use std::path::PathBuf;
 

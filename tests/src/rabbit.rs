@@ -224,17 +224,30 @@ pub struct PrivateRabbit {
 impl PrivateRabbit {
     /// Starts one with the AMQP 1.0 plugin and waits until it is ready.
     pub async fn start() -> Self {
-        // rabbitmqctl takes ports 35672-35682 for itself; stay clear.
-        let mut port = crate::mqtt::free_port();
-        while (35_000..36_000).contains(&port) || port > 64_000 {
-            port = crate::mqtt::free_port();
-        }
+        Self::start_with("").await
+    }
+
+    /// Starts one with extra `rabbitmq.conf` lines (e.g. a TLS listener).
+    pub async fn start_with(conf: &str) -> Self {
+        let port = Self::free_port();
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
+        std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
         let node = format!("{}@localhost", crate::unique("ferrytest"));
         let mut r = Self { port, node, dir, child: None };
         r.restart().await;
         r
+    }
+
+    /// A free port clear of the range rabbitmqctl takes (35672-35682) and
+    /// with room for the distribution port above it.
+    pub fn free_port() -> u16 {
+        loop {
+            let port = crate::mqtt::free_port();
+            if !(35_000..36_000).contains(&port) && port < 64_000 {
+                return port;
+            }
+        }
     }
 
     pub fn url091(&self) -> String {

@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::TlsConfig;
+
 /// Reconnect delays shared by every AMQP client: capped exponential backoff
 /// with jitter, starting again from `reconnect_initial_ms` after a
 /// connection that worked.
@@ -128,8 +130,12 @@ impl RoutingKeys {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp091ReceiverConfig {
-    /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`).
+    /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`;
+    /// port 5672), or `amqps://` for TLS (port 5671).
     pub url: String,
+    /// TLS files for `amqps://` (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// Queue to consume.
     pub queue: String,
     /// Only check that the queue exists (queue.declare passive) instead of
@@ -169,8 +175,12 @@ pub struct Amqp091ReceiverConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp091SenderConfig {
-    /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`).
+    /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`;
+    /// port 5672), or `amqps://` for TLS (port 5671).
     pub url: String,
+    /// TLS files for `amqps://` (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// Exchange to publish to. Default `""` (the default exchange, where the
     /// routing key is a queue name).
     #[serde(default)]

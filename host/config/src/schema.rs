@@ -118,11 +118,30 @@ pub enum SenderConfig {
     Amqp091(Amqp091SenderConfig),
 }
 
+/// `tls = { ... }`: TLS files for `mqtts://` and `amqps://` connections.
+/// Without `ca_file` the system's trusted roots verify the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM file of the CA certificates that may sign the broker's
+    /// certificate (instead of the system roots).
+    #[serde(default)]
+    pub ca_file: Option<String>,
+    /// PEM client certificate, for brokers that authenticate clients by
+    /// certificate. Give `key_file` with it.
+    #[serde(default)]
+    pub cert_file: Option<String>,
+    /// PEM (PKCS#8) private key of `cert_file`.
+    #[serde(default)]
+    pub key_file: Option<String>,
+}
+
 /// MQTT 5 connection settings shared by receivers and senders (the
 /// `url`, `client_id`, `keep_alive_secs`, `reconnect_*` keys of both).
 #[derive(Debug, Clone, PartialEq)]
 pub struct MqttConnection {
     pub url: String,
+    pub tls: Option<TlsConfig>,
     pub client_id: String,
     pub keep_alive_secs: u64,
     pub reconnect_initial_ms: u64,
@@ -143,8 +162,12 @@ fn default_reconnect_max_ms() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MqttReceiverConfig {
-    /// `mqtt://[user[:password]@]host[:port]`. Port defaults to 1883.
+    /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
+    /// for TLS (port 8883).
     pub url: String,
+    /// TLS files for `mqtts://` (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// MQTT client id. Default `ferry-<name>`. A receiver's id names its
     /// persistent session, so keep it stable across restarts.
     #[serde(default)]
@@ -187,8 +210,12 @@ fn default_max_payload_bytes() -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MqttSenderConfig {
-    /// `mqtt://[user[:password]@]host[:port]`. Port defaults to 1883.
+    /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
+    /// for TLS (port 8883).
     pub url: String,
+    /// TLS files for `mqtts://` (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// MQTT client id. Default `ferry-<name>`. A receiver's id names its
     /// persistent session, so keep it stable across restarts.
     #[serde(default)]
@@ -490,6 +517,7 @@ macro_rules! mqtt_connection {
             pub fn connection(&self, name: &str) -> MqttConnection {
                 MqttConnection {
                     url: self.url.clone(),
+                    tls: self.tls.clone(),
                     client_id: self.client_id.clone().unwrap_or_else(|| format!("ferry-{name}")),
                     keep_alive_secs: self.keep_alive_secs,
                     reconnect_initial_ms: self.reconnect_initial_ms,

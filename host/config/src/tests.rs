@@ -238,3 +238,18 @@ sender = "out"
     assert!(err.message.contains("cannot read secret file"), "{err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn tls_needs_a_tls_url_and_a_key_with_its_certificate() {
+    let ok = VALID.replace(
+        "url = \"mqtt://127.0.0.1:1883\"\ntopics",
+        "url = \"mqtts://127.0.0.1\"\ntls = { ca_file = \"ca.pem\" }\ntopics",
+    );
+    let c = parse_with_env(&ok, &no_env).expect("valid");
+    let ReceiverConfig::Mqtt(r) = &c.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(r.tls.as_ref().and_then(|t| t.ca_file.as_deref()), Some("ca.pem"));
+    let plain = ok.replace("mqtts://", "mqtt://");
+    assert_eq!(parse_with_env(&plain, &no_env).expect_err("plain url").path, "receivers.in.tls");
+    let half = ok.replace("ca_file = \"ca.pem\"", "cert_file = \"c.pem\"");
+    assert_eq!(parse_with_env(&half, &no_env).expect_err("no key").path, "receivers.in.tls");
+}

@@ -45,6 +45,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         match r {
             ReceiverConfig::Mqtt(m) => {
                 check_mqtt_url(&m.url, &key)?;
+                check_tls(&m.url, "mqtts://", m.tls.as_ref(), &key)?;
                 check_qos(m.qos, &key)?;
                 check_keep_alive(m.keep_alive_secs, &key)?;
                 check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, &key)?;
@@ -77,7 +78,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
             }
             ReceiverConfig::Amqp10(a) => {
-                check_amqp_url(&a.url, &key)?;
+                check_amqp_url(&a.url, false, &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.address.is_empty() {
                     return Err(ConfigError::new(format!("{key}.address"), "must name the link source"));
@@ -90,7 +91,8 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
             }
             ReceiverConfig::Amqp091(a) => {
-                check_amqp_url(&a.url, &key)?;
+                check_amqp_url(&a.url, true, &key)?;
+                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.queue.is_empty() {
                     return Err(ConfigError::new(format!("{key}.queue"), "must name a queue"));
@@ -119,6 +121,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         match s {
             SenderConfig::Mqtt(m) => {
                 check_mqtt_url(&m.url, &key)?;
+                check_tls(&m.url, "mqtts://", m.tls.as_ref(), &key)?;
                 check_qos(m.qos, &key)?;
                 check_keep_alive(m.keep_alive_secs, &key)?;
                 check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, &key)?;
@@ -146,14 +149,15 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
             }
             SenderConfig::Amqp10(a) => {
-                check_amqp_url(&a.url, &key)?;
+                check_amqp_url(&a.url, false, &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.send_timeout_ms == 0 {
                     return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
                 }
             }
             SenderConfig::Amqp091(a) => {
-                check_amqp_url(&a.url, &key)?;
+                check_amqp_url(&a.url, true, &key)?;
+                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if let Some(t) = &a.exchange_type {
                     check_exchange_type(t, &format!("{key}.exchange_type"))?;
@@ -269,9 +273,9 @@ fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
 }
 
 fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
-    let rest = url
-        .strip_prefix("mqtt://")
-        .ok_or_else(|| ConfigError::new(format!("{key}.url"), format!("{url:?} must start with mqtt://")))?;
+    let rest = url.strip_prefix("mqtt://").or_else(|| url.strip_prefix("mqtts://")).ok_or_else(|| {
+        ConfigError::new(format!("{key}.url"), format!("{url:?} must start with mqtt:// or mqtts://"))
+    })?;
     let host = rest.rsplit('@').next().unwrap_or(rest);
     if host.is_empty() || host.starts_with(':') {
         return Err(ConfigError::new(format!("{key}.url"), "has no host"));
@@ -279,15 +283,37 @@ fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn check_amqp_url(url: &str, key: &str) -> Result<(), ConfigError> {
-    let rest = url.strip_prefix("amqp://").ok_or_else(|| {
-        let hint = if url.starts_with("amqps://") { " (TLS is not supported yet)" } else { "" };
-        ConfigError::new(format!("{key}.url"), format!("must start with amqp://{hint}"))
-    })?;
+fn check_amqp_url(url: &str, tls_supported: bool, key: &str) -> Result<(), ConfigError> {
+    let rest = match (url.strip_prefix("amqp://"), url.strip_prefix("amqps://")) {
+        (Some(rest), _) => rest,
+        (None, Some(rest)) if tls_supported => rest,
+        (None, Some(_)) => {
+            return Err(ConfigError::new(
+                format!("{key}.url"),
+                "amqps:// is not supported by the AMQP 1.0 transport yet; use amqp://",
+            ));
+        }
+        (None, None) => {
+            let scheme = if tls_supported { "amqp:// or amqps://" } else { "amqp://" };
+            return Err(ConfigError::new(format!("{key}.url"), format!("must start with {scheme}")));
+        }
+    };
     let authority = rest.split('/').next().unwrap_or(rest);
     let host = authority.rsplit('@').next().unwrap_or(authority);
     if host.is_empty() || host.starts_with(':') {
         return Err(ConfigError::new(format!("{key}.url"), "has no host"));
+    }
+    Ok(())
+}
+
+/// `tls` only with a TLS scheme; a client certificate needs its key.
+fn check_tls(url: &str, tls_scheme: &str, tls: Option<&crate::TlsConfig>, key: &str) -> Result<(), ConfigError> {
+    let Some(tls) = tls else { return Ok(()) };
+    if !url.starts_with(tls_scheme) {
+        return Err(ConfigError::new(format!("{key}.tls"), format!("needs a {tls_scheme} url")));
+    }
+    if tls.cert_file.is_some() != tls.key_file.is_some() {
+        return Err(ConfigError::new(format!("{key}.tls"), "cert_file and key_file go together"));
     }
     Ok(())
 }

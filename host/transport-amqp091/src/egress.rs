@@ -142,6 +142,7 @@ mod tests {
     fn config() -> Amqp091SenderConfig {
         Amqp091SenderConfig {
             url: "amqp://127.0.0.1".into(),
+            tls: None,
             exchange: "default-x".into(),
             exchange_type: None,
             exchange_passive: false,

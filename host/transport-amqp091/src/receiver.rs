@@ -65,7 +65,7 @@ impl Amqp091Receiver {
 
     /// Connects and sets up the topology and the consumer.
     async fn consume(&self) -> Result<(Connection, Channel, Consumer), TransportError> {
-        let connection = open(&self.config.url, &self.name).await?;
+        let connection = open(&self.config.url, &self.name, self.config.tls.as_ref()).await?;
         match self.setup(&connection).await {
             Ok((channel, consumer)) => Ok((connection, channel, consumer)),
             Err(e) => {

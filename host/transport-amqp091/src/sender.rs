@@ -72,7 +72,7 @@ impl Amqp091Sender {
 }
 
 async fn connect(c: &Amqp091SenderConfig, name: &str) -> Result<ConfirmChannel, TransportError> {
-    let connection = open(&c.url, name).await?;
+    let connection = open(&c.url, name, c.tls.as_ref()).await?;
     let setup = async {
         let err = |what: &str, e: lapin::Error| TransportError::transient(format!("{what}: {e}"));
         let channel = connection.create_channel().await.map_err(|e| err("open channel", e))?;

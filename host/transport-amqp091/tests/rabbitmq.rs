@@ -18,6 +18,7 @@ const WAIT: Duration = Duration::from_secs(10);
 fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
     Amqp091ReceiverConfig {
         url: URL091.to_owned(),
+        tls: None,
         queue: queue.to_owned(),
         queue_passive: false,
         exchange: None,
@@ -34,6 +35,7 @@ fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
 fn sender_config() -> Amqp091SenderConfig {
     Amqp091SenderConfig {
         url: URL091.to_owned(),
+        tls: None,
         exchange: String::new(),
         exchange_type: None,
         exchange_passive: false,

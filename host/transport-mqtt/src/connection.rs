@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ferry_config::MqttConnection;
+use ferry_config::{MqttConnection, TlsConfig};
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use rumqttc::v5::MqttOptions;
@@ -12,16 +12,24 @@ use rumqttc::v5::MqttOptions;
 pub struct Endpoint {
     pub host: String,
     pub port: u16,
+    /// `mqtts://`: TLS.
+    pub tls: bool,
     pub username: Option<String>,
     pub password: Option<String>,
 }
 
-/// Parses `mqtt://[user[:password]@]host[:port]`.
+/// Parses `mqtt[s]://[user[:password]@]host[:port]`.
 pub fn parse_url(raw: &str) -> Result<Endpoint, TransportError> {
     let url = url::Url::parse(raw).map_err(|e| TransportError::permanent(format!("invalid MQTT url: {e}")))?;
-    if url.scheme() != "mqtt" {
-        return Err(TransportError::permanent(format!("MQTT url scheme must be mqtt://, got {}://", url.scheme())));
-    }
+    let tls = match url.scheme() {
+        "mqtt" => false,
+        "mqtts" => true,
+        other => {
+            return Err(TransportError::permanent(format!(
+                "MQTT url scheme must be mqtt:// or mqtts://, got {other}://"
+            )));
+        }
+    };
     let host =
         url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| TransportError::permanent("MQTT url has no host"))?;
     let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
@@ -29,7 +37,8 @@ pub fn parse_url(raw: &str) -> Result<Endpoint, TransportError> {
     let password = url.password().map(decode);
     Ok(Endpoint {
         host: host.trim_matches(['[', ']']).to_owned(),
-        port: url.port().unwrap_or(1883),
+        port: url.port().unwrap_or(if tls { 8883 } else { 1883 }),
+        tls,
         username,
         password,
     })
@@ -43,7 +52,28 @@ pub fn options(conn: &MqttConnection) -> Result<MqttOptions, TransportError> {
     if let Some(user) = endpoint.username {
         options.set_credentials(user, endpoint.password.unwrap_or_default());
     }
+    if endpoint.tls {
+        options.set_transport(rumqttc::Transport::tls_with_config(tls_configuration(conn.tls.as_ref())?));
+    }
     Ok(options)
+}
+
+/// The system's CA bundle, used when `tls.ca_file` is not set.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Reads the TLS files. Missing or unreadable files are permanent errors:
+/// the config must change.
+fn tls_configuration(tls: Option<&TlsConfig>) -> Result<rumqttc::TlsConfiguration, TransportError> {
+    let read = |what: &str, path: &str| {
+        std::fs::read(path).map_err(|e| TransportError::permanent(format!("cannot read TLS {what} {path}: {e}")))
+    };
+    let tls = tls.cloned().unwrap_or_default();
+    let ca = read("CA file", tls.ca_file.as_deref().unwrap_or(SYSTEM_CA_BUNDLE))?;
+    let client_auth = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => Some((read("certificate", cert)?, read("key", key)?)),
+        _ => None,
+    };
+    Ok(rumqttc::TlsConfiguration::Simple { ca, alpn: None, client_auth })
 }
 
 /// Reconnect delays for a connection: capped exponential with jitter.
@@ -68,6 +98,8 @@ mod tests {
         assert_eq!(e.username.as_deref(), Some("user"));
         assert_eq!(e.password.as_deref(), Some("p@ss"));
         assert_eq!(parse_url("mqtt://127.0.0.1").expect("valid").port, 1883);
+        assert_eq!(parse_url("mqtts://127.0.0.1").expect("valid").port, 8883);
+        assert!(parse_url("mqtts://127.0.0.1").expect("valid").tls);
         assert!(parse_url("http://x").is_err());
     }
 }
