@@ -6,15 +6,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::TlsConfig;
 
-/// Reconnect delays shared by every AMQP client: capped exponential backoff
-/// with jitter, starting again from `reconnect_initial_ms` after a
-/// connection that worked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AmqpReconnect {
-    pub initial_ms: u64,
-    pub max_ms: u64,
-}
-
 fn default_reconnect_initial_ms() -> u64 {
     500
 }
@@ -221,18 +212,6 @@ pub struct Amqp091SenderConfig {
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
 }
-
-macro_rules! amqp_reconnect {
-    ($($ty:ty),*) => {$(
-        impl $ty {
-            /// The reconnect delays.
-            pub fn reconnect(&self) -> AmqpReconnect {
-                AmqpReconnect { initial_ms: self.reconnect_initial_ms, max_ms: self.reconnect_max_ms }
-            }
-        }
-    )*};
-}
-amqp_reconnect!(Amqp10ReceiverConfig, Amqp10SenderConfig, Amqp091ReceiverConfig, Amqp091SenderConfig);
 
 /// The exchange types RabbitMQ declares.
 pub const EXCHANGE_TYPES: [&str; 4] = ["direct", "fanout", "topic", "headers"];

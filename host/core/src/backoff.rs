@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use rand::Rng;
+use tokio_util::sync::CancellationToken;
 
 /// Retry delays: `initial * multiplier^attempt`, capped at `max`, spread by
 /// ±`jitter` (a fraction of the delay) so that many clients do not retry in
@@ -27,6 +28,14 @@ impl Backoff {
         }
     }
 
+    /// The delay before attempt number `*attempts`, which it then counts:
+    /// the step of a reconnect loop.
+    pub fn next(&self, attempts: &mut u32) -> Duration {
+        let delay = self.delay(*attempts);
+        *attempts = attempts.saturating_add(1);
+        delay
+    }
+
     /// The delay before retry number `attempt` (0 = first retry).
     pub fn delay(&self, attempt: u32) -> Duration {
         let base = self.initial.as_secs_f64() * self.multiplier.powi(i32::try_from(attempt).unwrap_or(i32::MAX));
@@ -45,6 +54,14 @@ impl From<&ferry_config::BackoffConfig> for Backoff {
             multiplier: c.multiplier,
             jitter: c.jitter,
         }
+    }
+}
+
+/// Sleeps `delay` unless `shutdown` fires first; false when it did.
+pub async fn sleep_or_shutdown(delay: Duration, shutdown: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(delay) => true,
     }
 }
 

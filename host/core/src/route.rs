@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::TransportError;
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, sleep_or_shutdown};
 use crate::dlq::{DeadLetter, DeadLetterStore};
 use crate::headers::apply_ingress_rules;
 use crate::metrics::Metrics;
@@ -531,12 +531,5 @@ fn split_reason(reason: &str) -> (&str, &str) {
 }
 
 /// Sleeps; false when shutdown came first.
-async fn sleep_or_shutdown(d: Duration, shutdown: &CancellationToken) -> bool {
-    tokio::select! {
-        _ = shutdown.cancelled() => false,
-        _ = tokio::time::sleep(d) => true,
-    }
-}
-
 #[cfg(test)]
 mod tests;

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::TransportError;
-use crate::backoff::Backoff;
+use crate::backoff::{Backoff, sleep_or_shutdown};
 use crate::metrics::{Metrics, labels};
 
 /// A boxed future, for the connection hooks.
@@ -123,12 +123,10 @@ impl<C: SupervisedLink> Supervisor<C> {
                     warn!(sender = %name, %describe, "connection lost; reconnecting");
                 }
                 Err(e) => {
-                    let delay = backoff.delay(failures);
-                    failures = failures.saturating_add(1);
+                    let delay = backoff.next(&mut failures);
                     warn!(sender = %name, %describe, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot connect; retrying");
-                    tokio::select! {
-                        _ = self.stop.cancelled() => break,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !sleep_or_shutdown(delay, &self.stop).await {
+                        break;
                     }
                 }
             }

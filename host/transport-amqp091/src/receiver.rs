@@ -21,6 +21,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ferry_config::Amqp091ReceiverConfig;
 use ferry_core::TransportError;
+use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::ledger::{RedeliveryLedger, fingerprint};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
@@ -213,12 +214,10 @@ impl Receiver for Amqp091Receiver {
                 }
                 Err(e) => e.reason,
             };
-            let delay = backoff.delay(failures);
-            failures = failures.saturating_add(1);
+            let delay = backoff.next(&mut failures);
             warn!(receiver, %url, error = %reason, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(delay) => {}
+            if !sleep_or_shutdown(delay, &shutdown).await {
+                break;
             }
         }
         Ok(())

@@ -6,9 +6,7 @@ use std::time::Duration;
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::{Connection, Session};
-use ferry_config::AmqpReconnect;
 use ferry_core::TransportError;
-use ferry_core::backoff::Backoff;
 
 /// How long connecting (TCP, SASL, open, begin) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -53,9 +51,4 @@ impl Link {
         })
         .await;
     }
-}
-
-/// Reconnect delays: capped exponential with jitter.
-pub fn reconnect_backoff(r: AmqpReconnect) -> Backoff {
-    Backoff::reconnect(r.initial_ms, r.max_ms)
 }

@@ -25,6 +25,7 @@ use fe2o3_amqp::types::messaging::{Body, Modified};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use ferry_config::{Amqp10ReceiverConfig, Amqp10RetryOutcome};
 use ferry_core::TransportError;
+use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::ledger::{RedeliveryLedger, fingerprint};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
@@ -33,7 +34,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::connection::{Link, open, reconnect_backoff};
+use crate::connection::{Link, open};
 use crate::ingress::to_envelope;
 
 /// The condition of a rejection for a message that failed for good.
@@ -234,7 +235,7 @@ impl Amqp10Receiver {
 impl Receiver for Amqp10Receiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
-        let backoff = reconnect_backoff(self.config.reconnect());
+        let backoff = Backoff::reconnect(self.config.reconnect_initial_ms, self.config.reconnect_max_ms);
         let labels = self.labels();
         let mut failures: u32 = 0;
         let url = ferry_core::redact::url(&self.config.url);
@@ -282,12 +283,10 @@ impl Receiver for Amqp10Receiver {
                     break;
                 }
                 LinkEnd::Lost(reason) => {
-                    let delay = backoff.delay(failures);
-                    failures = failures.saturating_add(1);
+                    let delay = backoff.next(&mut failures);
                     warn!(receiver, %url, error = %reason, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !sleep_or_shutdown(delay, &shutdown).await {
+                        break;
                     }
                 }
             }

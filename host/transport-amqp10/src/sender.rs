@@ -16,11 +16,12 @@ use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::Outcome;
 use ferry_config::Amqp10SenderConfig;
 use ferry_core::TransportError;
+use ferry_core::backoff::Backoff;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_core::supervisor::{BoxFuture, Identity, SupervisedLink, Supervisor};
 
-use crate::connection::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Link, open, reconnect_backoff};
+use crate::connection::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Link, open};
 use crate::egress::to_message;
 
 /// An AMQP 1.0 sending link shared by every binding that names it.
@@ -56,12 +57,13 @@ impl Amqp10Sender {
             name: name.to_owned(),
             describe: format!("{} address {}", ferry_core::redact::url(&config.url), config.address),
         };
+        let backoff = Backoff::reconnect(config.reconnect_initial_ms, config.reconnect_max_ms);
         let (url, address, container) = (config.url.clone(), config.address.clone(), format!("ferry-{name}"));
         let connect = move || -> BoxFuture<'static, Result<SendingLink, TransportError>> {
             let (url, address, container) = (url.clone(), address.clone(), container.clone());
             Box::pin(async move { connect(&url, &address, &container).await })
         };
-        let supervisor = Supervisor::start(identity, reconnect_backoff(config.reconnect()), metrics, connect);
+        let supervisor = Supervisor::start(identity, backoff, metrics, connect);
         Arc::new(Self { config, supervisor })
     }
 }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ferry_config::{MqttConnection, MqttReceiverConfig};
 use ferry_core::TransportError;
+use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
@@ -164,13 +165,9 @@ impl Receiver for MqttReceiver {
                     Err(e) => {
                         alive.store(false, Ordering::SeqCst);
                         self.metrics.connected.get_or_create(&labels).set(0);
-                        let delay = backoff.delay(failures);
-                        failures = failures.saturating_add(1);
+                        let delay = backoff.next(&mut failures);
                         warn!(receiver, error = %e, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
-                        tokio::select! {
-                            _ = shutdown.cancelled() => {}
-                            _ = tokio::time::sleep(delay) => {}
-                        }
+                        sleep_or_shutdown(delay, &shutdown).await;
                         break false;
                     }
                 }

@@ -20,6 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ferry_config::{MqttConnection, MqttSenderConfig};
 use ferry_core::TransportError;
+use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::Timestamp;
@@ -327,13 +328,9 @@ async fn connection_loop(shared: Arc<Shared>, stop: CancellationToken) {
                 info!(sender = name, "disconnected");
             }
             Some(e) => {
-                let delay = backoff.delay(failures);
-                failures = failures.saturating_add(1);
+                let delay = backoff.next(&mut failures);
                 warn!(sender = name, error = %e, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
-                tokio::select! {
-                    _ = stop.cancelled() => {}
-                    _ = tokio::time::sleep(delay) => {}
-                }
+                sleep_or_shutdown(delay, &stop).await;
             }
         }
     }

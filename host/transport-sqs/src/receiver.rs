@@ -17,7 +17,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use ferry_config::SqsReceiverConfig;
 use ferry_core::TransportError;
-use ferry_core::backoff::Backoff;
+use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
@@ -77,12 +77,10 @@ impl Receiver for SqsReceiver {
             match queue_url(&sdk, &target).await {
                 Ok(url) => break url,
                 Err(e) => {
-                    let delay = backoff().delay(failures);
-                    failures += 1;
+                    let delay = backoff().next(&mut failures);
                     warn!(receiver, queue = target.label(), error = %e, "cannot resolve the queue; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return Ok(()),
-                        _ = tokio::time::sleep(delay) => {}
+                    if !sleep_or_shutdown(delay, &shutdown).await {
+                        return Ok(());
                     }
                 }
             }
@@ -128,12 +126,10 @@ impl Receiver for SqsReceiver {
                 Err(e) => {
                     let error = classify(e);
                     self.metrics.connected.get_or_create(&conn_labels).set(0);
-                    let delay = backoff().delay(failures);
-                    failures += 1;
+                    let delay = backoff().next(&mut failures);
                     warn!(receiver, error = %error, retry_in_ms = delay.as_millis() as u64, "receive failed");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => break,
-                        _ = tokio::time::sleep(delay) => {}
+                    if !sleep_or_shutdown(delay, &shutdown).await {
+                        break;
                     }
                     continue;
                 }
