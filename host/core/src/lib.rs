@@ -12,6 +12,7 @@
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
 //! - [`redact`]: passwords out of logged URLs.
 //! - [`route`]: the route runtime (direct_hold delivery, dispatch, retries).
+//! - [`trace`]: OpenTelemetry spans and W3C trace context in headers.
 //! - [`supervisor`]: keeps a sender's connection up and replaces it when broken.
 
 pub mod address;
@@ -25,5 +26,6 @@ pub mod ports;
 pub mod redact;
 pub mod route;
 pub mod supervisor;
+pub mod trace;
 
 pub use error::{ErrorClass, TransportError};

@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::ports::{
     Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SharedProcessor, SharedSender, Verdict,
 };
+use crate::trace::DeliveryTrace;
 
 /// A concrete destination: a sender and the address to use with it.
 #[derive(Clone)]
@@ -92,6 +93,16 @@ enum Settle {
         after: Duration,
         reason: String,
     },
+}
+
+impl Settle {
+    fn name(&self) -> &'static str {
+        match self {
+            Settle::Ack => "ack",
+            Settle::Reject(_) => "reject",
+            Settle::Release { .. } => "release",
+        }
+    }
 }
 
 /// What to do with a transient failure (see [`Route::source_retry`]).
@@ -172,7 +183,14 @@ impl Route {
     /// Handles one delivery from arrival to ack or release.
     pub async fn handle(&self, delivery: Delivery, shutdown: &CancellationToken) {
         let Delivery { mut envelope, handle } = delivery;
-        let span = info_span!("delivery", route = %self.id, message_id = %envelope.id);
+        let span = info_span!(
+            "delivery",
+            route = %self.id,
+            message_id = %envelope.id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty
+        );
+        let trace = DeliveryTrace::start(&self.id, &self.source_id, &envelope, &span);
         let route = self.id.as_str();
         Metrics::inc(&self.metrics.received, &[("route", route)]);
         let gauge = self.metrics.in_flight.get_or_create(&crate::metrics::labels(&[("route", route)])).clone();
@@ -180,8 +198,11 @@ impl Route {
         let arrived = std::time::Instant::now();
         async {
             apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
-            let settle = self.decide(envelope, handle.as_ref(), shutdown).await;
+            let settle = self.decide(envelope, handle.as_ref(), &trace, shutdown).await;
+            let outcome = settle.name();
             self.settle(handle, settle).await;
+            debug!(outcome, "settled");
+            trace.end(outcome);
             self.metrics
                 .delivery_latency
                 .get_or_create(&crate::metrics::labels(&[("route", route)]))
@@ -192,7 +213,13 @@ impl Route {
         gauge.dec();
     }
 
-    async fn decide(&self, envelope: Envelope, handle: &dyn DeliveryHandle, shutdown: &CancellationToken) -> Settle {
+    async fn decide(
+        &self,
+        envelope: Envelope,
+        handle: &dyn DeliveryHandle,
+        trace: &DeliveryTrace,
+        shutdown: &CancellationToken,
+    ) -> Settle {
         let route = self.id.as_str();
         let first_seen = Timestamp::now();
         if envelope.is_expired_at(first_seen) {
@@ -271,7 +298,7 @@ impl Route {
             Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
             return Settle::Ack;
         }
-        self.dispatch(envelope, plans, handle, first_seen, shutdown).await
+        self.dispatch(envelope, plans, handle, trace, first_seen, shutdown).await
     }
 
     /// Sends to every planned binding, retrying transient failures, and
@@ -281,6 +308,7 @@ impl Route {
         envelope: Envelope,
         mut pending: Vec<Plan>,
         handle: &dyn DeliveryHandle,
+        trace: &DeliveryTrace,
         first_seen: Timestamp,
         shutdown: &CancellationToken,
     ) -> Settle {
@@ -293,8 +321,12 @@ impl Route {
             let mut last_error = String::new();
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
-                let msg = OutboundMessage { envelope: envelope.clone(), address: plan.address.clone() };
-                match binding.sender.send(msg).await {
+                let mut outbound = envelope.clone();
+                let send_trace = trace.send(&binding.id, &plan.address, &mut outbound);
+                let result =
+                    binding.sender.send(OutboundMessage { envelope: outbound, address: plan.address.clone() }).await;
+                send_trace.end(result.as_ref().err());
+                match result {
                     Ok(()) => {
                         Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]);
                         let age_ms = Timestamp::now().as_millis().saturating_sub(envelope.created_at.as_millis());

@@ -3,9 +3,11 @@
 //! - [`admin`]: the admin HTTP server (metrics, health, readiness).
 //! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
 //! - [`commands`]: `run`, `validate` and `render`.
+//! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 
 pub mod admin;
 pub mod commands;
 pub mod logging;
+pub mod telemetry;
 pub mod wiring;

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use ferry_daemon::logging::{self, LogFormat};
+use ferry_daemon::telemetry::Telemetry;
 
 #[derive(Parser)]
 #[command(
@@ -49,12 +50,24 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { config } => ferry_daemon::commands::validate(&config),
         Command::Render { config } => ferry_daemon::commands::render(&config),
-        Command::Run { config } => match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-            Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config)),
-            Err(e) => {
-                eprintln!("cannot start the runtime: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        Command::Run { config } => {
+            // Before the runtime: the exporter keeps a thread of its own.
+            let telemetry = match Telemetry::from_env() {
+                Ok(t) => t,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let code = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config)),
+                Err(e) => {
+                    eprintln!("cannot start the runtime: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+            telemetry.shutdown();
+            code
+        }
     }
 }
