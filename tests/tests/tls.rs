@@ -1,6 +1,7 @@
-//! TLS through the daemon: an `mqtts://` receiver on a TLS-only Mosquitto
-//! and an `amqps://` AMQP 0-9-1 sender on a RabbitMQ TLS listener, both
-//! verified against the test's own CA through `tls.ca_file`.
+//! TLS through the daemon: an `mqtts://` receiver on a TLS-only Mosquitto,
+//! `amqps://` AMQP 0-9-1 and AMQP 1.0 senders and an AMQP 1.0 receiver on a
+//! RabbitMQ TLS listener, all verified against the test's own CA through
+//! `tls.ca_file`.
 
 use std::time::Duration;
 
@@ -31,9 +32,11 @@ async fn mqtts_in_amqps_out() {
         key.display()
     ))
     .await;
-    let dst = unique("tls-dst");
+    let (dst, dst10, dst2) = (unique("tls-dst"), unique("tls-dst10"), unique("tls-dst2"));
     let client = Rabbit::connect_to(&rabbit.url091()).await;
-    client.declare_queue(&dst).await;
+    for q in [&dst, &dst10, &dst2] {
+        client.declare_queue(q).await;
+    }
 
     let topic = unique("tls/in");
     let ws = Workspace::with_plugins(&[]);
@@ -51,22 +54,49 @@ type = "amqp091"
 url = "amqps://guest:guest@127.0.0.1:{tls_port}/%2f"
 tls = {{ ca_file = "{ca}" }}
 
+[senders.out10]
+type = "amqp10"
+url = "amqps://guest:guest@127.0.0.1:{tls_port}"
+address = "/amq/queue/{dst10}"
+tls = {{ ca_file = "{ca}" }}
+
+[receivers.in10]
+type = "amqp10"
+url = "amqps://guest:guest@127.0.0.1:{tls_port}"
+address = "/amq/queue/{dst10}"
+tls = {{ ca_file = "{ca}" }}
+
 [[routes]]
 id = "tls"
 receiver = "in"
+dispatch_mode = "fan_out"
 
 [[routes.bindings]]
 sender = "out"
 address = "{dst}"
+
+[[routes.bindings]]
+sender = "out10"
+
+[[routes]]
+id = "tls10"
+receiver = "in10"
+
+[[routes.bindings]]
+sender = "out"
+address = "{dst2}"
 "#,
         mqtt_tls = mosquitto.port,
         rid = unique("ferry-tls"),
         ca = ca.display(),
     ));
-    let daemon = Daemon::start(&ws, 2);
+    let daemon = Daemon::start(&ws, 4);
     let publisher = TestMqtt::connect(&format!("mqtt://127.0.0.1:{plain}")).await;
     publisher.publish_with(&format!("{topic}/a"), "over tls", &[("k", "v")]).await;
     let got = client.get(&dst, Duration::from_secs(20)).await.expect("crossed both TLS connections");
+    assert_eq!(got.delivery.data, b"over tls");
+    // MQTT -> AMQP 1.0 sender -> queue -> AMQP 1.0 receiver -> AMQP 0-9-1.
+    let got = client.get(&dst2, Duration::from_secs(20)).await.expect("crossed the AMQP 1.0 TLS links");
     assert_eq!(got.delivery.data, b"over tls");
     assert!(daemon.terminate().success());
     drop(certs);

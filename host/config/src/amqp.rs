@@ -50,8 +50,12 @@ pub enum Amqp10RetryOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp10ReceiverConfig {
-    /// `amqp://[user:password@]host[:port]`. Port defaults to 5672.
+    /// `amqp://[user:password@]host[:port]` (port 5672), or `amqps://` for
+    /// TLS (port 5671).
     pub url: String,
+    /// TLS files for `amqps://` (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// Link source address, e.g. `/amq/queue/orders` on RabbitMQ 3.x (an
     /// existing queue) or `orders` on brokers that name queues directly.
     pub address: String,
@@ -78,8 +82,12 @@ pub struct Amqp10ReceiverConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp10SenderConfig {
-    /// `amqp://[user:password@]host[:port]`. Port defaults to 5672.
+    /// `amqp://[user:password@]host[:port]` (port 5672), or `amqps://` for
+    /// TLS (port 5671).
     pub url: String,
+    /// TLS files for `amqps://` (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
     /// Link target address, e.g. `/amq/queue/orders`, `/exchange/X/RK` or
     /// `/topic/RK` on RabbitMQ 3.x. A binding's address must be empty or
     /// equal to this: AMQP 1.0 links have one target.

@@ -193,7 +193,14 @@ sender = "o10"
     assert_eq!(s.exchange_header, "amqp091.exchange");
 
     let cases = [
-        (text.replace("amqp://guest:guest@127.0.0.1:5672\"\naddress", "amqps://h\"\naddress"), "receivers.a10.url"),
+        (text.replace("amqp://guest:guest@127.0.0.1:5672\"\naddress", "http://h\"\naddress"), "receivers.a10.url"),
+        (
+            text.replace(
+                "amqp://guest:guest@127.0.0.1:5672\"\naddress",
+                "amqp://h\"\ntls = { ca_file = \"/ca\" }\naddress",
+            ),
+            "receivers.a10.tls",
+        ),
         (text.replace("address = \"/amq/queue/in\"", "address = \"\""), "receivers.a10.address"),
         (text.replace("exchange_type = \"topic\"", "exchange_type = \"fan\""), "receivers.a091.exchange_type"),
         (text.replace("queue = \"orders\"", "queue = \"orders\"\nprefetch = 0"), "receivers.a091.prefetch"),

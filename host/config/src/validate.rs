@@ -78,7 +78,8 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
             }
             ReceiverConfig::Amqp10(a) => {
-                check_amqp_url(&a.url, false, &key)?;
+                check_amqp_url(&a.url, &key)?;
+                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.address.is_empty() {
                     return Err(ConfigError::new(format!("{key}.address"), "must name the link source"));
@@ -91,7 +92,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
             }
             ReceiverConfig::Amqp091(a) => {
-                check_amqp_url(&a.url, true, &key)?;
+                check_amqp_url(&a.url, &key)?;
                 check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.queue.is_empty() {
@@ -149,14 +150,15 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
             }
             SenderConfig::Amqp10(a) => {
-                check_amqp_url(&a.url, false, &key)?;
+                check_amqp_url(&a.url, &key)?;
+                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.send_timeout_ms == 0 {
                     return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
                 }
             }
             SenderConfig::Amqp091(a) => {
-                check_amqp_url(&a.url, true, &key)?;
+                check_amqp_url(&a.url, &key)?;
                 check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if let Some(t) = &a.exchange_type {
@@ -283,20 +285,9 @@ fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn check_amqp_url(url: &str, tls_supported: bool, key: &str) -> Result<(), ConfigError> {
-    let rest = match (url.strip_prefix("amqp://"), url.strip_prefix("amqps://")) {
-        (Some(rest), _) => rest,
-        (None, Some(rest)) if tls_supported => rest,
-        (None, Some(_)) => {
-            return Err(ConfigError::new(
-                format!("{key}.url"),
-                "amqps:// is not supported by the AMQP 1.0 transport yet; use amqp://",
-            ));
-        }
-        (None, None) => {
-            let scheme = if tls_supported { "amqp:// or amqps://" } else { "amqp://" };
-            return Err(ConfigError::new(format!("{key}.url"), format!("must start with {scheme}")));
-        }
+fn check_amqp_url(url: &str, key: &str) -> Result<(), ConfigError> {
+    let Some(rest) = url.strip_prefix("amqp://").or_else(|| url.strip_prefix("amqps://")) else {
+        return Err(ConfigError::new(format!("{key}.url"), "must start with amqp:// or amqps://"));
     };
     let authority = rest.split('/').next().unwrap_or(rest);
     let host = authority.rsplit('@').next().unwrap_or(authority);

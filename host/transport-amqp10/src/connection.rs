@@ -1,12 +1,16 @@
 //! Opening an AMQP 1.0 connection and session with a deadline, so a broker
 //! that accepts TCP but never answers cannot hang a receiver or sender.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fe2o3_amqp::connection::ConnectionHandle;
 use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::{Connection, Session};
+use ferry_config::TlsConfig;
 use ferry_core::TransportError;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// How long connecting (TCP, SASL, open, begin) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -20,14 +24,26 @@ pub struct Link {
 }
 
 /// Opens a connection (credentials from the URL, SASL PLAIN) and begins a
-/// session. Every failure here is transient: the broker may come back.
-pub async fn open(url: &str, container_id: &str) -> Result<Link, TransportError> {
+/// session. `amqps://` starts with TLS (no AMQP TLS upgrade header, as
+/// RabbitMQ's TLS listener expects): the broker is verified against
+/// `tls.ca_file`, else the system's CA bundle, and `cert_file`/`key_file`
+/// authenticate the client. Unreadable TLS files are permanent errors (the
+/// config must change); every other failure is transient.
+pub async fn open(url: &str, container_id: &str, tls: Option<&TlsConfig>) -> Result<Link, TransportError> {
     let attempt = async {
-        let mut connection = Connection::builder()
-            .container_id(container_id)
-            .open(url)
-            .await
-            .map_err(|e| TransportError::transient(format!("connect: {e}")))?;
+        let builder = Connection::builder().container_id(container_id);
+        let opened = if url.starts_with("amqps://") {
+            let host = tls_host(url)?;
+            builder
+                .rustls_connector(tls_connector(tls)?)
+                .domain(host.as_str())
+                .alt_tls_establishment(true)
+                .open(url)
+                .await
+        } else {
+            builder.open(url).await
+        };
+        let mut connection = opened.map_err(|e| TransportError::transient(format!("connect: {e}")))?;
         match Session::begin(&mut connection).await {
             Ok(session) => Ok(Link { connection, session }),
             Err(e) => {
@@ -39,6 +55,43 @@ pub async fn open(url: &str, container_id: &str) -> Result<Link, TransportError>
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)
         .await
         .unwrap_or_else(|_| Err(TransportError::transient("connect: timed out")))
+}
+
+/// The system's CA bundle, used when `tls.ca_file` is not set.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The name the broker's certificate must carry: the URL's host (a DNS
+/// name or an IP address).
+fn tls_host(url: &str) -> Result<String, TransportError> {
+    let parsed = url::Url::parse(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
+    let host = parsed.host_str().ok_or_else(|| TransportError::permanent("url has no host"))?;
+    Ok(host.trim_start_matches('[').trim_end_matches(']').to_owned())
+}
+
+fn tls_connector(tls: Option<&TlsConfig>) -> Result<tokio_rustls::TlsConnector, TransportError> {
+    let tls = tls.cloned().unwrap_or_default();
+    let ca_file = tls.ca_file.as_deref().unwrap_or(SYSTEM_CA_BUNDLE);
+    let bad = |what: &str, path: &str, e: &dyn std::fmt::Display| {
+        TransportError::permanent(format!("cannot read TLS {what} {path}: {e}"))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).map_err(|e| bad("CA file", ca_file, &e))? {
+        roots.add(cert.map_err(|e| bad("CA file", ca_file, &e))?).map_err(|e| bad("CA file", ca_file, &e))?;
+    }
+    let builder = rustls::ClientConfig::builder().with_root_certificates(roots);
+    let config = match (&tls.cert_file, &tls.key_file) {
+        (Some(cert), Some(key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+                .map_err(|e| bad("certificate", cert, &e))?;
+            let key_der = PrivateKeyDer::from_pem_file(key).map_err(|e| bad("key", key, &e))?;
+            builder
+                .with_client_auth_cert(chain, key_der)
+                .map_err(|e| TransportError::permanent(format!("TLS client certificate {cert}: {e}")))?
+        }
+        _ => builder.with_no_client_auth(),
+    };
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
 }
 
 impl Link {

@@ -241,7 +241,7 @@ impl Receiver for Amqp10Receiver {
         let url = ferry_core::redact::url(&self.config.url);
         while !shutdown.is_cancelled() {
             let attempt = async {
-                let mut link = open(&self.config.url, &format!("ferry-{receiver}")).await?;
+                let mut link = open(&self.config.url, &format!("ferry-{receiver}"), self.config.tls.as_ref()).await?;
                 match self.attach(&mut link).await {
                     Ok(r) => Ok((link, r)),
                     Err(e) => {

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use fe2o3_amqp::link::Sender as LinkSender;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::Outcome;
-use ferry_config::Amqp10SenderConfig;
+use ferry_config::{Amqp10SenderConfig, TlsConfig};
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use ferry_core::metrics::Metrics;
@@ -59,17 +59,23 @@ impl Amqp10Sender {
         };
         let backoff = Backoff::reconnect(config.reconnect_initial_ms, config.reconnect_max_ms);
         let (url, address, container) = (config.url.clone(), config.address.clone(), format!("ferry-{name}"));
+        let tls = config.tls.clone();
         let connect = move || -> BoxFuture<'static, Result<SendingLink, TransportError>> {
-            let (url, address, container) = (url.clone(), address.clone(), container.clone());
-            Box::pin(async move { connect(&url, &address, &container).await })
+            let (url, address, container, tls) = (url.clone(), address.clone(), container.clone(), tls.clone());
+            Box::pin(async move { connect(&url, &address, &container, tls.as_ref()).await })
         };
         let supervisor = Supervisor::start(identity, backoff, metrics, connect);
         Arc::new(Self { config, supervisor })
     }
 }
 
-async fn connect(url: &str, address: &str, container: &str) -> Result<SendingLink, TransportError> {
-    let mut link = open(url, container).await?;
+async fn connect(
+    url: &str,
+    address: &str,
+    container: &str,
+    tls: Option<&TlsConfig>,
+) -> Result<SendingLink, TransportError> {
+    let mut link = open(url, container, tls).await?;
     let attach = LinkSender::attach(&mut link.session, format!("{container}-{}", uuid::Uuid::new_v4()), address);
     match tokio::time::timeout(CONNECT_TIMEOUT, attach).await {
         Ok(Ok(sender)) => Ok(SendingLink { link, sender }),

@@ -18,6 +18,7 @@ const WAIT: Duration = Duration::from_secs(10);
 fn receiver_config(queue: &str) -> Amqp10ReceiverConfig {
     Amqp10ReceiverConfig {
         url: URL10.to_owned(),
+        tls: None,
         address: format!("/amq/queue/{queue}"),
         credit: 10,
         retry_outcome: Amqp10RetryOutcome::Modified,
@@ -137,6 +138,7 @@ async fn sender_maps_the_envelope_and_refuses_a_different_address() {
         "out",
         Amqp10SenderConfig {
             url: URL10.to_owned(),
+            tls: None,
             address: address.clone(),
             durable: true,
             send_timeout_ms: 5000,
