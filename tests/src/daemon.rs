@@ -85,8 +85,14 @@ impl Daemon {
     /// Starts `ferry run -c ferry.toml` in `ws` and waits until every
     /// receiver and sender named in `expect_connected` logged a connection.
     pub fn start(ws: &Workspace, expect_connected: usize) -> Self {
+        Self::start_with_args(ws, &[], expect_connected)
+    }
+
+    /// As [`Daemon::start`], with more arguments for `ferry run`.
+    pub fn start_with_args(ws: &Workspace, args: &[&str], expect_connected: usize) -> Self {
         let mut child = Command::new(ferry_binary())
             .args(["run", "-c", "ferry.toml", "--log-level", "info"])
+            .args(args)
             .current_dir(ws.path())
             .env("NO_COLOR", "1")
             .envs(crate::sqs::aws_env())

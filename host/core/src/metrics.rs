@@ -58,6 +58,8 @@ pub struct Metrics {
     pub in_flight: GaugeFamily,
     /// Whether a route is running (1/0). Labels: route.
     pub route_running: GaugeFamily,
+    /// SIGHUP reloads. Labels: outcome (`applied`, `refused`).
+    pub reloads: CounterFamily,
     /// MQTT user properties refused at ingress (too long, not UTF-8, control
     /// characters). Labels: receiver.
     pub mqtt_ingress_header_dropped: CounterFamily,
@@ -141,6 +143,7 @@ impl Metrics {
             counter("amqp_header_dropped", "AMQP headers or properties with no form on the other side");
         let connections = counter("transport_connections", "Successful connections of a transport client");
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
+        let reloads = counter("reloads", "SIGHUP reloads of plugins (and config with --watch), by outcome");
         let in_flight = GaugeFamily::default();
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
         let route_running = GaugeFamily::default();
@@ -170,6 +173,7 @@ impl Metrics {
             expired,
             in_flight,
             route_running,
+            reloads,
             mqtt_ingress_header_dropped,
             mqtt_ingress_poison_dropped,
             mqtt_non_string_header_dropped,

@@ -4,6 +4,7 @@
 //! otherwise 503 with a JSON body naming what is not ready).
 
 use std::net::SocketAddr;
+use std::sync::{Arc, RwLock};
 
 use axum::Router;
 use axum::extract::State;
@@ -24,10 +25,13 @@ pub struct Readiness {
     pub routes: Vec<String>,
 }
 
+/// Readiness as the running bridge sees it; a reload replaces it.
+pub type SharedReadiness = Arc<RwLock<Readiness>>;
+
 #[derive(Clone)]
 struct AdminState {
     metrics: Metrics,
-    readiness: Readiness,
+    readiness: SharedReadiness,
 }
 
 /// Binds `listen` and serves until `shutdown`. Binding errors are returned
@@ -35,7 +39,7 @@ struct AdminState {
 pub async fn serve(
     listen: SocketAddr,
     metrics: Metrics,
-    readiness: Readiness,
+    readiness: SharedReadiness,
     shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -59,13 +63,17 @@ async fn metrics_text(State(state): State<AdminState>) -> Response {
 
 async fn ready(State(state): State<AdminState>) -> Response {
     let m = &state.metrics;
+    let readiness = match state.readiness.read() {
+        Ok(r) => r.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
     let mut not_ready = Vec::new();
-    for (kind, role, name) in &state.readiness.transports {
+    for (kind, role, name) in &readiness.transports {
         if Metrics::gauge(&m.connected, &[("kind", kind), ("role", role), ("name", name)]) != 1 {
             not_ready.push(format!("{kind} {role} {name}: not connected"));
         }
     }
-    for route in &state.readiness.routes {
+    for route in &readiness.routes {
         if Metrics::gauge(&m.route_running, &[("route", route)]) != 1 {
             not_ready.push(format!("route {route}: not running"));
         }

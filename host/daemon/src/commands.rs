@@ -1,13 +1,14 @@
 //! The `ferry` subcommands.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use ferry_core::metrics::Metrics;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
-use crate::wiring::{Bridge, build_processors};
+use crate::wiring::{Bridge, ReloadRequest, build_processors};
 
 /// `ferry validate`: config, plugins and each processor's `init`, without
 /// connecting to any broker. Prints `ok` or `<key path>: <why>`.
@@ -89,8 +90,9 @@ fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
 }
 
 /// `ferry run`: runs until SIGTERM/SIGINT, then stops receiving, finishes
-/// or releases in-flight messages and exits 0.
-pub async fn run(path: &Path) -> ExitCode {
+/// or releases in-flight messages and exits 0. SIGHUP reloads plugins, and
+/// with `watch` the config file too (see [`Bridge`]'s reload).
+pub async fn run(path: &Path, watch: bool) -> ExitCode {
     let config = match ferry_config::load(path) {
         Ok(c) => c,
         Err(e) => {
@@ -99,7 +101,8 @@ pub async fn run(path: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let bridge = match Bridge::build(&config, Metrics::new()) {
+    let admin_listen = config.admin.listen.clone();
+    let bridge = match Bridge::build(config, Metrics::new()).await {
         Ok(b) => b,
         Err(e) => {
             error!(config = %path.display(), error = %e, "cannot start");
@@ -110,7 +113,7 @@ pub async fn run(path: &Path) -> ExitCode {
     let shutdown = CancellationToken::new();
     let admin_stop = CancellationToken::new();
     let mut admin = None;
-    if let Some(listen) = &config.admin.listen {
+    if let Some(listen) = &admin_listen {
         let addr = match listen.parse() {
             Ok(a) => a,
             Err(e) => {
@@ -127,9 +130,11 @@ pub async fn run(path: &Path) -> ExitCode {
             }
         }
     }
-    tokio::spawn(signal_shutdown(shutdown.clone()));
-    info!(routes = bridge.routes.len(), "ferry running");
-    let clean = bridge.run(shutdown).await;
+    let (reload_tx, reload_rx) = mpsc::channel(4);
+    let reload_source = watch.then(|| path.to_owned());
+    tokio::spawn(handle_signals(shutdown.clone(), reload_tx, reload_source, bridge.metrics.clone()));
+    info!(routes = bridge.route_count(), watch, "ferry running");
+    let clean = bridge.run(shutdown, reload_rx).await;
     admin_stop.cancel();
     if let Some(task) = admin {
         let _ = task.await;
@@ -137,7 +142,15 @@ pub async fn run(path: &Path) -> ExitCode {
     if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-async fn signal_shutdown(shutdown: CancellationToken) {
+/// SIGTERM and SIGINT stop the daemon. SIGHUP asks for a reload: of the
+/// plugins, and of the config file when `reload_source` is set (a config
+/// that does not load is refused here and nothing changes).
+async fn handle_signals(
+    shutdown: CancellationToken,
+    reloads: mpsc::Sender<ReloadRequest>,
+    reload_source: Option<PathBuf>,
+    metrics: Metrics,
+) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
         (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
@@ -155,9 +168,28 @@ async fn signal_shutdown(shutdown: CancellationToken) {
                 info!("SIGINT: shutting down");
                 break;
             }
-            // SIGHUP would end the process by default; reloading is not
-            // there yet, so it is logged and ignored.
-            _ = hup.recv() => warn!("SIGHUP: reloading is not supported yet; ignored, ferry keeps running"),
+            _ = hup.recv() => {
+                let request = match &reload_source {
+                    None => {
+                        info!("SIGHUP: reloading plugins");
+                        None
+                    }
+                    Some(path) => match ferry_config::load(path) {
+                        Ok(config) => {
+                            info!(config = %path.display(), "SIGHUP: reloading config and plugins");
+                            Some(config)
+                        }
+                        Err(e) => {
+                            Metrics::inc(&metrics.reloads, &[("outcome", "refused")]);
+                            error!(config = %path.display(), error = %e, "reload refused: invalid configuration; everything keeps running as it was");
+                            continue;
+                        }
+                    },
+                };
+                if reloads.send(request).await.is_err() {
+                    break;
+                }
+            }
         }
     }
     shutdown.cancel();

@@ -26,11 +26,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the bridge until SIGTERM or SIGINT.
+    /// Run the bridge until SIGTERM or SIGINT; SIGHUP reloads plugins.
     Run {
         /// Config file.
         #[arg(short, long)]
         config: PathBuf,
+        /// Also reload the config file on SIGHUP: routes whose settings
+        /// changed are drained and restarted, the others keep running.
+        #[arg(long)]
+        watch: bool,
     },
     /// Check a config file and the plugins it uses; exit 0 when valid.
     Validate {
@@ -50,7 +54,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { config } => ferry_daemon::commands::validate(&config),
         Command::Render { config } => ferry_daemon::commands::render(&config),
-        Command::Run { config } => {
+        Command::Run { config, watch } => {
             // Before the runtime: the exporter keeps a thread of its own.
             let telemetry = match Telemetry::from_env() {
                 Ok(t) => t,
@@ -60,7 +64,7 @@ fn main() -> ExitCode {
                 }
             };
             let code = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config)),
+                Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config, watch)),
                 Err(e) => {
                     eprintln!("cannot start the runtime: {e}");
                     ExitCode::FAILURE

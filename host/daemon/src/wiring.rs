@@ -1,11 +1,12 @@
 //! Turns a validated [`Config`] into running parts: senders, receivers,
 //! plugin processors and routes.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ferry_config::{Config, ReceiverConfig, SenderConfig};
+use ferry_config::{Config, ReceiverConfig, RouteConfig, SenderConfig};
 use ferry_core::dlq::FileDeadLetterStore;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedProcessor};
@@ -14,12 +15,12 @@ use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
-use ferry_wasm::{PluginEngine, PluginLimits, PluginRegistry, WasmProcessor};
-use tokio::task::JoinSet;
+use ferry_wasm::{LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, WasmProcessor};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
-use crate::admin::Readiness;
+use crate::admin::{Readiness, SharedReadiness};
 
 /// A start-up problem, with the config key it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -35,13 +36,11 @@ impl StartError {
     }
 }
 
-/// Loads the plugins a config needs and builds one processor per
-/// `[[routes.processors]]` entry, calling each plugin's `init`. Used by
-/// `run` and by `validate`, which stops here.
-pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
-    let needs_plugins = config.routes.iter().any(|r| !r.processors.is_empty());
-    if !needs_plugins {
-        return Ok(config.routes.iter().map(|_| Vec::new()).collect());
+/// Loads the plugin directory when some route uses a plugin. Compiling
+/// happens here, off the message path.
+fn load_plugins(config: &Config) -> Result<Option<PluginRegistry>, StartError> {
+    if config.routes.iter().all(|r| r.processors.is_empty()) {
+        return Ok(None);
     }
     let limits = PluginLimits {
         call_timeout: Duration::from_millis(config.plugins.call_timeout_ms),
@@ -51,127 +50,378 @@ pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<Sh
         .map_err(|e| StartError::new("plugins", format!("cannot start the plugin engine: {e}")))?;
     let registry = PluginRegistry::load_dir(&engine, Path::new(&config.plugins.dir))
         .map_err(|e| StartError::new("plugins.dir", e))?;
-    let mut all = Vec::new();
-    for (i, route) in config.routes.iter().enumerate() {
-        let mut chain: Vec<SharedProcessor> = Vec::new();
-        for (j, p) in route.processors.iter().enumerate() {
-            let key = format!("routes[{i}].processors[{j}]");
-            let plugin = registry.get(&p.plugin).map_err(|e| StartError::new(format!("{key}.plugin"), e))?;
-            let processor = WasmProcessor::new(&engine, plugin, &route.id, p.config.to_string(), metrics.clone())
-                .map_err(|e| StartError::new(format!("{key}.config"), e))?;
-            chain.push(Arc::new(processor));
-        }
-        all.push(chain);
-    }
-    Ok(all)
+    Ok(Some(registry))
 }
+
+/// The compiled plugins a route's chain uses, in order.
+fn chain_plugins(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+) -> Result<Vec<Arc<LoadedPlugin>>, StartError> {
+    let mut plugins = Vec::new();
+    for (j, p) in route.processors.iter().enumerate() {
+        let key = format!("routes[{index}].processors[{j}].plugin");
+        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
+        plugins.push(registry.get(&p.plugin).map_err(|e| StartError::new(key, e))?);
+    }
+    Ok(plugins)
+}
+
+/// One processor per `[[routes.processors]]` entry, each plugin's `init`
+/// called with its config.
+fn build_chain(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+    metrics: &Metrics,
+) -> Result<Vec<SharedProcessor>, StartError> {
+    let plugins = chain_plugins(registry, index, route)?;
+    let mut chain: Vec<SharedProcessor> = Vec::new();
+    let Some(registry) = registry else { return Ok(chain) };
+    for (j, (p, plugin)) in route.processors.iter().zip(plugins).enumerate() {
+        let processor = WasmProcessor::new(registry.engine(), plugin, &route.id, p.config.to_string(), metrics.clone())
+            .map_err(|e| StartError::new(format!("routes[{index}].processors[{j}].config"), e))?;
+        chain.push(Arc::new(processor));
+    }
+    Ok(chain)
+}
+
+/// Loads the plugins a config needs and builds every route's processors,
+/// calling each plugin's `init`. What `validate` checks.
+pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
+    let registry = load_plugins(config)?;
+    config.routes.iter().enumerate().map(|(i, r)| build_chain(registry.as_ref(), i, r, metrics)).collect()
+}
+
+/// What a route is made of; a reload restarts a route when this changes:
+/// its own settings, its receiver's, its senders', the `[plugins]` limits
+/// or the bytes of a plugin it uses.
+fn fingerprint(config: &Config, route: &RouteConfig, plugins: &[Arc<LoadedPlugin>]) -> String {
+    let senders: Vec<_> = route.bindings.iter().map(|b| (&b.sender, config.senders.get(&b.sender))).collect();
+    let digests: Vec<_> = plugins.iter().map(|p| (&p.name, p.digest)).collect();
+    serde_json::json!({
+        "route": route,
+        "receiver": config.receivers.get(&route.receiver),
+        "senders": senders,
+        "plugins": if route.processors.is_empty() { None } else { Some(&config.plugins) },
+        "digests": digests,
+    })
+    .to_string()
+}
+
+type SenderMap = BTreeMap<String, (SenderConfig, Arc<dyn Sender>)>;
+
+/// The parts a config needs, built but not yet running.
+struct Prepared {
+    /// Every sender of the config: unchanged ones carried over, the rest new.
+    senders: SenderMap,
+    /// Routes to (re)start, with their fingerprints.
+    routes: Vec<(String, Arc<Route>)>,
+    /// Ids of running routes that stay as they are.
+    kept: BTreeSet<String>,
+    readiness: Readiness,
+}
+
+fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
+    Ok(match s {
+        SenderConfig::Mqtt(m) => Arc::new(
+            MqttSender::start(name, m.clone(), metrics.clone())
+                .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
+        ),
+        SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
+        SenderConfig::Amqp10(a) => Amqp10Sender::start(name, a.clone(), metrics.clone()),
+        SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
+    })
+}
+
+fn new_receiver(name: &str, r: &ReceiverConfig, route: &RouteConfig, metrics: &Metrics) -> Arc<dyn Receiver> {
+    match r {
+        ReceiverConfig::Mqtt(m) => Arc::new(MqttReceiver::new(
+            name,
+            m.clone(),
+            u16::try_from(route.max_in_flight).unwrap_or(u16::MAX),
+            metrics.clone(),
+        )),
+        ReceiverConfig::Sqs(q) => Arc::new(SqsReceiver::new(name, q.clone(), metrics.clone())),
+        ReceiverConfig::Amqp10(a) => Arc::new(Amqp10Receiver::new(name, a.clone(), metrics.clone())),
+        ReceiverConfig::Amqp091(a) => Arc::new(Amqp091Receiver::new(name, a.clone(), metrics.clone())),
+    }
+}
+
+/// Builds what `config` needs beyond what is running: `running` maps the
+/// ids of running routes to their fingerprints, `old_senders` the running
+/// senders. Nothing here stops what runs; on error, what was started here
+/// is closed again.
+async fn prepare(
+    config: &Config,
+    metrics: &Metrics,
+    dlq: &Arc<FileDeadLetterStore>,
+    running: &BTreeMap<String, String>,
+    old_senders: &SenderMap,
+) -> Result<Prepared, StartError> {
+    let registry = tokio::task::block_in_place(|| load_plugins(config))?;
+    let mut kept = BTreeSet::new();
+    let mut to_build = Vec::new();
+    for (i, route) in config.routes.iter().enumerate() {
+        let plugins = chain_plugins(registry.as_ref(), i, route)?;
+        let fp = fingerprint(config, route, &plugins);
+        if running.get(&route.id) == Some(&fp) {
+            kept.insert(route.id.clone());
+        } else {
+            let chain = tokio::task::block_in_place(|| build_chain(registry.as_ref(), i, route, metrics))?;
+            to_build.push((fp, route, chain));
+        }
+    }
+
+    // Names are checked before any sender starts: past this point nothing
+    // fails, so no new connection is left behind by a refused reload.
+    for (_, route, _) in &to_build {
+        if !config.receivers.contains_key(&route.receiver) {
+            return Err(StartError::new("routes", format!("unknown receiver {:?}", route.receiver)));
+        }
+        if let Some(b) = route.bindings.iter().find(|b| !config.senders.contains_key(&b.sender)) {
+            return Err(StartError::new("routes", format!("unknown sender {:?}", b.sender)));
+        }
+    }
+
+    let mut senders = SenderMap::new();
+    let mut started = Vec::new();
+    for (name, s) in &config.senders {
+        let sender = match old_senders.get(name) {
+            Some((old, sender)) if old == s => sender.clone(),
+            _ => match start_sender(name, s, metrics) {
+                Ok(sender) => {
+                    started.push(sender.clone());
+                    sender
+                }
+                Err(e) => {
+                    for sender in &started {
+                        sender.close().await;
+                    }
+                    return Err(e);
+                }
+            },
+        };
+        senders.insert(name.clone(), (s.clone(), sender));
+    }
+
+    let mut routes = Vec::new();
+    for (fp, route_config, chain) in to_build {
+        let Some(receiver_config) = config.receivers.get(&route_config.receiver) else {
+            return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver)));
+        };
+        let mut bindings = Vec::new();
+        for b in &route_config.bindings {
+            let (_, sender) = senders
+                .get(&b.sender)
+                .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
+            bindings.push(Binding { id: b.id().to_owned(), sender: sender.clone(), address: b.address.clone() });
+        }
+        let route = Route {
+            id: route_config.id.clone(),
+            source_id: route_config.receiver.clone(),
+            receiver: new_receiver(&route_config.receiver, receiver_config, route_config, metrics),
+            processors: chain,
+            bindings,
+            policy: RoutePolicy::from_config(route_config),
+            dlq: dlq.clone(),
+            metrics: metrics.clone(),
+        };
+        routes.push((fp, Arc::new(route)));
+    }
+
+    let mut transports: Vec<(String, String, String)> = config
+        .senders
+        .iter()
+        .map(|(name, s)| (kind_of_sender(s).to_owned(), "sender".to_owned(), name.clone()))
+        .collect();
+    for route in &config.routes {
+        if let Some(r) = config.receivers.get(&route.receiver) {
+            transports.push((kind_of_receiver(r).to_owned(), "receiver".to_owned(), route.receiver.clone()));
+        }
+    }
+    let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
+    Ok(Prepared { senders, routes, kept, readiness })
+}
+
+/// A route task.
+struct RunningRoute {
+    fingerprint: String,
+    generation: u64,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+type RouteEnded = (String, u64, Result<(), ferry_core::TransportError>);
+
+/// A reload request: `Some` config with `--watch` (already loaded and
+/// validated), `None` to reload plugins under the running config.
+pub type ReloadRequest = Option<Config>;
 
 /// Everything `ferry run` starts.
 pub struct Bridge {
-    pub routes: Vec<Arc<Route>>,
-    /// What `/readyz` checks.
-    pub readiness: Readiness,
-    senders: Vec<Arc<dyn Sender>>,
+    config: Config,
     pub metrics: Metrics,
+    /// What `/readyz` checks; replaced by a reload.
+    pub readiness: SharedReadiness,
+    dlq: Arc<FileDeadLetterStore>,
+    senders: SenderMap,
+    routes: BTreeMap<String, RunningRoute>,
+    pending: Vec<(String, Arc<Route>)>,
+    generation: u64,
+    ended_tx: mpsc::UnboundedSender<RouteEnded>,
+    ended_rx: mpsc::UnboundedReceiver<RouteEnded>,
 }
 
 impl Bridge {
-    /// Builds every part. Must run inside a tokio runtime (senders start
-    /// connecting right away).
-    pub fn build(config: &Config, metrics: Metrics) -> Result<Self, StartError> {
-        let processors = build_processors(config, &metrics)?;
+    /// Builds every part. Must run inside a (multi-threaded) tokio runtime:
+    /// senders start connecting right away.
+    pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
         let dlq = Arc::new(FileDeadLetterStore::in_dir(Path::new(&config.store.path)));
-        let mut senders: std::collections::BTreeMap<String, Arc<dyn Sender>> = std::collections::BTreeMap::new();
-        let mut transports: Vec<(String, String, String)> = Vec::new();
-        for (name, s) in &config.senders {
-            let sender: Arc<dyn Sender> = match s {
-                SenderConfig::Mqtt(m) => Arc::new(
-                    MqttSender::start(name, m.clone(), metrics.clone())
-                        .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
-                ),
-                SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
-                SenderConfig::Amqp10(a) => Amqp10Sender::start(name, a.clone(), metrics.clone()),
-                SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
-            };
-            transports.push((kind_of_sender(s).to_owned(), "sender".to_owned(), name.clone()));
-            senders.insert(name.clone(), sender);
-        }
-        let mut routes = Vec::new();
-        for (route_config, chain) in config.routes.iter().zip(processors) {
-            let receiver: Arc<dyn Receiver> = match config.receivers.get(&route_config.receiver) {
-                Some(ReceiverConfig::Mqtt(m)) => Arc::new(MqttReceiver::new(
-                    &route_config.receiver,
-                    m.clone(),
-                    u16::try_from(route_config.max_in_flight).unwrap_or(u16::MAX),
-                    metrics.clone(),
-                )),
-                Some(ReceiverConfig::Sqs(q)) => {
-                    Arc::new(SqsReceiver::new(&route_config.receiver, q.clone(), metrics.clone()))
-                }
-                Some(ReceiverConfig::Amqp10(a)) => {
-                    Arc::new(Amqp10Receiver::new(&route_config.receiver, a.clone(), metrics.clone()))
-                }
-                Some(ReceiverConfig::Amqp091(a)) => {
-                    Arc::new(Amqp091Receiver::new(&route_config.receiver, a.clone(), metrics.clone()))
-                }
-                None => return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver))),
-            };
-            if let Some(r) = config.receivers.get(&route_config.receiver) {
-                transports.push((kind_of_receiver(r).to_owned(), "receiver".to_owned(), route_config.receiver.clone()));
-            }
-            let mut bindings = Vec::new();
-            for b in &route_config.bindings {
-                let sender = senders
-                    .get(&b.sender)
-                    .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-                bindings.push(Binding { id: b.id().to_owned(), sender: sender.clone(), address: b.address.clone() });
-            }
-            routes.push(Arc::new(Route {
-                id: route_config.id.clone(),
-                source_id: route_config.receiver.clone(),
-                receiver,
-                processors: chain,
-                bindings,
-                policy: RoutePolicy::from_config(route_config),
-                dlq: dlq.clone(),
-                metrics: metrics.clone(),
-            }));
-        }
-        let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
-        Ok(Self { routes, readiness, senders: senders.into_values().collect(), metrics })
+        let prepared = prepare(&config, &metrics, &dlq, &BTreeMap::new(), &SenderMap::new()).await?;
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        Ok(Self {
+            config,
+            metrics,
+            readiness: Arc::new(RwLock::new(prepared.readiness)),
+            dlq,
+            senders: prepared.senders,
+            routes: BTreeMap::new(),
+            pending: prepared.routes,
+            generation: 0,
+            ended_tx,
+            ended_rx,
+        })
     }
 
-    /// Runs every route until `shutdown` fires or a route fails, then
-    /// drains in-flight messages and closes the senders. Returns whether
-    /// every route ended cleanly.
-    pub async fn run(self, shutdown: CancellationToken) -> bool {
-        let mut tasks = JoinSet::new();
-        for route in &self.routes {
-            let route = route.clone();
-            let token = shutdown.clone();
-            tasks.spawn(async move { (route.id.clone(), route.run(token).await) });
+    /// How many routes the config has.
+    pub fn route_count(&self) -> usize {
+        self.config.routes.len()
+    }
+
+    fn spawn(&mut self, fingerprint: String, route: Arc<Route>, shutdown: &CancellationToken) {
+        self.generation += 1;
+        let generation = self.generation;
+        let stop = shutdown.child_token();
+        let (token, ended) = (stop.clone(), self.ended_tx.clone());
+        let id = route.id.clone();
+        let task_id = id.clone();
+        let task = tokio::spawn(async move {
+            let result = route.run(token).await;
+            let _ = ended.send((task_id, generation, result));
+        });
+        self.routes.insert(id, RunningRoute { fingerprint, generation, stop, task });
+    }
+
+    /// Runs every route until `shutdown` fires or a route fails, applying
+    /// reload requests meanwhile; then drains in-flight messages and closes
+    /// the senders. Returns whether every route ended cleanly.
+    pub async fn run(mut self, shutdown: CancellationToken, mut reloads: mpsc::Receiver<ReloadRequest>) -> bool {
+        for (fp, route) in std::mem::take(&mut self.pending) {
+            self.spawn(fp, route, &shutdown);
         }
         let mut clean = true;
-        while let Some(done) = tasks.join_next().await {
-            match done {
-                Ok((_, Ok(()))) => {}
-                Ok((id, Err(e))) => {
-                    error!(route = %id, error = %e, "route failed; stopping the daemon");
-                    clean = false;
-                    shutdown.cancel();
-                }
-                Err(e) => {
-                    error!(error = %e, "route task panicked; stopping the daemon");
-                    clean = false;
-                    shutdown.cancel();
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(request) = reloads.recv() => self.reload(request, &shutdown).await,
+                Some((id, generation, result)) = self.ended_rx.recv() => {
+                    if self.routes.get(&id).is_none_or(|r| r.generation != generation) {
+                        continue; // a route a reload stopped
+                    }
+                    self.routes.remove(&id);
+                    match result {
+                        Ok(()) if self.routes.is_empty() => break,
+                        Ok(()) => {}
+                        Err(e) => {
+                            error!(route = %id, error = %e, "route failed; stopping the daemon");
+                            clean = false;
+                            shutdown.cancel();
+                            break;
+                        }
+                    }
                 }
             }
         }
-        for sender in &self.senders {
+        for (_, route) in std::mem::take(&mut self.routes) {
+            route.stop.cancel();
+            if let Err(e) = route.task.await {
+                error!(error = %e, "route task panicked");
+                clean = false;
+            }
+        }
+        while let Ok((id, _, result)) = self.ended_rx.try_recv() {
+            if let Err(e) = result {
+                error!(route = %id, error = %e, "route failed while stopping");
+                clean = false;
+            }
+        }
+        for (_, sender) in self.senders.values() {
             sender.close().await;
         }
         info!("all routes stopped");
         clean
+    }
+
+    /// Applies a reload: builds what changed while everything runs, then
+    /// drains and restarts only the routes whose parts changed. Anything
+    /// that fails to build (config, plugin, init) refuses the whole reload
+    /// and leaves the daemon as it was.
+    async fn reload(&mut self, request: ReloadRequest, shutdown: &CancellationToken) {
+        let config = request.unwrap_or_else(|| self.config.clone());
+        if config.admin != self.config.admin || config.store != self.config.store {
+            warn!("reload: [admin] and [store] changes take effect at the next start");
+        }
+        let running: BTreeMap<String, String> =
+            self.routes.iter().map(|(id, r)| (id.clone(), r.fingerprint.clone())).collect();
+        let prepared = match prepare(&config, &self.metrics, &self.dlq, &running, &self.senders).await {
+            Ok(p) => p,
+            Err(e) => {
+                Metrics::inc(&self.metrics.reloads, &[("outcome", "refused")]);
+                error!(error = %e, "reload refused; everything keeps running as it was");
+                return;
+            }
+        };
+        let replaced: Vec<String> = self.routes.keys().filter(|id| !prepared.kept.contains(*id)).cloned().collect();
+        let mut stopping = Vec::new();
+        for id in &replaced {
+            if let Some(route) = self.routes.remove(id) {
+                route.stop.cancel();
+                stopping.push(route.task);
+            }
+        }
+        for task in stopping {
+            if let Err(e) = task.await {
+                error!(error = %e, "route task panicked while stopping");
+            }
+        }
+        let started: Vec<String> = prepared.routes.iter().map(|(_, r)| r.id.clone()).collect();
+        for (fp, route) in prepared.routes {
+            self.spawn(fp, route, shutdown);
+        }
+        let old = std::mem::replace(&mut self.senders, prepared.senders);
+        for (name, (_, sender)) in old {
+            let still_used = self.senders.get(&name).is_some_and(|(_, s)| Arc::ptr_eq(s, &sender));
+            if !still_used {
+                sender.close().await;
+            }
+        }
+        if let Ok(mut r) = self.readiness.write() {
+            *r = prepared.readiness;
+        }
+        for id in replaced.iter().filter(|id| !started.contains(id)) {
+            self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
+        }
+        self.config = config;
+        Metrics::inc(&self.metrics.reloads, &[("outcome", "applied")]);
+        info!(
+            restarted = ?started.iter().filter(|id| replaced.contains(id)).collect::<Vec<_>>(),
+            started = ?started.iter().filter(|id| !replaced.contains(id)).collect::<Vec<_>>(),
+            stopped = ?replaced.iter().filter(|id| !started.contains(id)).collect::<Vec<_>>(),
+            kept = ?prepared.kept,
+            "reload applied"
+        );
     }
 }
 

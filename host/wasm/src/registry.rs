@@ -42,6 +42,9 @@ pub struct LoadedPlugin {
     pub name: String,
     pub path: PathBuf,
     pub size: u64,
+    /// A hash of the file's bytes: a reload restarts the routes whose
+    /// plugins' digests changed.
+    pub digest: u64,
     pub(crate) pre: ProcessorPre<HostState>,
 }
 
@@ -138,7 +141,14 @@ pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<LoadedPlugin, Plu
         .map_err(|e| wrong(format!("does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}")))?;
     let pre = ProcessorPre::new(instance_pre)
         .map_err(|e| wrong(format!("does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}")))?;
-    Ok(LoadedPlugin { name, path: path.to_owned(), size: bytes.len() as u64, pre })
+    Ok(LoadedPlugin { name, path: path.to_owned(), size: bytes.len() as u64, digest: digest(&bytes), pre })
+}
+
+fn digest(bytes: &[u8]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::hash::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// Explains, before linking, why a component does not target this host's
