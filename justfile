@@ -95,6 +95,12 @@ test: plugins test-plugins mosquitto moto rabbitmq
     cd processors && cargo test -p filter
 
 # Benchmarks (release): processor call cost; MQTT->MQTT, SQS and AMQP 0-9-1 routes against the broker's raw rate (and RabbitMQ's shovel).
+# The full crash test: 20,000 messages through a shared_outbox route while
+# the daemon is SIGKILLed 20 times (CI runs a reduced form in `just test`).
+chaos: mosquitto rabbitmq
+    cargo build -p ferry-daemon
+    FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=20 cargo test -p ferry-tests --test chaos -- --nocapture
+
 bench: plugins mosquitto moto rabbitmq
     cargo build --release -p ferry-daemon -p ferry-bench
     {{host_target}}/release/ferry-bench

@@ -90,6 +90,8 @@ async fn metrics_move_with_the_messages_and_count_every_seed_counter() {
     assert_eq!(sample(&text, "ferry_mqtt_non_string_header_dropped_total", "sender=\"out\""), Some(1.0));
     assert_eq!(sample(&text, "ferry_plugin_calls_total", "outcome=\"pass\""), Some(3.0));
     assert_eq!(sample(&text, "ferry_plugin_calls_total", "outcome=\"reject\""), Some(1.0));
+    assert_eq!(sample(&text, "ferry_plugin_call_seconds_count", "route=\"r1\""), Some(4.0));
+    assert!(sample(&text, "ferry_plugin_call_seconds_sum", "route=\"r1\"").is_some_and(|s| s > 0.0));
     assert_eq!(sample(&text, "ferry_messages_in_flight", "route=\"r1\""), Some(0.0));
     assert_eq!(sub.drain(Duration::from_secs(1)).await.len(), 3);
     assert_eq!(daemon.terminate().code(), Some(0));

@@ -18,7 +18,7 @@
 //!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
-//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp` picks groups.
+//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox` picks groups.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -444,31 +444,7 @@ async fn amqp_rows() {
     eprintln!("amqp: raw publish {raw_fill:.0} msgs/s, raw consume {raw_drain:.0} msgs/s");
 
     amqp_fill(&rabbit, &src, n).await;
-    let ws = Workspace::with_plugins(&[]);
-    ws.config(&format!(
-        r#"
-[receivers.in]
-type = "amqp091"
-url = "{url}"
-queue = "{src}"
-prefetch = {AMQP_PREFETCH}
-[senders.out]
-type = "amqp091"
-url = "{url}"
-[[routes]]
-id = "bench-amqp"
-receiver = "in"
-max_in_flight = {AMQP_PREFETCH}
-[[routes.bindings]]
-sender = "out"
-address = "{dst}"
-"#,
-        url = ferry_tests::rabbit::URL091,
-    ));
-    let started = Instant::now();
-    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let through = amqp_wait_depth(&rabbit, &dst, n, started).await;
-    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    let through = ferry_queue_to_queue(&rabbit, &src, &dst, n, "direct_hold").await;
     eprintln!("amqp: ferry {through:.0} msgs/s");
 
     amqp_fill(&rabbit, &shovel_src, n).await;
@@ -495,6 +471,103 @@ address = "{dst}"
     println!("  {:<44} {:>10.2}", "ratio ferry / raw consume", through / raw_drain);
 }
 
+/// Runs ferry on an AMQP 0-9-1 queue -> queue route in `mode` until `dst`
+/// holds `n` messages (`src` already holds them); the rate.
+async fn ferry_queue_to_queue(rabbit: &Rabbit, src: &str, dst: &str, n: usize, mode: &str) -> f64 {
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "amqp091"
+url = "{url}"
+queue = "{src}"
+prefetch = {AMQP_PREFETCH}
+[senders.out]
+type = "amqp091"
+url = "{url}"
+[[routes]]
+id = "bench-amqp"
+receiver = "in"
+delivery_mode = "{mode}"
+max_in_flight = {AMQP_PREFETCH}
+[[routes.bindings]]
+sender = "out"
+address = "{dst}"
+"#,
+        url = ferry_tests::rabbit::URL091,
+    ));
+    let started = Instant::now();
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let through = amqp_wait_depth(rabbit, dst, n, started).await;
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    through
+}
+
+/// The store's durable write rate: `n` one-record persists, one at a time
+/// and `concurrency` at once (what group commit is for).
+async fn store_rate(n: usize, concurrency: usize) -> f64 {
+    use ferry_core::outbox::{NewRecord, OutboxStore};
+    let dir = std::env::temp_dir().join(unique("ferry-bench-store"));
+    let store = ferry_store::SledStore::open(&dir).expect("open the store");
+    let payload = vec![b'x'; 1024];
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..n {
+        if tasks.len() >= concurrency {
+            tasks.join_next().await;
+        }
+        let (store, payload) = (store.clone(), payload.clone());
+        tasks.spawn(async move {
+            let record = NewRecord {
+                partition: "bench/out".into(),
+                route: "bench".into(),
+                binding: "out".into(),
+                address: "q".into(),
+                envelope: ferry_envelope::Envelope::new(format!("m-{i}"), payload),
+            };
+            store.persist(vec![record]).await.expect("persist");
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+    let rate = n as f64 / started.elapsed().as_secs_f64();
+    drop(store);
+    let _ = std::fs::remove_dir_all(&dir);
+    rate
+}
+
+async fn outbox_rows() {
+    let n = amqp_messages();
+    let single = store_rate(n.min(2_000), 1).await;
+    let grouped = store_rate(n, AMQP_PREFETCH).await;
+    eprintln!("outbox: store {single:.0} records/s one at a time, {grouped:.0} with {AMQP_PREFETCH} writers");
+
+    let rabbit = Rabbit::connect().await;
+    let [direct_src, direct_dst, outbox_src, outbox_dst] =
+        ["direct-src", "direct-dst", "outbox-src", "outbox-dst"].map(|q| unique(&format!("bench-{q}")));
+    for q in [&direct_src, &direct_dst, &outbox_src, &outbox_dst] {
+        rabbit.declare_queue(q).await;
+    }
+    amqp_fill(&rabbit, &direct_src, n).await;
+    let direct = ferry_queue_to_queue(&rabbit, &direct_src, &direct_dst, n, "direct_hold").await;
+    amqp_fill(&rabbit, &outbox_src, n).await;
+    let outbox = ferry_queue_to_queue(&rabbit, &outbox_src, &outbox_dst, n, "shared_outbox").await;
+    eprintln!("outbox: direct_hold {direct:.0} msgs/s, shared_outbox {outbox:.0} msgs/s");
+    for q in [&direct_src, &direct_dst, &outbox_src, &outbox_dst] {
+        rabbit.delete_queue(q).await;
+    }
+
+    println!("\nshared_outbox on sled, 1 KiB records");
+    println!("  {:<44} {:>10.0} records/s", "durable persist, one writer", single);
+    println!(
+        "  {:<44} {:>10.0} records/s",
+        format!("durable persist, {AMQP_PREFETCH} writers (group commit)"),
+        grouped
+    );
+    println!("  {:<44} {:>10.0} msgs/s", "AMQP 0-9-1 queue -> queue, direct_hold", direct);
+    println!("  {:<44} {:>10.0} msgs/s", "same route, shared_outbox", outbox);
+    println!("  {:<44} {:>10.2}", "ratio shared_outbox / direct_hold", outbox / direct);
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
     // FERRY_BENCH_ROWS=amqp,sqs runs only those groups (default: all).
@@ -511,5 +584,8 @@ async fn main() {
     }
     if wanted("amqp") {
         amqp_rows().await;
+    }
+    if wanted("outbox") {
+        outbox_rows().await;
     }
 }

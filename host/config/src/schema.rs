@@ -348,7 +348,8 @@ pub enum DeliveryMode {
     /// The source message is acknowledged only after every binding accepted it.
     #[default]
     DirectHold,
-    /// Persist to the outbox, then acknowledge (not available yet).
+    /// Persist the dispatch plans durably to the outbox, acknowledge the
+    /// source, and send from the outbox.
     SharedOutbox,
 }
 

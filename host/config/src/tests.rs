@@ -70,7 +70,11 @@ fn invalid_fixtures_report_their_key() {
         ("topics = [\"sensors/#\"]", "topics = []", "receivers.in.topics"),
         ("default_topic = \"bridged\"", "default_topic = \"bridged\"\nqos = 3", "senders.out.qos"),
         ("delivery_mode = \"direct_hold\"", "delivery_mode = \"sometimes\"", "routes[0].delivery_mode"),
-        ("delivery_mode = \"direct_hold\"", "delivery_mode = \"shared_outbox\"", "routes[0].delivery_mode"),
+        (
+            "delivery_mode = \"direct_hold\"",
+            "delivery_mode = \"shared_outbox\"\nmax_outbox_depth = 0",
+            "routes[0].max_outbox_depth",
+        ),
         ("url = \"mqtt://127.0.0.1:1883\"\ntopics", "url = \"http://x\"\ntopics", "receivers.in.url"),
         ("[plugins]\ndir = \"plugins\"", "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"", "plugins"),
         (

@@ -6,6 +6,9 @@
 pub enum ErrorClass {
     /// Broker down, timeout, throttling: retry after a backoff.
     Transient,
+    /// A transient failure before anything was attempted (the client is not
+    /// connected): retry, but it does not count as a delivery attempt.
+    Unavailable,
     /// The message itself can never be delivered: dead-letter or drop it.
     Permanent,
 }
@@ -23,11 +26,22 @@ impl TransportError {
         Self { class: ErrorClass::Transient, reason: reason.into() }
     }
 
+    /// The client has no connection: nothing was sent.
+    pub fn unavailable(reason: impl Into<String>) -> Self {
+        Self { class: ErrorClass::Unavailable, reason: reason.into() }
+    }
+
     pub fn permanent(reason: impl Into<String>) -> Self {
         Self { class: ErrorClass::Permanent, reason: reason.into() }
     }
 
+    /// Whether trying again can help (transient or unavailable).
     pub fn is_transient(&self) -> bool {
-        self.class == ErrorClass::Transient
+        self.class != ErrorClass::Permanent
+    }
+
+    /// Whether nothing was attempted because the client is not connected.
+    pub fn is_unavailable(&self) -> bool {
+        self.class == ErrorClass::Unavailable
     }
 }

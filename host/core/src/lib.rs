@@ -8,6 +8,7 @@
 //! - [`headers`]: the header rules every route applies on ingress.
 //! - [`backoff`]: exponential backoff with jitter.
 //! - [`dlq`]: the dead-letter store port and its file-backed default.
+//! - [`outbox`]: the outbox store port (`shared_outbox` delivery).
 //! - [`ledger`]: redelivery counts for sources that do not keep one.
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
 //! - [`redact`]: passwords out of logged URLs.
@@ -22,6 +23,7 @@ pub mod error;
 pub mod headers;
 pub mod ledger;
 pub mod metrics;
+pub mod outbox;
 pub mod ports;
 pub mod redact;
 pub mod route;

@@ -23,11 +23,18 @@ pub type Labels = Vec<(String, String)>;
 pub type CounterFamily = Family<Labels, Counter>;
 /// A gauge family keyed by labels.
 pub type GaugeFamily = Family<Labels, Gauge>;
+/// A gauge family holding floating-point values.
+pub type FloatGaugeFamily = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
 /// A histogram family keyed by labels (seconds, 0.5 ms to about 9 min).
 pub type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
 
 fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 21))
+}
+
+/// Plugin calls take microseconds: 1 µs to about 8 s.
+fn call_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_001, 2.0, 24))
 }
 
 /// Builds a label set from string pairs.
@@ -58,6 +65,17 @@ pub struct Metrics {
     pub in_flight: GaugeFamily,
     /// Whether a route is running (1/0). Labels: route.
     pub route_running: GaugeFamily,
+    /// Time a plugin call took (instance taken to verdict). Labels: plugin, route.
+    pub plugin_call_seconds: HistogramFamily,
+    /// Outbox records not stored again because the same (partition,
+    /// envelope id, binding) was pending (OutboxDuplicateSuppressed). Labels: route.
+    pub outbox_duplicate_suppressed: CounterFamily,
+    /// Times a route paused receiving because an outbox partition was full. Labels: route.
+    pub outbox_backpressure: CounterFamily,
+    /// Pending outbox records. Labels: route, binding.
+    pub outbox_depth: GaugeFamily,
+    /// Age of the oldest pending outbox record in seconds. Labels: route, binding.
+    pub outbox_oldest_age: FloatGaugeFamily,
     /// SIGHUP reloads. Labels: outcome (`applied`, `refused`).
     pub reloads: CounterFamily,
     /// MQTT user properties refused at ingress (too long, not UTF-8, control
@@ -143,7 +161,21 @@ impl Metrics {
             counter("amqp_header_dropped", "AMQP headers or properties with no form on the other side");
         let connections = counter("transport_connections", "Successful connections of a transport client");
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
+        let outbox_duplicate_suppressed = counter(
+            "outbox_duplicate_suppressed",
+            "Outbox records already pending, not stored twice (OutboxDuplicateSuppressed)",
+        );
+        let outbox_backpressure =
+            counter("outbox_backpressure", "Times a route paused receiving because an outbox partition was full");
         let reloads = counter("reloads", "SIGHUP reloads of plugins (and config with --watch), by outcome");
+        let outbox_depth = GaugeFamily::default();
+        registry.register("outbox_depth", "Pending outbox records", outbox_depth.clone());
+        let outbox_oldest_age = FloatGaugeFamily::default();
+        registry.register(
+            "outbox_oldest_age_seconds",
+            "Age of the oldest pending outbox record",
+            outbox_oldest_age.clone(),
+        );
         let in_flight = GaugeFamily::default();
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
         let route_running = GaugeFamily::default();
@@ -160,6 +192,8 @@ impl Metrics {
             "Age of a message (since its creation time) when a target accepted it",
             age_at_egress.clone(),
         );
+        let plugin_call_seconds: HistogramFamily = Family::new_with_constructor(call_histogram);
+        registry.register("plugin_call_seconds", "Time a plugin call took", plugin_call_seconds.clone());
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
@@ -173,6 +207,11 @@ impl Metrics {
             expired,
             in_flight,
             route_running,
+            plugin_call_seconds,
+            outbox_duplicate_suppressed,
+            outbox_backpressure,
+            outbox_depth,
+            outbox_oldest_age,
             reloads,
             mqtt_ingress_header_dropped,
             mqtt_ingress_poison_dropped,

@@ -1,11 +1,14 @@
 //! The route runtime: receiver -> ingress header rules -> expiry check ->
-//! processor chain -> destination resolution -> bindings, in `direct_hold`
-//! mode (the source message is held until every binding accepted it).
+//! processor chain -> destination resolution -> bindings. In `direct_hold`
+//! mode the source message is held until every binding accepted it; in
+//! `shared_outbox` mode it is acknowledged once its dispatch plans are
+//! durable in the outbox, and a drainer per binding sends them (see
+//! [`outbox`](self::outbox)).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_config::{DispatchMode, FailureAction};
+use ferry_config::{DeliveryMode, DispatchMode, FailureAction};
 use ferry_envelope::{Envelope, Timestamp};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -21,6 +24,9 @@ use crate::ports::{
     Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SharedProcessor, SharedSender, Verdict,
 };
 use crate::trace::DeliveryTrace;
+
+mod outbox;
+pub use outbox::{Outbox, partition_of};
 
 /// A concrete destination: a sender and the address to use with it.
 #[derive(Clone)]
@@ -43,6 +49,10 @@ pub struct RoutePolicy {
     /// is treated as permanently failed.
     pub max_replay_attempts: u32,
     pub trust_bridge_headers: bool,
+    pub delivery_mode: DeliveryMode,
+    /// `shared_outbox`: a binding's partition holding this many records
+    /// stops the route from taking deliveries until it drains.
+    pub max_outbox_depth: usize,
 }
 
 impl RoutePolicy {
@@ -56,6 +66,8 @@ impl RoutePolicy {
             on_permanent_failure: c.on_permanent_failure,
             max_replay_attempts: c.max_replay_attempts,
             trust_bridge_headers: c.trust_bridge_headers,
+            delivery_mode: c.delivery_mode,
+            max_outbox_depth: c.max_outbox_depth,
         }
     }
 }
@@ -70,6 +82,8 @@ pub struct Route {
     pub bindings: Vec<Binding>,
     pub policy: RoutePolicy,
     pub dlq: Arc<dyn DeadLetterStore>,
+    /// The outbox, for `shared_outbox` routes.
+    pub outbox: Option<Outbox>,
     pub metrics: Metrics,
 }
 
@@ -132,10 +146,20 @@ impl Route {
         let mut handlers = JoinSet::new();
         let mut receiver_result = None;
         let running = self.metrics.route_running.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).clone();
+        let drainers_stop = CancellationToken::new();
+        let mut drainers = JoinSet::new();
+        if let Some(outbox) = self.outbox.clone() {
+            for index in 0..self.bindings.len() {
+                drainers.spawn(self.clone().drain(outbox.clone(), index, drainers_stop.clone()));
+            }
+        }
         running.set(1);
         info!(route = %self.id, "route started");
 
         loop {
+            if !self.wait_for_outbox_room(&shutdown).await {
+                break;
+            }
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => match p {
@@ -172,6 +196,9 @@ impl Route {
             Some(r) => r,
             None => receiver_task.await,
         };
+        // Records stay in the outbox for the next start.
+        drainers_stop.cancel();
+        while drainers.join_next().await.is_some() {}
         running.set(0);
         info!(route = %self.id, "route stopped");
         match result {
@@ -297,6 +324,9 @@ impl Route {
         if plans.is_empty() {
             Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
             return Settle::Ack;
+        }
+        if let Some(outbox) = &self.outbox {
+            return self.persist(outbox, envelope, plans, handle, trace, first_seen, shutdown).await;
         }
         self.dispatch(envelope, plans, handle, trace, first_seen, shutdown).await
     }

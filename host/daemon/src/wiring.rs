@@ -6,11 +6,12 @@ use std::path::Path;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ferry_config::{Config, ReceiverConfig, RouteConfig, SenderConfig};
+use ferry_config::{Config, DeliveryMode, ReceiverConfig, RouteConfig, SenderConfig};
 use ferry_core::dlq::FileDeadLetterStore;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedProcessor};
-use ferry_core::route::{Binding, Route, RoutePolicy};
+use ferry_core::route::{Binding, Outbox, Route, RoutePolicy};
+use ferry_store::SledStore;
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
@@ -157,6 +158,7 @@ async fn prepare(
     config: &Config,
     metrics: &Metrics,
     dlq: &Arc<FileDeadLetterStore>,
+    store: Option<&Arc<SledStore>>,
     running: &BTreeMap<String, String>,
     old_senders: &SenderMap,
 ) -> Result<Prepared, StartError> {
@@ -226,6 +228,13 @@ async fn prepare(
             bindings,
             policy: RoutePolicy::from_config(route_config),
             dlq: dlq.clone(),
+            outbox: match (route_config.delivery_mode, store) {
+                (DeliveryMode::SharedOutbox, Some(store)) => Some(Outbox::new(store.clone())),
+                (DeliveryMode::SharedOutbox, None) => {
+                    return Err(StartError::new("store", "shared_outbox needs the store, which is not open"));
+                }
+                (DeliveryMode::DirectHold, _) => None,
+            },
             metrics: metrics.clone(),
         };
         routes.push((fp, Arc::new(route)));
@@ -243,6 +252,21 @@ async fn prepare(
     }
     let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
     Ok(Prepared { senders, routes, kept, readiness })
+}
+
+/// The store directory: `<store.path>/sled`.
+pub fn store_dir(config: &Config) -> std::path::PathBuf {
+    Path::new(&config.store.path).join("sled")
+}
+
+/// Opens the store when a route uses `shared_outbox` and it is not open yet.
+fn open_store_if_needed(config: &Config, open: Option<Arc<SledStore>>) -> Result<Option<Arc<SledStore>>, StartError> {
+    let needed = config.routes.iter().any(|r| r.delivery_mode == DeliveryMode::SharedOutbox);
+    match open {
+        Some(store) => Ok(Some(store)),
+        None if needed => SledStore::open(&store_dir(config)).map(Some).map_err(|e| StartError::new("store.path", e)),
+        None => Ok(None),
+    }
 }
 
 /// A route task.
@@ -266,6 +290,8 @@ pub struct Bridge {
     /// What `/readyz` checks; replaced by a reload.
     pub readiness: SharedReadiness,
     dlq: Arc<FileDeadLetterStore>,
+    /// The embedded store, opened when a route uses `shared_outbox`.
+    store: Option<Arc<SledStore>>,
     senders: SenderMap,
     routes: BTreeMap<String, RunningRoute>,
     pending: Vec<(String, Arc<Route>)>,
@@ -279,13 +305,15 @@ impl Bridge {
     /// senders start connecting right away.
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
         let dlq = Arc::new(FileDeadLetterStore::in_dir(Path::new(&config.store.path)));
-        let prepared = prepare(&config, &metrics, &dlq, &BTreeMap::new(), &SenderMap::new()).await?;
+        let store = open_store_if_needed(&config, None)?;
+        let prepared = prepare(&config, &metrics, &dlq, store.as_ref(), &BTreeMap::new(), &SenderMap::new()).await?;
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         Ok(Self {
             config,
             metrics,
             readiness: Arc::new(RwLock::new(prepared.readiness)),
             dlq,
+            store,
             senders: prepared.senders,
             routes: BTreeMap::new(),
             pending: prepared.routes,
@@ -375,7 +403,14 @@ impl Bridge {
         }
         let running: BTreeMap<String, String> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.fingerprint.clone())).collect();
-        let prepared = match prepare(&config, &self.metrics, &self.dlq, &running, &self.senders).await {
+        let prepared = match open_store_if_needed(&config, self.store.clone()) {
+            Ok(store) => {
+                self.store = store;
+                prepare(&config, &self.metrics, &self.dlq, self.store.as_ref(), &running, &self.senders).await
+            }
+            Err(e) => Err(e),
+        };
+        let prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
                 Metrics::inc(&self.metrics.reloads, &[("outcome", "refused")]);

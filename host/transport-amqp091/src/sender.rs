@@ -113,7 +113,7 @@ impl Sender for Amqp091Sender {
         let (generation, channel) = {
             let guard = self.supervisor.active().await;
             let Some(active) = guard.as_ref() else {
-                return Err(TransportError::transient("not connected to the broker"));
+                return Err(TransportError::unavailable("not connected to the broker"));
             };
             (active.generation, active.link.channel.clone())
         };

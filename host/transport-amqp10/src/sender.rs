@@ -131,7 +131,7 @@ impl Sender for Amqp10Sender {
         let (generation, delivery) = {
             let mut guard = self.supervisor.active().await;
             let Some(active) = guard.as_mut() else {
-                return Err(TransportError::transient("not connected to the broker"));
+                return Err(TransportError::unavailable("not connected to the broker"));
             };
             let generation = active.generation;
             match active.link.sender.send_batchable(message).await {

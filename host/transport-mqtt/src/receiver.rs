@@ -8,6 +8,7 @@
 //! client, so an ack can never reach a connection other than the one the
 //! publish arrived on.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -69,13 +70,7 @@ impl MqttReceiver {
 
     /// Handles one publish: poison is acked and counted, anything else goes
     /// to the route. Returns false when the route no longer takes deliveries.
-    async fn on_publish(
-        &self,
-        publish: Publish,
-        client: &AsyncClient,
-        alive: &Arc<AtomicBool>,
-        sink: &DeliverySink,
-    ) -> bool {
+    async fn on_publish(&self, publish: Publish, client: &AsyncClient, alive: &Arc<AtomicBool>) -> Option<Delivery> {
         let receiver = self.name.as_str();
         match to_envelope(&publish, self.config.max_payload_bytes, Timestamp::now()) {
             Ok(ingress) => {
@@ -87,7 +82,7 @@ impl MqttReceiver {
                 }
                 let handle =
                     MqttDeliveryHandle { client: client.clone(), publish: Some(publish), alive: alive.clone() };
-                sink.send(Delivery { envelope: ingress.envelope, handle: Box::new(handle) }).await.is_ok()
+                Some(Delivery { envelope: ingress.envelope, handle: Box::new(handle) })
             }
             Err(poison) => {
                 warn!(receiver, reason = poison.label(), "poison publish dropped");
@@ -100,7 +95,7 @@ impl MqttReceiver {
                 {
                     warn!(receiver, error = %e, "could not acknowledge poison publish");
                 }
-                true
+                None
             }
         }
     }
@@ -127,9 +122,23 @@ impl Receiver for MqttReceiver {
                 AsyncClient::new(self.client_options()?, usize::from(self.receive_maximum) * 2 + 16);
             let alive = Arc::new(AtomicBool::new(true));
             let mut session_present = false;
+            // Deliveries the route has no room for yet. The event loop is
+            // polled all the same: it is what sends the acknowledgements
+            // that make room (the broker's receive maximum bounds this).
+            let mut backlog: VecDeque<Delivery> = VecDeque::new();
             let stopped = loop {
                 let event = tokio::select! {
                     _ = shutdown.cancelled() => break true,
+                    permit = sink.reserve(), if accepting && !backlog.is_empty() => {
+                        match (permit, backlog.pop_front()) {
+                            (Ok(permit), Some(delivery)) => permit.send(delivery),
+                            // The route stopped taking deliveries; what
+                            // arrives now stays unacknowledged for the
+                            // next session.
+                            _ => accepting = false,
+                        }
+                        continue;
+                    }
                     e = events.poll() => e,
                 };
                 match event {
@@ -154,11 +163,8 @@ impl Receiver for MqttReceiver {
                         self.metrics.connected.get_or_create(&labels).set(1);
                     }
                     Ok(Event::Incoming(Packet::Publish(publish))) => {
-                        if accepting && !self.on_publish(publish, &client, &alive, &sink).await {
-                            // The route stopped taking deliveries; what
-                            // arrives now stays unacknowledged for the next
-                            // session.
-                            accepting = false;
+                        if accepting && let Some(delivery) = self.on_publish(publish, &client, &alive).await {
+                            backlog.push_back(delivery);
                         }
                     }
                     Ok(other) => debug!(receiver, event = ?other, "mqtt event"),

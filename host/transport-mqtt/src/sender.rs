@@ -134,7 +134,7 @@ impl Sender for MqttSender {
             .lock()
             .ok()
             .and_then(|c| c.clone())
-            .ok_or_else(|| TransportError::transient(format!("mqtt sender {} is not connected", shared.name)))?;
+            .ok_or_else(|| TransportError::unavailable(format!("mqtt sender {} is not connected", shared.name)))?;
         let limit = conn.max_packet.load(Ordering::Relaxed);
         if limit > 0 && publish.packet_size() > limit as usize {
             // A packet over the broker's limit would only break the

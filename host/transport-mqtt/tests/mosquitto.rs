@@ -289,3 +289,45 @@ async fn a_message_over_the_brokers_packet_limit_fails_permanently_without_break
     sender.send(small).await.expect("the connection is still usable");
     sender.close().await;
 }
+
+/// A flood of publishes acknowledged in bursts (as a route does after a
+/// group commit) is drained to the end: the receiver never stops reading
+/// while acknowledgements wait to be sent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_acked_in_bursts_is_drained_to_the_end() {
+    let broker = PrivateMosquitto::start_with("max_queued_messages 0").await;
+    let base = unique("t/flood");
+    let metrics = Metrics::new();
+    let receiver =
+        MqttReceiver::new(&unique("in"), receiver_config(&broker.url(), &base, &unique("ferry")), 256, metrics);
+    let mut rx = RunningReceiver::start(receiver, 256);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let publisher = TestMqtt::connect(&broker.url()).await;
+    const N: usize = 3_000;
+    for i in 0..N {
+        publisher.publish_with(&base, &format!("{i}"), &[]).await;
+    }
+    let mut held = Vec::new();
+    let mut acked = 0;
+    while acked < N {
+        let Some(d) = rx.next(Duration::from_secs(10)).await else { break };
+        held.push(d.handle);
+        if held.len() == 128 {
+            let burst = std::mem::take(&mut held);
+            let acks = burst.into_iter().map(|h| tokio::spawn(async move { h.ack().await }));
+            for a in acks.collect::<Vec<_>>() {
+                match tokio::time::timeout(Duration::from_secs(5), a).await {
+                    Ok(r) => r.expect("join").expect("ack"),
+                    Err(_) => panic!("an ack hung after {acked} acks"),
+                }
+                acked += 1;
+            }
+        }
+    }
+    for h in held.drain(..) {
+        h.ack().await.expect("ack");
+        acked += 1;
+    }
+    assert_eq!(acked, N, "the receiver stalled after {acked} messages");
+    rx.stop().await;
+}

@@ -168,6 +168,7 @@ impl Pool {
 
     fn call(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
         let plugin = self.plugin.name.as_str();
+        let started = std::time::Instant::now();
         let (envelope, result, outcome) = match self.take() {
             Ok(instance) => self.call_instance(instance, envelope),
             Err(e) => {
@@ -179,6 +180,10 @@ impl Pool {
             &self.metrics.plugin_calls,
             &[("plugin", plugin), ("route", &self.route), ("outcome", outcome.label())],
         );
+        self.metrics
+            .plugin_call_seconds
+            .get_or_create(&ferry_core::metrics::labels(&[("plugin", plugin), ("route", &self.route)]))
+            .observe(started.elapsed().as_secs_f64());
         (envelope, result)
     }
 

@@ -137,6 +137,8 @@ fn policy() -> RoutePolicy {
         on_permanent_failure: FailureAction::Dlq,
         max_replay_attempts: 5,
         trust_bridge_headers: false,
+        delivery_mode: ferry_config::DeliveryMode::DirectHold,
+        max_outbox_depth: 10_000,
     }
 }
 
@@ -162,6 +164,7 @@ fn harness(
         bindings,
         policy,
         dlq: dlq.clone(),
+        outbox: None,
         metrics: Metrics::new(),
     });
     Harness { route, log, senders, dlq }

@@ -1,0 +1,118 @@
+//! The outbox port (`shared_outbox` delivery): a route persists its resolved
+//! dispatch plans as records and acknowledges the source; a drainer per
+//! partition (route + binding) claims records under a lease, sends them and
+//! completes them.
+//!
+//! Rules every store keeps (seed 001):
+//! - a record carries its address apart from the envelope, whose subject is
+//!   never touched;
+//! - [`OutboxStore::persist`] returns only once the records are durable, and
+//!   a (partition, envelope id, binding) that is already pending is not
+//!   stored twice;
+//! - every guarded write (claim, complete, replay) checks the caller's lease
+//!   version: a stale one is refused with [`StoreError::StaleFencingToken`],
+//!   so two drainers can never both complete or replay a partition's records.
+
+use async_trait::async_trait;
+use ferry_envelope::Envelope;
+use serde::{Deserialize, Serialize};
+
+/// A record to persist.
+#[derive(Debug, Clone)]
+pub struct NewRecord {
+    /// `<route>/<binding>`: what one drainer owns.
+    pub partition: String,
+    pub route: String,
+    pub binding: String,
+    /// Transport destination, kept apart from the envelope.
+    pub address: String,
+    pub envelope: Envelope,
+}
+
+/// A persisted record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutboxRecord {
+    /// Store-wide sequence number (ordering within a partition).
+    pub seq: u64,
+    pub partition: String,
+    pub route: String,
+    pub binding: String,
+    pub address: String,
+    pub envelope: Envelope,
+    /// Transient failures so far.
+    pub replay_count: u32,
+    /// When the record was persisted (ms since the epoch).
+    pub created_ms: i64,
+    /// Not to be sent before this time (ms since the epoch).
+    pub next_attempt_ms: i64,
+    /// When the first send failed, if one did.
+    pub first_failure_ms: Option<i64>,
+    /// The lease version that claimed it last (0: never claimed).
+    pub claimed_by: u64,
+}
+
+/// Single-active ownership of a partition: the version grows with every
+/// acquisition, and only the newest may write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseToken {
+    pub owner: String,
+    pub version: u64,
+}
+
+/// Depth and age of one partition.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PartitionStats {
+    pub partition: String,
+    pub depth: u64,
+    /// Creation time of the oldest pending record (ms since the epoch).
+    pub oldest_ms: Option<i64>,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum StoreError {
+    #[error("stale fencing token for {partition}: version {presented} presented, {current} holds the lease")]
+    StaleFencingToken { partition: String, presented: u64, current: u64 },
+    #[error("store: {0}")]
+    Io(String),
+}
+
+/// What [`OutboxStore::persist`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Persisted {
+    pub stored: usize,
+    /// Records skipped because the same (partition, id, binding) is pending.
+    pub duplicates: usize,
+}
+
+#[async_trait]
+pub trait OutboxStore: Send + Sync {
+    /// Stores the records atomically and returns once they are durable.
+    async fn persist(&self, records: Vec<NewRecord>) -> Result<Persisted, StoreError>;
+    /// Takes the partition's lease for `owner`, fencing out every earlier
+    /// holder (the version grows by one).
+    fn acquire_lease(&self, partition: &str, owner: &str) -> Result<LeaseToken, StoreError>;
+    /// Up to `limit` records due at `now_ms` and not claimed under this
+    /// token yet, oldest first, marked as claimed by it.
+    fn claim(
+        &self,
+        partition: &str,
+        token: &LeaseToken,
+        limit: usize,
+        now_ms: i64,
+    ) -> Result<Vec<OutboxRecord>, StoreError>;
+    /// Removes a record that was sent, or dead-lettered.
+    fn complete(&self, record: &OutboxRecord, token: &LeaseToken) -> Result<(), StoreError>;
+    /// Puts a record back for another attempt at `next_attempt_ms`, counting
+    /// the failure; returns the new replay count.
+    fn replay(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<u32, StoreError>;
+    /// Puts a record back for `next_attempt_ms` without counting a failure
+    /// (nothing was attempted: the sender had no connection).
+    fn release(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<(), StoreError>;
+    /// Pending records in a partition.
+    fn depth(&self, partition: &str) -> u64;
+    /// Creation time of a partition's oldest pending record.
+    fn oldest(&self, partition: &str) -> Result<Option<i64>, StoreError>;
+    /// Depth and oldest record of every partition with records.
+    fn stats(&self) -> Result<Vec<PartitionStats>, StoreError>;
+}
