@@ -292,28 +292,9 @@ impl Route {
                 }
                 Err((env, ProcessError::Retry { after, reason })) => {
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
-                    match self.source_retry(handle, after, &reason) {
-                        SourceRetry::Release(settle) => return settle,
-                        SourceRetry::Exhausted(count) => {
-                            let on_failure = self.policy.on_permanent_failure;
-                            return self
-                                .fail_permanently(
-                                    env,
-                                    None,
-                                    on_failure,
-                                    "replay_exhausted",
-                                    &reason,
-                                    count + 1,
-                                    first_seen,
-                                    shutdown,
-                                )
-                                .await;
-                        }
-                        SourceRetry::Hold => {}
-                    }
                     debug!(%reason, ?after, "processor asked for a retry");
-                    if !sleep_or_shutdown(after, shutdown).await {
-                        return Settle::Release { after, reason };
+                    if let Some(settle) = self.retry_later(&env, handle, after, &reason, first_seen, shutdown).await {
+                        return settle;
                     }
                     attempt = attempt.saturating_add(1);
                 }
@@ -449,6 +430,45 @@ impl Route {
             }
         }
         settle
+    }
+
+    /// A transient failure of the whole message: released to a source that
+    /// counts redeliveries, dead-lettered (or dropped) once that count is
+    /// used up, or held here for `delay`. `None` means: try again now.
+    async fn retry_later(
+        &self,
+        envelope: &Envelope,
+        handle: &dyn DeliveryHandle,
+        delay: Duration,
+        reason: &str,
+        first_seen: Timestamp,
+        shutdown: &CancellationToken,
+    ) -> Option<Settle> {
+        match self.source_retry(handle, delay, reason) {
+            SourceRetry::Release(settle) => return Some(settle),
+            SourceRetry::Exhausted(count) => {
+                let action = self.policy.on_permanent_failure;
+                let settle = self
+                    .fail_permanently(
+                        envelope.clone(),
+                        None,
+                        action,
+                        "replay_exhausted",
+                        reason,
+                        count + 1,
+                        first_seen,
+                        shutdown,
+                    )
+                    .await;
+                return Some(settle);
+            }
+            SourceRetry::Hold => {}
+        }
+        if sleep_or_shutdown(delay, shutdown).await {
+            None
+        } else {
+            Some(Settle::Release { after: delay, reason: reason.to_owned() })
+        }
     }
 
     /// How a transient failure is retried. Sources that redeliver with a

@@ -27,7 +27,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::{Plan, Route, Settle, SourceRetry};
+use super::{Plan, Route, Settle};
 use crate::backoff::sleep_or_shutdown;
 use crate::dlq::DeadLetter;
 use crate::metrics::Metrics;
@@ -114,27 +114,10 @@ impl Route {
                     let delay = self.policy.backoff.delay(attempt);
                     warn!(error = %reason, attempt, "cannot persist to the outbox, will retry");
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "outbox")]);
-                    match self.source_retry(handle, delay, &reason) {
-                        SourceRetry::Release(settle) => return settle,
-                        SourceRetry::Exhausted(count) => {
-                            let action = self.policy.on_permanent_failure;
-                            return self
-                                .fail_permanently(
-                                    envelope,
-                                    None,
-                                    action,
-                                    "replay_exhausted",
-                                    &reason,
-                                    count + 1,
-                                    first_seen,
-                                    shutdown,
-                                )
-                                .await;
-                        }
-                        SourceRetry::Hold => {}
-                    }
-                    if !sleep_or_shutdown(delay, shutdown).await {
-                        return Settle::Release { after: delay, reason };
+                    if let Some(settle) =
+                        self.retry_later(&envelope, handle, delay, &reason, first_seen, shutdown).await
+                    {
+                        return settle;
                     }
                     attempt = attempt.saturating_add(1);
                 }
