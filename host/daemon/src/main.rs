@@ -46,6 +46,21 @@ enum Command {
         #[arg(short, long)]
         config: PathBuf,
     },
+    /// Inspect plugin components.
+    #[command(subcommand)]
+    Plugins(PluginsCommand),
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// Each component in DIR (default `plugins`): name, world, size, and
+    /// whether it loads.
+    List {
+        #[arg(default_value = "plugins")]
+        dir: PathBuf,
+    },
+    /// Whether FILE would load, and why not.
+    Check { file: PathBuf },
 }
 
 fn main() -> ExitCode {
@@ -54,6 +69,8 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Validate { config } => ferry_daemon::commands::validate(&config),
         Command::Render { config } => ferry_daemon::commands::render(&config),
+        Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
+        Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),
         Command::Run { config, watch } => {
             // Before the runtime: the exporter keeps a thread of its own.
             let telemetry = match Telemetry::from_env() {

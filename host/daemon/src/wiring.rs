@@ -259,13 +259,42 @@ pub fn store_dir(config: &Config) -> std::path::PathBuf {
     Path::new(&config.store.path).join("sled")
 }
 
-/// Opens the store when a route uses `shared_outbox` and it is not open yet.
+/// Opens the store when a route uses `shared_outbox`, or when one exists
+/// from an earlier run (its records must not be forgotten), and it is not
+/// open yet.
 fn open_store_if_needed(config: &Config, open: Option<Arc<SledStore>>) -> Result<Option<Arc<SledStore>>, StartError> {
-    let needed = config.routes.iter().any(|r| r.delivery_mode == DeliveryMode::SharedOutbox);
+    let needed =
+        config.routes.iter().any(|r| r.delivery_mode == DeliveryMode::SharedOutbox) || store_dir(config).exists();
     match open {
         Some(store) => Ok(Some(store)),
         None if needed => SledStore::open(&store_dir(config)).map(Some).map_err(|e| StartError::new("store.path", e)),
         None => Ok(None),
+    }
+}
+
+/// Warns about outbox records no running drainer will send: their route or
+/// binding is gone, or no longer `shared_outbox`. They stay in the store
+/// until a config drains them again.
+fn warn_orphaned_records(config: &Config, store: Option<&Arc<SledStore>>) {
+    use ferry_core::outbox::OutboxStore as _;
+    let Some(store) = store else { return };
+    let drained: BTreeSet<String> = config
+        .routes
+        .iter()
+        .filter(|r| r.delivery_mode == DeliveryMode::SharedOutbox)
+        .flat_map(|r| r.bindings.iter().map(|b| ferry_core::route::partition_of(&r.id, b.id())))
+        .collect();
+    match store.stats() {
+        Ok(stats) => {
+            for p in stats.iter().filter(|p| !drained.contains(&p.partition)) {
+                warn!(
+                    partition = %p.partition,
+                    records = p.depth,
+                    "outbox records wait for a shared_outbox route and binding of this name; nothing sends them now"
+                );
+            }
+        }
+        Err(e) => warn!(error = %e, "cannot read the outbox statistics"),
     }
 }
 
@@ -448,6 +477,7 @@ impl Bridge {
         for id in replaced.iter().filter(|id| !started.contains(id)) {
             self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
         }
+        warn_orphaned_records(&config, self.store.as_ref());
         self.config = config;
         Metrics::inc(&self.metrics.reloads, &[("outcome", "applied")]);
         info!(

@@ -1,0 +1,35 @@
+//! `ferry plugins list` and `ferry plugins check` on real components: the
+//! built filter loads, a component for another version of the contract and
+//! a file that is not a component are refused with the reason.
+
+use ferry_tests::daemon::Workspace;
+use ferry_tests::plugin_file;
+
+#[test]
+fn list_and_check_tell_which_components_load_and_why_not() {
+    let ws = Workspace::with_plugins(&["filter", "future-version"]);
+    let plugins = ws.path().join("plugins");
+    std::fs::write(plugins.join("broken.wasm"), b"not a component").expect("write");
+
+    let out = ws.ferry(&["plugins", "list"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "a refused component makes list fail:\n{text}");
+    let line = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_owned();
+    let filter = line("filter ");
+    assert!(filter.contains("ferry:plugin/processor@0.1.0") && filter.ends_with("yes"), "{text}");
+    let size = std::fs::metadata(plugin_file("filter")).expect("filter.wasm").len().to_string();
+    assert!(filter.contains(&size), "the size is shown: {text}");
+    assert!(line("future-version").contains("no: "), "{text}");
+    assert!(line("broken").contains("not a valid WebAssembly component"), "{text}");
+
+    let ok = ws.ferry(&["plugins", "check", &plugins.join("filter.wasm").to_string_lossy()]);
+    assert!(ok.status.success());
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("ok: plugin \"filter\""));
+    let refused = ws.ferry(&["plugins", "check", &plugins.join("future-version.wasm").to_string_lossy()]);
+    assert_eq!(refused.status.code(), Some(2));
+    let why = String::from_utf8_lossy(&refused.stdout);
+    assert!(why.contains("refused") && why.contains("0.1.0"), "the reason names the version: {why}");
+
+    let only_good = Workspace::with_plugins(&["filter"]);
+    assert!(only_good.ferry(&["plugins", "list"]).status.success());
+}
