@@ -68,10 +68,13 @@ impl Workspace {
             .expect("ferry runs")
     }
 
-    /// The dead-letter entries written so far.
+    /// The dead letters in this workspace's store, read with
+    /// `ferry dlq list --json`. The daemon must be stopped: sled locks the
+    /// store while it runs.
     pub fn dead_letters(&self) -> Vec<serde_json::Value> {
-        let path = self.path().join("ferry-data").join("dlq.jsonl");
-        std::fs::read_to_string(path).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
+        let out = self.ferry(&["dlq", "list", "-c", "ferry.toml", "--json", "--limit", "1000000"]);
+        assert!(out.status.success(), "ferry dlq list: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 }
 

@@ -315,11 +315,11 @@ async fn a_target_that_refuses_for_good_sends_the_message_to_the_dlq_and_the_sou
     let daemon = Daemon::start(&ws, 2);
     rabbit.publish("", &src, b"lost?", BasicProperties::default().with_message_id("dlq-1".into())).await;
     daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    assert!(daemon.terminate().success(), "clean shutdown");
     let dead = ws.dead_letters();
     let entry = dead.first().expect("a dead letter");
     assert!(entry.to_string().contains("unroutable"), "{entry}");
     assert!(entry.to_string().contains("dlq-1"), "{entry}");
-    assert!(daemon.terminate().success(), "clean shutdown");
     assert_eq!(rabbit.depth(&src).await, 0, "acked at the source once dead-lettered");
     rabbit.delete_queue(&src).await;
 }
@@ -353,10 +353,10 @@ async fn amqp10_outcomes_released_is_retried_and_rejected_without_condition_is_d
     }
     assert_eq!(peer.outcomes_for(b"release me once"), vec![PeerOutcome::Release, PeerOutcome::Accept]);
     assert_eq!(peer.outcomes_for(b"reject me"), vec![PeerOutcome::Reject], "a rejection is not retried");
+    assert!(daemon.terminate().success(), "clean shutdown");
     let dead = ws.dead_letters();
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert!(dead[0].to_string().contains("rej-1") && dead[0].to_string().contains("no condition"), "{}", dead[0]);
-    assert!(daemon.terminate().success(), "clean shutdown");
     assert_eq!(rabbit.depth(&src).await, 0, "both source messages were settled");
     rabbit.delete_queue(&src).await;
 }
@@ -386,8 +386,8 @@ async fn a_dropped_permanent_failure_is_rejected_into_the_queues_dead_letter_exc
     assert_eq!(got.delivery.properties.message_id().as_ref().map(|s| s.as_str()), Some("dlx-1"));
     let headers = got.delivery.properties.headers().as_ref().expect("headers").inner();
     assert!(headers.contains_key("x-death"), "rejected, not republished: {headers:?}");
-    assert!(ws.dead_letters().is_empty(), "dropped, not in ferry's DLQ");
     assert!(daemon.terminate().success(), "clean shutdown");
+    assert!(ws.dead_letters().is_empty(), "dropped, not in ferry's DLQ");
     assert_eq!(rabbit.depth(&src).await, 0);
     rabbit.delete_queue(&src).await;
     rabbit.delete_queue(&dead).await;

@@ -136,7 +136,6 @@ address = "{queue}"
         let m = ferry_tests::http::metrics(&admin);
         let lines: Vec<&str> = m.lines().filter(|l| l.contains("route=\"chaos\"") && !l.contains("_bucket")).collect();
         eprintln!("the last daemon's counters:\n{}", lines.join("\n"));
-        eprintln!("dead letters: {:?}", ws.dead_letters().iter().map(|d| d["reason"].clone()).collect::<Vec<_>>());
     }
     assert_eq!(unique_seen, messages, "lost messages (first ones): {missing:?}");
     assert!(daemon.terminate().success());

@@ -93,8 +93,8 @@ async fn filter_passes_drops_and_routes_through_the_daemon() {
             (format!("{dst}/{src}/kitchen"), r#"{"c":21}"#.to_owned()),
         ]
     );
-    assert!(ws.dead_letters().is_empty(), "a filter drop is not dead-lettered");
     assert_eq!(daemon.terminate().code(), Some(0));
+    assert!(ws.dead_letters().is_empty(), "a filter drop is not dead-lettered");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -254,6 +254,7 @@ async fn hostile_plugins_fail_only_their_own_messages() {
     let ids: Vec<_> = got.iter().filter_map(|p| user_property(p, "mqtt.message-id")).collect();
     assert_eq!(ids, ["fine"], "only the well-behaved message is sent");
     assert!(daemon.is_running());
+    assert_eq!(daemon.terminate().code(), Some(0));
     let mut reasons: Vec<(String, String)> = ws
         .dead_letters()
         .iter()
@@ -269,7 +270,6 @@ async fn hostile_plugins_fail_only_their_own_messages() {
             ("trap".to_owned(), "plugin_trap".to_owned()),
         ]
     );
-    assert_eq!(daemon.terminate().code(), Some(0));
 }
 
 #[test]

@@ -127,7 +127,7 @@ address = "{narrow}"
         assert!(started.elapsed() < WAIT, "the outbox did not empty:\n{m}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
     assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
     broker.stop().await;
 }

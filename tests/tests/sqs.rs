@@ -140,21 +140,16 @@ async fn a_failing_target_makes_sqs_redeliver_with_a_growing_count_until_the_dlq
     target.stop();
     sqs::send(&client, &url, "never delivered", HashMap::new()).await;
 
-    let mut dead = Vec::new();
-    for _ in 0..300 {
-        dead = ws.dead_letters();
-        if !dead.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(dead.len(), 1, "dead-lettered once the replays ran out:\n{}", daemon.log_text());
-    assert_eq!(dead[0]["reason"], "replay_exhausted");
-    assert_eq!(dead[0]["envelope"]["headers"]["sqs.ApproximateReceiveCount"]["value"], 3);
+    daemon.wait_for_log("message dead-lettered", 1, Duration::from_secs(30));
     let (_, metrics) = get(&admin, "/metrics").expect("metrics");
     assert!(sample(&metrics, "ferry_messages_retried_total", "route=\"sqs-in\"").unwrap_or(0.0) >= 2.0);
     assert_eq!(sqs::wait_until_empty(&client, &url).await, (0, 0), "deleted after dead-lettering");
+    let log = daemon.log_text();
     assert_eq!(daemon.terminate().code(), Some(0));
+    let dead = ws.dead_letters();
+    assert_eq!(dead.len(), 1, "dead-lettered once the replays ran out:\n{log}");
+    assert_eq!(dead[0]["reason"], "replay_exhausted");
+    assert_eq!(dead[0]["envelope"]["headers"]["sqs.ApproximateReceiveCount"]["value"], 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -7,7 +7,7 @@
 //!   [`ports::DeliveryHandle`], [`ports::Sender`], [`ports::Processor`].
 //! - [`headers`]: the header rules every route applies on ingress.
 //! - [`backoff`]: exponential backoff with jitter.
-//! - [`dlq`]: the dead-letter store port and its file-backed default.
+//! - [`dlq`]: the dead-letter store port.
 //! - [`outbox`]: the outbox store port (`shared_outbox` delivery).
 //! - [`ledger`]: redelivery counts for sources that do not keep one.
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.

@@ -4,11 +4,13 @@
 //! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
 //! - [`commands`]: `run`, `validate` and `render`.
 //! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! - [`dlq`]: `ferry dlq …` and `ferry outbox stats` on the store.
 //! - [`plugins`]: `ferry plugins list` and `ferry plugins check`.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 
 pub mod admin;
 pub mod commands;
+pub mod dlq;
 pub mod logging;
 pub mod plugins;
 pub mod telemetry;

@@ -49,6 +49,76 @@ enum Command {
     /// Inspect plugin components.
     #[command(subcommand)]
     Plugins(PluginsCommand),
+    /// Dead letters in the store of a stopped daemon.
+    #[command(subcommand)]
+    Dlq(DlqCommand),
+    /// The shared_outbox store of a stopped daemon.
+    #[command(subcommand)]
+    Outbox(OutboxCommand),
+}
+
+#[derive(Subcommand)]
+enum DlqCommand {
+    /// Dead letters, oldest first.
+    List {
+        #[arg(short, long)]
+        config: PathBuf,
+        /// Only this route's.
+        #[arg(long)]
+        route: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One dead letter: headers, reason, attempts and a payload preview.
+    Show {
+        #[arg(short, long)]
+        config: PathBuf,
+        id: u64,
+    },
+    /// Send dead letters again through their route's bindings (fresh id,
+    /// x-bridge.causation-id naming the original), removing each one sent.
+    Replay {
+        #[arg(short, long)]
+        config: PathBuf,
+        ids: Vec<u64>,
+        /// Every dead letter of this route.
+        #[arg(long)]
+        route: Option<String>,
+        /// Say what would be sent; send and remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Remove dead letters for good.
+    Purge {
+        #[arg(short, long)]
+        config: PathBuf,
+        ids: Vec<u64>,
+        /// Every dead letter of this route.
+        #[arg(long)]
+        route: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum OutboxCommand {
+    /// Pending records and the oldest one's age per partition.
+    Stats {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+}
+
+fn block_on(f: impl std::future::Future<Output = ExitCode>) -> ExitCode {
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt.block_on(f),
+        Err(e) => {
+            eprintln!("cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -71,6 +141,17 @@ fn main() -> ExitCode {
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),
+        Command::Dlq(DlqCommand::List { config, route, limit, json }) => {
+            block_on(ferry_daemon::dlq::list(&config, route.as_deref(), limit, json))
+        }
+        Command::Dlq(DlqCommand::Show { config, id }) => block_on(ferry_daemon::dlq::show(&config, id)),
+        Command::Dlq(DlqCommand::Replay { config, ids, route, dry_run }) => {
+            block_on(ferry_daemon::dlq::replay(&config, &ids, route.as_deref(), dry_run))
+        }
+        Command::Dlq(DlqCommand::Purge { config, ids, route }) => {
+            block_on(ferry_daemon::dlq::purge(&config, &ids, route.as_deref()))
+        }
+        Command::Outbox(OutboxCommand::Stats { config }) => block_on(ferry_daemon::dlq::outbox_stats(&config)),
         Command::Run { config, watch } => {
             // Before the runtime: the exporter keeps a thread of its own.
             let telemetry = match Telemetry::from_env() {

@@ -7,7 +7,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ferry_config::{Config, DeliveryMode, ReceiverConfig, RouteConfig, SenderConfig};
-use ferry_core::dlq::FileDeadLetterStore;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedProcessor};
 use ferry_core::route::{Binding, Outbox, Route, RoutePolicy};
@@ -124,7 +123,7 @@ struct Prepared {
     readiness: Readiness,
 }
 
-fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
+pub(crate) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
     Ok(match s {
         SenderConfig::Mqtt(m) => Arc::new(
             MqttSender::start(name, m.clone(), metrics.clone())
@@ -157,8 +156,7 @@ fn new_receiver(name: &str, r: &ReceiverConfig, route: &RouteConfig, metrics: &M
 async fn prepare(
     config: &Config,
     metrics: &Metrics,
-    dlq: &Arc<FileDeadLetterStore>,
-    store: Option<&Arc<SledStore>>,
+    store: &Arc<SledStore>,
     running: &BTreeMap<String, String>,
     old_senders: &SenderMap,
 ) -> Result<Prepared, StartError> {
@@ -227,13 +225,10 @@ async fn prepare(
             processors: chain,
             bindings,
             policy: RoutePolicy::from_config(route_config),
-            dlq: dlq.clone(),
-            outbox: match (route_config.delivery_mode, store) {
-                (DeliveryMode::SharedOutbox, Some(store)) => Some(Outbox::new(store.clone())),
-                (DeliveryMode::SharedOutbox, None) => {
-                    return Err(StartError::new("store", "shared_outbox needs the store, which is not open"));
-                }
-                (DeliveryMode::DirectHold, _) => None,
+            dlq: store.clone(),
+            outbox: match route_config.delivery_mode {
+                DeliveryMode::SharedOutbox => Some(Outbox::new(store.clone())),
+                DeliveryMode::DirectHold => None,
             },
             metrics: metrics.clone(),
         };
@@ -259,25 +254,11 @@ pub fn store_dir(config: &Config) -> std::path::PathBuf {
     Path::new(&config.store.path).join("sled")
 }
 
-/// Opens the store when a route uses `shared_outbox`, or when one exists
-/// from an earlier run (its records must not be forgotten), and it is not
-/// open yet.
-fn open_store_if_needed(config: &Config, open: Option<Arc<SledStore>>) -> Result<Option<Arc<SledStore>>, StartError> {
-    let needed =
-        config.routes.iter().any(|r| r.delivery_mode == DeliveryMode::SharedOutbox) || store_dir(config).exists();
-    match open {
-        Some(store) => Ok(Some(store)),
-        None if needed => SledStore::open(&store_dir(config)).map(Some).map_err(|e| StartError::new("store.path", e)),
-        None => Ok(None),
-    }
-}
-
 /// Warns about outbox records no running drainer will send: their route or
 /// binding is gone, or no longer `shared_outbox`. They stay in the store
 /// until a config drains them again.
-fn warn_orphaned_records(config: &Config, store: Option<&Arc<SledStore>>) {
+fn warn_orphaned_records(config: &Config, store: &SledStore) {
     use ferry_core::outbox::OutboxStore as _;
-    let Some(store) = store else { return };
     let drained: BTreeSet<String> = config
         .routes
         .iter()
@@ -318,9 +299,8 @@ pub struct Bridge {
     pub metrics: Metrics,
     /// What `/readyz` checks; replaced by a reload.
     pub readiness: SharedReadiness,
-    dlq: Arc<FileDeadLetterStore>,
-    /// The embedded store, opened when a route uses `shared_outbox`.
-    store: Option<Arc<SledStore>>,
+    /// The embedded store: dead letters and the outbox.
+    store: Arc<SledStore>,
     senders: SenderMap,
     routes: BTreeMap<String, RunningRoute>,
     pending: Vec<(String, Arc<Route>)>,
@@ -333,15 +313,14 @@ impl Bridge {
     /// Builds every part. Must run inside a (multi-threaded) tokio runtime:
     /// senders start connecting right away.
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
-        let dlq = Arc::new(FileDeadLetterStore::in_dir(Path::new(&config.store.path)));
-        let store = open_store_if_needed(&config, None)?;
-        let prepared = prepare(&config, &metrics, &dlq, store.as_ref(), &BTreeMap::new(), &SenderMap::new()).await?;
+        let store = SledStore::open(&store_dir(&config)).map_err(|e| StartError::new("store.path", e))?;
+        let prepared = prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new()).await?;
+        warn_orphaned_records(&config, &store);
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         Ok(Self {
             config,
             metrics,
             readiness: Arc::new(RwLock::new(prepared.readiness)),
-            dlq,
             store,
             senders: prepared.senders,
             routes: BTreeMap::new(),
@@ -432,13 +411,7 @@ impl Bridge {
         }
         let running: BTreeMap<String, String> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.fingerprint.clone())).collect();
-        let prepared = match open_store_if_needed(&config, self.store.clone()) {
-            Ok(store) => {
-                self.store = store;
-                prepare(&config, &self.metrics, &self.dlq, self.store.as_ref(), &running, &self.senders).await
-            }
-            Err(e) => Err(e),
-        };
+        let prepared = prepare(&config, &self.metrics, &self.store, &running, &self.senders).await;
         let prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
@@ -477,7 +450,7 @@ impl Bridge {
         for id in replaced.iter().filter(|id| !started.contains(id)) {
             self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
         }
-        warn_orphaned_records(&config, self.store.as_ref());
+        warn_orphaned_records(&config, &self.store);
         self.config = config;
         Metrics::inc(&self.metrics.reloads, &[("outcome", "applied")]);
         info!(

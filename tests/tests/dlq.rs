@@ -1,0 +1,114 @@
+//! The dead-letter CLI on the store of a stopped daemon: list, show,
+//! replay (fresh id, x-bridge.causation-id, entry removed), dry run, purge,
+//! outbox stats, and a clear refusal while the daemon runs.
+
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
+use ferry_tests::unique;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_are_listed_shown_replayed_and_purged() {
+    let (src, dst) = (unique("dl/src"), unique("dl/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "{url}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+
+[senders.out]
+type = "mqtt"
+url = "{url}"
+client_id = "{sid}"
+default_topic = "unused"
+
+[[routes]]
+id = "r1"
+receiver = "in"
+[[routes.processors]]
+plugin = "hostile"
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/{{mqtt.topic}}"
+"#,
+        url = broker_url(),
+        rid = unique("dl-in"),
+        sid = unique("dl-out"),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for id in ["r-1", "r-2"] {
+        publisher
+            .publish_with(
+                &format!("{src}/{id}"),
+                &format!("body of {id}"),
+                &[("hostile", "reject"), ("mqtt.message-id", id)],
+            )
+            .await;
+    }
+    daemon.wait_for_log("message dead-lettered", 2, WAIT);
+
+    // While the daemon runs the store is locked: said, not touched.
+    let busy = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("in use by a running ferry"), "{busy:?}");
+    assert!(daemon.terminate().success());
+
+    let table = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
+    assert!(table.status.success());
+    let text = stdout(&table);
+    assert_eq!(text.matches("plugin_rejected").count(), 2, "{text}");
+    assert!(text.contains("2 dead letter(s)"), "{text}");
+    let entries = ws.dead_letters();
+    let id_of = |message: &str| {
+        entries
+            .iter()
+            .find(|e| e["envelope"]["id"] == message)
+            .and_then(|e| e["id"].as_u64())
+            .unwrap_or_else(|| panic!("{message} is not in {entries:?}"))
+    };
+    let (first, second) = (id_of("r-1").to_string(), id_of("r-2").to_string());
+
+    let shown = stdout(&ws.ferry(&["dlq", "show", "-c", "ferry.toml", &first]));
+    assert!(shown.contains("reason:        plugin_rejected"), "{shown}");
+    assert!(shown.contains("message id:    r-1"), "{shown}");
+    assert!(shown.contains("hostile = "), "headers are shown: {shown}");
+    assert!(shown.contains("payload (11 bytes): body of r-1"), "{shown}");
+
+    let dry = ws.ferry(&["dlq", "replay", "-c", "ferry.toml", "--dry-run", &first]);
+    assert!(dry.status.success());
+    assert!(stdout(&dry).contains("would send r-1"), "{}", stdout(&dry));
+    assert_eq!(ws.dead_letters().len(), 2, "a dry run changes nothing");
+
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let replayed = ws.ferry(&["dlq", "replay", "-c", "ferry.toml", &first]);
+    assert!(replayed.status.success(), "{replayed:?}");
+    let p = sub.next(WAIT).await.expect("the replayed message arrived");
+    assert_eq!(topic(&p), format!("{dst}/{src}/r-1"), "through the route's binding");
+    assert_eq!(p.payload.as_ref(), b"body of r-1");
+    assert_eq!(user_property(&p, "x-bridge.causation-id"), Some("r-1"), "points at the original");
+    assert_ne!(user_property(&p, "mqtt.message-id"), Some("r-1"), "a fresh id");
+    let left = ws.dead_letters();
+    assert_eq!(left.len(), 1, "the replayed entry is removed: {left:?}");
+    assert_eq!(left[0]["id"].as_u64().map(|n| n.to_string()), Some(second));
+
+    let purged = ws.ferry(&["dlq", "purge", "-c", "ferry.toml", "--route", "r1"]);
+    assert!(stdout(&purged).contains("purged 1"), "{purged:?}");
+    assert!(ws.dead_letters().is_empty());
+    let stats = ws.ferry(&["outbox", "stats", "-c", "ferry.toml"]);
+    assert!(stats.status.success());
+    assert!(stdout(&stats).contains("0 dead letter(s) in the store"), "{}", stdout(&stats));
+    let unknown = ws.ferry(&["dlq", "show", "-c", "ferry.toml", "999999"]);
+    assert_eq!(unknown.status.code(), Some(2));
+}
