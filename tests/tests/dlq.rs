@@ -1,11 +1,12 @@
-//! The dead-letter CLI on the store of a stopped daemon: list, show,
-//! replay (fresh id, x-bridge.causation-id, entry removed), dry run, purge,
-//! outbox stats, and a clear refusal while the daemon runs.
+//! The dead-letter CLI: list, show, replay (fresh id, x-bridge.causation-id,
+//! entry removed), dry run, purge and outbox stats, on the store of a
+//! running daemon (through its admin server) and of a stopped one, and a
+//! clear refusal when a running daemon has no admin server.
 
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
+use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, topic, user_property};
 use ferry_tests::unique;
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -14,12 +15,11 @@ fn stdout(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn dead_letters_are_listed_shown_replayed_and_purged() {
-    let (src, dst) = (unique("dl/src"), unique("dl/dst"));
-    let ws = Workspace::with_plugins(&["hostile"]);
-    ws.config(&format!(
+fn config(admin: &str, src: &str, dst: &str) -> String {
+    format!(
         r#"
+{admin}
+
 [receivers.in]
 type = "mqtt"
 url = "{url}"
@@ -44,24 +44,41 @@ address = "{dst}/{{mqtt.topic}}"
         url = broker_url(),
         rid = unique("dl-in"),
         sid = unique("dl-out"),
-    ));
-    let daemon = Daemon::start(&ws, 2);
-    let publisher = TestMqtt::connect(&broker_url()).await;
-    for id in ["r-1", "r-2"] {
-        publisher
-            .publish_with(
-                &format!("{src}/{id}"),
-                &format!("body of {id}"),
-                &[("hostile", "reject"), ("mqtt.message-id", id)],
-            )
-            .await;
-    }
-    daemon.wait_for_log("message dead-lettered", 2, WAIT);
+    )
+}
 
-    // While the daemon runs the store is locked: said, not touched.
-    let busy = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
-    assert_eq!(busy.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&busy.stderr).contains("in use by a running ferry"), "{busy:?}");
+/// Publishes messages the hostile plugin rejects; the client is returned
+/// so that it lives until the publishes are out.
+async fn dead_letter(src: &str, ids: &[&str]) -> TestMqtt {
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for id in ids {
+        let body = format!("body of {id}");
+        publisher.publish_with(&format!("{src}/{id}"), &body, &[("hostile", "reject"), ("mqtt.message-id", id)]).await;
+    }
+    publisher
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_are_listed_shown_replayed_and_purged() {
+    let (src, dst) = (unique("dl/src"), unique("dl/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    let admin = format!("127.0.0.1:{}", free_port());
+    ws.config(&config(&format!("[admin]\nlisten = \"{admin}\""), &src, &dst));
+    let daemon = Daemon::start(&ws, 2);
+    let _publisher = dead_letter(&src, &["r-0", "r-1", "r-2"]).await;
+    daemon.wait_for_log("message dead-lettered", 3, WAIT);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+
+    // While the daemon runs the commands go through its admin server, and a
+    // replay uses the daemon's own sender.
+    let running = ws.dead_letters();
+    assert_eq!(running.len(), 3, "{running:?}");
+    let r0 = running.iter().find(|e| e["envelope"]["id"] == "r-0").and_then(|e| e["id"].as_u64()).expect("r-0");
+    let replayed = ws.ferry(&["dlq", "replay", "-c", "ferry.toml", &r0.to_string()]);
+    assert!(replayed.status.success(), "{replayed:?}");
+    let p = sub.next(WAIT).await.expect("replayed by the running daemon");
+    assert_eq!(user_property(&p, "x-bridge.causation-id"), Some("r-0"));
     assert!(daemon.terminate().success());
 
     let table = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
@@ -90,8 +107,6 @@ address = "{dst}/{{mqtt.topic}}"
     assert!(stdout(&dry).contains("would send r-1"), "{}", stdout(&dry));
     assert_eq!(ws.dead_letters().len(), 2, "a dry run changes nothing");
 
-    let mut sub = TestMqtt::connect(&broker_url()).await;
-    sub.subscribe(&format!("{dst}/#")).await;
     let replayed = ws.ferry(&["dlq", "replay", "-c", "ferry.toml", &first]);
     assert!(replayed.status.success(), "{replayed:?}");
     let p = sub.next(WAIT).await.expect("the replayed message arrived");
@@ -111,4 +126,19 @@ address = "{dst}/{{mqtt.topic}}"
     assert!(stdout(&stats).contains("0 dead letter(s) in the store"), "{}", stdout(&stats));
     let unknown = ws.ferry(&["dlq", "show", "-c", "ferry.toml", "999999"]);
     assert_eq!(unknown.status.code(), Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_daemon_without_an_admin_server_is_refused_untouched() {
+    let (src, dst) = (unique("dl/src"), unique("dl/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    ws.config(&config("", &src, &dst));
+    let daemon = Daemon::start(&ws, 2);
+    let _publisher = dead_letter(&src, &["x-1"]).await;
+    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    let busy = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
+    assert_eq!(busy.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("in use by a running ferry"), "{busy:?}");
+    assert!(daemon.terminate().success());
+    assert_eq!(ws.dead_letters().len(), 1, "nothing was touched");
 }

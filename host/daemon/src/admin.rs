@@ -1,17 +1,23 @@
 //! The admin HTTP server (`[admin] listen`): `GET /metrics` (Prometheus /
 //! OpenMetrics text), `GET /healthz` (the process answers) and
 //! `GET /readyz` (every receiver and sender connected, every route running;
-//! otherwise 503 with a JSON body naming what is not ready).
+//! otherwise 503 with a JSON body naming what is not ready), and the store
+//! for the `ferry dlq` / `ferry outbox` commands while the daemon runs:
+//! `GET /dlq?route=&limit=`, `GET /dlq/{id}`, `POST /dlq/replay?ids=&route=&dry_run=`,
+//! `POST /dlq/purge?ids=&route=`, `GET /outbox/stats`. No authentication:
+//! keep it on loopback.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
+use ferry_config::Config;
 use ferry_core::metrics::Metrics;
+use ferry_store::SledStore;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
@@ -28,10 +34,22 @@ pub struct Readiness {
 /// Readiness as the running bridge sees it; a reload replaces it.
 pub type SharedReadiness = Arc<RwLock<Readiness>>;
 
+/// What the dead-letter endpoints work on: the daemon's open store and its
+/// current config (replays go through the config's routes and senders).
+#[derive(Clone)]
+pub struct StoreAccess {
+    pub store: Arc<SledStore>,
+    pub config: Arc<RwLock<Config>>,
+    /// The running senders by name: replays use them rather than opening
+    /// second connections under the same client ids.
+    pub senders: Arc<RwLock<std::collections::BTreeMap<String, Arc<dyn ferry_core::ports::Sender>>>>,
+}
+
 #[derive(Clone)]
 struct AdminState {
     metrics: Metrics,
     readiness: SharedReadiness,
+    store: StoreAccess,
 }
 
 /// Binds `listen` and serves until `shutdown`. Binding errors are returned
@@ -40,6 +58,7 @@ pub async fn serve(
     listen: SocketAddr,
     metrics: Metrics,
     readiness: SharedReadiness,
+    store: StoreAccess,
     shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -47,7 +66,12 @@ pub async fn serve(
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
-        .with_state(AdminState { metrics, readiness });
+        .route("/dlq", get(dlq_list))
+        .route("/dlq/{id}", get(dlq_show))
+        .route("/dlq/replay", post(dlq_replay))
+        .route("/dlq/purge", post(dlq_purge))
+        .route("/outbox/stats", get(outbox_stats))
+        .with_state(AdminState { metrics, readiness, store });
     info!(%listen, "admin server listening");
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
@@ -82,4 +106,91 @@ async fn ready(State(state): State<AdminState>) -> Response {
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     let body = serde_json::json!({ "ready": ready, "not_ready": not_ready });
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+fn json(status: StatusCode, value: &impl serde::Serialize) -> Response {
+    match serde_json::to_string(value) {
+        Ok(body) => (status, [(header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+fn error(status: StatusCode, e: impl std::fmt::Display) -> Response {
+    let body = serde_json::json!({ "error": e.to_string() });
+    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+}
+
+/// The query string as a map (last value wins).
+fn params(query: Option<String>) -> std::collections::HashMap<String, String> {
+    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect()
+}
+
+fn ids(params: &std::collections::HashMap<String, String>) -> Result<Vec<u64>, String> {
+    match params.get("ids") {
+        None => Ok(Vec::new()),
+        Some(list) => list
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|s| s.trim().parse().map_err(|_| format!("not a dead-letter id: {s:?}")))
+            .collect(),
+    }
+}
+
+async fn dlq_list(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
+    let p = params(query);
+    let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
+    match state.store.store.dead_letters(p.get("route").map(String::as_str), limit) {
+        Ok(entries) => json(StatusCode::OK, &entries),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn dlq_show(State(state): State<AdminState>, Path(id): Path<u64>) -> Response {
+    match state.store.store.dead_letter(id) {
+        Ok(entry) => json(StatusCode::OK, &entry),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+async fn dlq_replay(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
+    let p = params(query);
+    let ids = match ids(&p) {
+        Ok(ids) => ids,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    let dry_run = p.get("dry_run").is_some_and(|v| v == "true" || v == "1");
+    let config = match state.store.config.read() {
+        Ok(c) => c.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    let senders = match state.store.senders.read() {
+        Ok(s) => s.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    };
+    info!(?ids, route = ?p.get("route"), dry_run, "dead-letter replay requested");
+    let route = p.get("route").map(String::as_str);
+    match crate::dlq::replay_entries(&config, &state.store.store, &ids, route, dry_run, Some(senders)).await {
+        Ok(report) => json(StatusCode::OK, &report),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn dlq_purge(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
+    let p = params(query);
+    let ids = match ids(&p) {
+        Ok(ids) => ids,
+        Err(e) => return error(StatusCode::BAD_REQUEST, e),
+    };
+    info!(?ids, route = ?p.get("route"), "dead-letter purge requested");
+    match crate::dlq::purge_entries(&state.store.store, &ids, p.get("route").map(String::as_str)).await {
+        Ok(n) => json(StatusCode::OK, &serde_json::json!({ "purged": n })),
+        Err(e) => error(StatusCode::BAD_REQUEST, e),
+    }
+}
+
+async fn outbox_stats(State(state): State<AdminState>) -> Response {
+    match crate::dlq::stats(&state.store.store) {
+        Ok(report) => json(StatusCode::OK, &report),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }

@@ -121,7 +121,15 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
-        match crate::admin::serve(addr, bridge.metrics.clone(), bridge.readiness.clone(), admin_stop.clone()).await {
+        match crate::admin::serve(
+            addr,
+            bridge.metrics.clone(),
+            bridge.readiness.clone(),
+            bridge.store_access(),
+            admin_stop.clone(),
+        )
+        .await
+        {
             Ok(task) => admin = Some(task),
             Err(e) => {
                 error!(%listen, error = %e, "cannot bind the admin server");

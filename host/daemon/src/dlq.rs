@@ -1,6 +1,7 @@
 //! `ferry dlq …` and `ferry outbox stats`: the operator's view of the
-//! store. They open the store of a stopped daemon; sled locks it while a
-//! daemon runs, and then they say so instead of touching it.
+//! store. With the daemon stopped they open the store; while it runs (sled
+//! locks the store) they ask the daemon's admin server, which runs the same
+//! operations here on its open store.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -13,32 +14,77 @@ use ferry_core::outbox::OutboxStore as _;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Timestamp, names};
 use ferry_store::{OpenError, SledStore, StoredDeadLetter};
+use serde::{Deserialize, Serialize};
 
 use crate::wiring::{start_sender, store_dir};
 
 /// How long a replay waits for a sender to connect.
 const CONNECT_WAIT: Duration = Duration::from_secs(15);
 
-fn open(path: &Path) -> Result<(Config, Arc<SledStore>), ExitCode> {
+/// Where the store is reached.
+enum Access {
+    /// Opened here (the daemon is stopped).
+    Local(Config, Arc<SledStore>),
+    /// Through a running daemon's admin server (`http://host:port`).
+    Remote(String),
+}
+
+fn open(path: &Path) -> Result<Access, ExitCode> {
     let config = ferry_config::load(path).map_err(|e| {
         eprintln!("{}: {e}", path.display());
         ExitCode::from(2)
     })?;
     let dir = store_dir(&config);
     match SledStore::open(&dir) {
-        Ok(store) => Ok((config, store)),
-        Err(OpenError::Locked { .. }) => {
-            eprintln!(
-                "{}: the store is in use by a running ferry; stop it first (reaching a running daemon's store is not supported yet)",
-                dir.display()
-            );
-            Err(ExitCode::from(2))
-        }
+        Ok(store) => Ok(Access::Local(config, store)),
+        Err(OpenError::Locked { .. }) => match &config.admin.listen {
+            Some(listen) => Ok(Access::Remote(format!("http://{listen}"))),
+            None => {
+                eprintln!(
+                    "{}: the store is in use by a running ferry and [admin] listen is not set, so it cannot be reached; set it or stop ferry",
+                    dir.display()
+                );
+                Err(ExitCode::from(2))
+            }
+        },
         Err(e) => {
             eprintln!("{e}");
             Err(ExitCode::from(2))
         }
     }
+}
+
+/// A request to a running daemon's admin server; the JSON it answers.
+async fn remote(method: reqwest::Method, url: String) -> Result<serde_json::Value, ExitCode> {
+    let client = reqwest::Client::new();
+    let response = client.request(method, &url).send().await.map_err(|e| {
+        eprintln!("{url}: {e}");
+        ExitCode::from(2)
+    })?;
+    let status = response.status();
+    let text = response.text().await.map_err(fail)?;
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
+    if status.is_success() {
+        Ok(value)
+    } else {
+        eprintln!("{}", value.get("error").and_then(|e| e.as_str()).map_or_else(|| value.to_string(), str::to_owned));
+        Err(ExitCode::from(2))
+    }
+}
+
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .filter_map(|(k, v)| {
+            v.as_ref()
+                .map(|v| format!("{k}={}", url::form_urlencoded::byte_serialize(v.as_bytes()).collect::<String>()))
+        })
+        .collect();
+    if parts.is_empty() { String::new() } else { format!("?{}", parts.join("&")) }
+}
+
+fn join_ids(ids: &[u64]) -> Option<String> {
+    (!ids.is_empty()).then(|| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
 }
 
 fn fail(e: impl std::fmt::Display) -> ExitCode {
@@ -52,15 +98,186 @@ fn time(t: Timestamp) -> String {
     format!("{secs}.{millis:03}")
 }
 
+/// What a replay did: one line per send, and how many entries were kept.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub struct ReplayReport {
+    pub lines: Vec<String>,
+    pub failed: usize,
+}
+
+/// Outbox partitions and the number of dead letters.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct StatsReport {
+    pub partitions: Vec<ferry_core::outbox::PartitionStats>,
+    pub dead_letters: usize,
+}
+
+/// The entries named by id, or all of a route's.
+pub fn select(store: &SledStore, ids: &[u64], route: Option<&str>) -> Result<Vec<StoredDeadLetter>, String> {
+    if ids.is_empty() && route.is_none() {
+        return Err("name dead letters by id, or all of a route with --route".into());
+    }
+    if ids.is_empty() {
+        return store.dead_letters(route, usize::MAX).map_err(|e| e.to_string());
+    }
+    ids.iter()
+        .map(|id| match store.dead_letter(*id) {
+            Ok(Some(e)) => Ok(e),
+            Ok(None) => Err(format!("no dead letter {id}")),
+            Err(e) => Err(e.to_string()),
+        })
+        .collect()
+}
+
+/// Removes the selected entries durably; how many.
+pub async fn purge_entries(store: &SledStore, ids: &[u64], route: Option<&str>) -> Result<usize, String> {
+    let chosen = select(store, ids, route)?;
+    let ids: Vec<u64> = chosen.iter().map(|e| e.id).collect();
+    store.remove_dead_letters(&ids).await.map_err(|e| e.to_string())
+}
+
+/// Depth per outbox partition and the dead-letter count.
+pub fn stats(store: &SledStore) -> Result<StatsReport, String> {
+    Ok(StatsReport { partitions: store.stats().map_err(|e| e.to_string())?, dead_letters: store.dead_letter_count() })
+}
+
+/// Sends each selected entry again through its route's binding (the one
+/// that failed, or the route's bindings when the failure was before
+/// dispatch) with a fresh id and `x-bridge.causation-id` naming the
+/// original; an entry every send accepted is removed. A running daemon
+/// passes its own senders (`running`); otherwise senders are started here
+/// and closed at the end.
+pub async fn replay_entries(
+    config: &Config,
+    store: &SledStore,
+    ids: &[u64],
+    route: Option<&str>,
+    dry_run: bool,
+    running: Option<BTreeMap<String, Arc<dyn Sender>>>,
+) -> Result<ReplayReport, String> {
+    let chosen = select(store, ids, route)?;
+    let metrics = ferry_core::metrics::Metrics::new();
+    let borrowed = running.is_some();
+    let mut senders: BTreeMap<String, Arc<dyn Sender>> = running.unwrap_or_default();
+    let mut report = ReplayReport::default();
+    for StoredDeadLetter { id, entry } in chosen {
+        let Some(route) = config.routes.iter().find(|r| r.id == entry.route) else {
+            report.lines.push(format!("{id}: route {:?} is not in the config; kept", entry.route));
+            report.failed += 1;
+            continue;
+        };
+        let bindings: Vec<_> = match &entry.binding {
+            Some(b) => route.bindings.iter().filter(|x| x.id() == b).collect(),
+            None if route.dispatch_mode == DispatchMode::Single => route.bindings.iter().take(1).collect(),
+            None => route.bindings.iter().collect(),
+        };
+        if bindings.is_empty() {
+            report.lines.push(format!("{id}: binding {:?} is not in route {:?}; kept", entry.binding, route.id));
+            report.failed += 1;
+            continue;
+        }
+        let mut envelope = entry.envelope.clone();
+        envelope.id = uuid::Uuid::new_v4().to_string();
+        envelope.set_header(names::CAUSATION_ID, entry.envelope.id.clone());
+        let mut all_sent = true;
+        for binding in bindings {
+            let address = entry.address.clone().unwrap_or_else(|| binding.address.clone());
+            if dry_run {
+                report.lines.push(format!(
+                    "{id}: would send {} to {} ({address:?}) as {}",
+                    entry.envelope.id,
+                    binding.id(),
+                    envelope.id
+                ));
+                continue;
+            }
+            let sender = match senders.get(&binding.sender) {
+                Some(s) => s.clone(),
+                None => {
+                    let started = config
+                        .senders
+                        .get(&binding.sender)
+                        .ok_or_else(|| format!("sender {:?} is not in the config", binding.sender))
+                        .and_then(|cfg| start_sender(&binding.sender, cfg, &metrics).map_err(|e| e.to_string()));
+                    match started {
+                        Ok(s) => {
+                            senders.insert(binding.sender.clone(), s.clone());
+                            s
+                        }
+                        Err(e) => {
+                            report.lines.push(format!("{id}: {e}; kept"));
+                            all_sent = false;
+                            continue;
+                        }
+                    }
+                }
+            };
+            match send_when_connected(sender.as_ref(), OutboundMessage { envelope: envelope.clone(), address }).await {
+                Ok(()) => report.lines.push(format!(
+                    "{id}: sent {} to {} as {}",
+                    entry.envelope.id,
+                    binding.id(),
+                    envelope.id
+                )),
+                Err(e) => {
+                    report.lines.push(format!("{id}: {} refused: {e}; kept", binding.id()));
+                    all_sent = false;
+                }
+            }
+        }
+        if dry_run {
+            continue;
+        }
+        if all_sent {
+            if let Err(e) = store.remove_dead_letters(&[id]).await {
+                report.lines.push(format!("{id}: sent but not removed: {e}"));
+                report.failed += 1;
+            }
+        } else {
+            report.failed += 1;
+        }
+    }
+    if !borrowed {
+        for sender in senders.values() {
+            sender.close().await;
+        }
+    }
+    Ok(report)
+}
+
+/// Sends once the sender has a connection (a fresh client is still
+/// connecting), giving up after [`CONNECT_WAIT`].
+async fn send_when_connected(sender: &dyn Sender, msg: OutboundMessage) -> Result<(), ferry_core::TransportError> {
+    let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
+    loop {
+        match sender.send(msg.clone()).await {
+            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ExitCode> {
+    serde_json::from_value(value).map_err(fail)
+}
+
 /// `ferry dlq list`: oldest first, as a table or JSON lines.
 pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) -> ExitCode {
-    let (_, store) = match open(path) {
-        Ok(s) => s,
+    let entries: Vec<StoredDeadLetter> = match open(path) {
+        Ok(Access::Local(_, store)) => match store.dead_letters(route, limit) {
+            Ok(e) => e,
+            Err(e) => return fail(e),
+        },
+        Ok(Access::Remote(base)) => {
+            let q = query(&[("route", route.map(str::to_owned)), ("limit", Some(limit.to_string()))]);
+            match remote(reqwest::Method::GET, format!("{base}/dlq{q}")).await.and_then(decode) {
+                Ok(e) => e,
+                Err(code) => return code,
+            }
+        }
         Err(code) => return code,
-    };
-    let entries = match store.dead_letters(route, limit) {
-        Ok(e) => e,
-        Err(e) => return fail(e),
     };
     if json {
         for e in &entries {
@@ -92,14 +309,22 @@ pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) ->
 
 /// `ferry dlq show ID`: everything about one entry, with a payload preview.
 pub async fn show(path: &Path, id: u64) -> ExitCode {
-    let (_, store) = match open(path) {
-        Ok(s) => s,
+    let found: Option<StoredDeadLetter> = match open(path) {
+        Ok(Access::Local(_, store)) => match store.dead_letter(id) {
+            Ok(e) => e,
+            Err(e) => return fail(e),
+        },
+        Ok(Access::Remote(base)) => match remote(reqwest::Method::GET, format!("{base}/dlq/{id}")).await {
+            Ok(serde_json::Value::Null) => None,
+            Ok(v) => match decode(v) {
+                Ok(e) => Some(e),
+                Err(code) => return code,
+            },
+            Err(code) => return code,
+        },
         Err(code) => return code,
     };
-    let Some(StoredDeadLetter { id, entry }) = (match store.dead_letter(id) {
-        Ok(e) => e,
-        Err(e) => return fail(e),
-    }) else {
+    let Some(StoredDeadLetter { id, entry }) = found else {
         eprintln!("no dead letter {id}");
         return ExitCode::from(2);
     };
@@ -125,166 +350,80 @@ pub async fn show(path: &Path, id: u64) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn select(store: &SledStore, ids: &[u64], route: Option<&str>) -> Result<Vec<StoredDeadLetter>, ExitCode> {
-    if ids.is_empty() && route.is_none() {
-        eprintln!("name dead letters by id, or all of a route with --route");
-        return Err(ExitCode::from(2));
-    }
-    if ids.is_empty() {
-        return store.dead_letters(route, usize::MAX).map_err(fail);
-    }
-    let mut out = Vec::new();
-    for id in ids {
-        match store.dead_letter(*id) {
-            Ok(Some(e)) => out.push(e),
-            Ok(None) => {
-                eprintln!("no dead letter {id}");
-                return Err(ExitCode::from(2));
-            }
-            Err(e) => return Err(fail(e)),
-        }
-    }
-    Ok(out)
-}
-
 /// `ferry dlq purge`: removes entries for good.
 pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
-    let (_, store) = match open(path) {
-        Ok(s) => s,
-        Err(code) => return code,
+    let purged = match open(path) {
+        Ok(Access::Local(_, store)) => purge_entries(&store, ids, route).await.map_err(|e| {
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }),
+        Ok(Access::Remote(base)) => {
+            let q = query(&[("ids", join_ids(ids)), ("route", route.map(str::to_owned))]);
+            remote(reqwest::Method::POST, format!("{base}/dlq/purge{q}"))
+                .await
+                .map(|v| v["purged"].as_u64().unwrap_or(0) as usize)
+        }
+        Err(code) => Err(code),
     };
-    let chosen = match select(&store, ids, route) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let ids: Vec<u64> = chosen.iter().map(|e| e.id).collect();
-    match store.remove_dead_letters(&ids).await {
+    match purged {
         Ok(n) => {
             println!("purged {n} dead letter(s)");
             ExitCode::SUCCESS
         }
-        Err(e) => fail(e),
+        Err(code) => code,
     }
 }
 
-/// `ferry dlq replay`: sends each entry again through its route's binding
-/// (the one that failed, or the route's bindings when the failure was
-/// before dispatch) with a fresh id and `x-bridge.causation-id` naming the
-/// original; an entry every send accepted is removed.
+/// `ferry dlq replay`: see [`replay_entries`].
 pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool) -> ExitCode {
-    let (config, store) = match open(path) {
-        Ok(s) => s,
+    let report: ReplayReport = match open(path) {
+        Ok(Access::Local(config, store)) => match replay_entries(&config, &store, ids, route, dry_run, None).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        Ok(Access::Remote(base)) => {
+            let q = query(&[
+                ("ids", join_ids(ids)),
+                ("route", route.map(str::to_owned)),
+                ("dry_run", dry_run.then(|| "true".to_owned())),
+            ]);
+            match remote(reqwest::Method::POST, format!("{base}/dlq/replay{q}")).await.and_then(decode) {
+                Ok(r) => r,
+                Err(code) => return code,
+            }
+        }
         Err(code) => return code,
     };
-    let chosen = match select(&store, ids, route) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    let metrics = ferry_core::metrics::Metrics::new();
-    let mut senders: BTreeMap<String, Arc<dyn Sender>> = BTreeMap::new();
-    let mut failed = 0;
-    for StoredDeadLetter { id, entry } in chosen {
-        let Some(route) = config.routes.iter().find(|r| r.id == entry.route) else {
-            eprintln!("{id}: route {:?} is not in the config; kept", entry.route);
-            failed += 1;
-            continue;
-        };
-        let bindings: Vec<_> = match &entry.binding {
-            Some(b) => route.bindings.iter().filter(|x| x.id() == b).collect(),
-            None if route.dispatch_mode == DispatchMode::Single => route.bindings.iter().take(1).collect(),
-            None => route.bindings.iter().collect(),
-        };
-        if bindings.is_empty() {
-            eprintln!("{id}: binding {:?} is not in route {:?}; kept", entry.binding, route.id);
-            failed += 1;
-            continue;
-        }
-        let mut envelope = entry.envelope.clone();
-        envelope.id = uuid::Uuid::new_v4().to_string();
-        envelope.set_header(names::CAUSATION_ID, entry.envelope.id.clone());
-        let mut all_sent = true;
-        for binding in bindings {
-            let address = entry.address.clone().unwrap_or_else(|| binding.address.clone());
-            if dry_run {
-                println!("{id}: would send {} to {} ({address:?}) as {}", entry.envelope.id, binding.id(), envelope.id);
-                continue;
-            }
-            let sender = match senders.get(&binding.sender) {
-                Some(s) => s.clone(),
-                None => {
-                    let Some(cfg) = config.senders.get(&binding.sender) else {
-                        all_sent = false;
-                        continue;
-                    };
-                    match start_sender(&binding.sender, cfg, &metrics) {
-                        Ok(s) => {
-                            senders.insert(binding.sender.clone(), s.clone());
-                            s
-                        }
-                        Err(e) => {
-                            eprintln!("{id}: {e}");
-                            all_sent = false;
-                            continue;
-                        }
-                    }
-                }
-            };
-            match send_when_connected(sender.as_ref(), OutboundMessage { envelope: envelope.clone(), address }).await {
-                Ok(()) => println!("{id}: sent {} to {} as {}", entry.envelope.id, binding.id(), envelope.id),
-                Err(e) => {
-                    eprintln!("{id}: {} refused: {e}; kept", binding.id());
-                    all_sent = false;
-                }
-            }
-        }
-        if dry_run {
-            continue;
-        }
-        if all_sent {
-            if let Err(e) = store.remove_dead_letters(&[id]).await {
-                eprintln!("{id}: sent but not removed: {e}");
-                failed += 1;
-            }
-        } else {
-            failed += 1;
-        }
+    for line in &report.lines {
+        println!("{line}");
     }
-    for sender in senders.values() {
-        sender.close().await;
-    }
-    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
-}
-
-/// Sends once the sender has a connection (a fresh client is still
-/// connecting), giving up after [`CONNECT_WAIT`].
-async fn send_when_connected(sender: &dyn Sender, msg: OutboundMessage) -> Result<(), ferry_core::TransportError> {
-    let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
-    loop {
-        match sender.send(msg.clone()).await {
-            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            other => return other,
-        }
-    }
+    if report.failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
 /// `ferry outbox stats`: depth and oldest record per partition.
 pub async fn outbox_stats(path: &Path) -> ExitCode {
-    let (_, store) = match open(path) {
-        Ok(s) => s,
+    let report: StatsReport = match open(path) {
+        Ok(Access::Local(_, store)) => match stats(&store) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        },
+        Ok(Access::Remote(base)) => {
+            match remote(reqwest::Method::GET, format!("{base}/outbox/stats")).await.and_then(decode) {
+                Ok(r) => r,
+                Err(code) => return code,
+            }
+        }
         Err(code) => return code,
-    };
-    let stats = match store.stats() {
-        Ok(s) => s,
-        Err(e) => return fail(e),
     };
     let now = Timestamp::now().as_millis();
     println!("{:<40} {:>10} {:>16}", "partition", "depth", "oldest age (s)");
-    for p in &stats {
+    for p in &report.partitions {
         let age = p.oldest_ms.map_or("-".to_owned(), |ms| format!("{:.1}", (now - ms).max(0) as f64 / 1000.0));
         println!("{:<40} {:>10} {:>16}", p.partition, p.depth, age);
     }
-    println!("{} dead letter(s) in the store", store.dead_letter_count());
+    println!("{} dead letter(s) in the store", report.dead_letters);
     ExitCode::SUCCESS
 }

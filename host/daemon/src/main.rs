@@ -49,10 +49,10 @@ enum Command {
     /// Inspect plugin components.
     #[command(subcommand)]
     Plugins(PluginsCommand),
-    /// Dead letters in the store of a stopped daemon.
+    /// Dead letters in the store (a running daemon's through its admin server).
     #[command(subcommand)]
     Dlq(DlqCommand),
-    /// The shared_outbox store of a stopped daemon.
+    /// The shared_outbox store (a running daemon's through its admin server).
     #[command(subcommand)]
     Outbox(OutboxCommand),
 }

@@ -112,6 +112,10 @@ fn fingerprint(config: &Config, route: &RouteConfig, plugins: &[Arc<LoadedPlugin
 
 type SenderMap = BTreeMap<String, (SenderConfig, Arc<dyn Sender>)>;
 
+fn sender_handles(senders: &SenderMap) -> BTreeMap<String, Arc<dyn Sender>> {
+    senders.iter().map(|(name, (_, s))| (name.clone(), s.clone())).collect()
+}
+
 /// The parts a config needs, built but not yet running.
 struct Prepared {
     /// Every sender of the config: unchanged ones carried over, the rest new.
@@ -301,6 +305,9 @@ pub struct Bridge {
     pub readiness: SharedReadiness,
     /// The embedded store: dead letters and the outbox.
     store: Arc<SledStore>,
+    /// The running config and senders, for the admin server's replays.
+    shared_config: Arc<RwLock<Config>>,
+    shared_senders: Arc<RwLock<BTreeMap<String, Arc<dyn Sender>>>>,
     senders: SenderMap,
     routes: BTreeMap<String, RunningRoute>,
     pending: Vec<(String, Arc<Route>)>,
@@ -316,11 +323,15 @@ impl Bridge {
         let store = SledStore::open(&store_dir(&config)).map_err(|e| StartError::new("store.path", e))?;
         let prepared = prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new()).await?;
         warn_orphaned_records(&config, &store);
+        let shared_config = Arc::new(RwLock::new(config.clone()));
+        let shared_senders = Arc::new(RwLock::new(sender_handles(&prepared.senders)));
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         Ok(Self {
             config,
             metrics,
             readiness: Arc::new(RwLock::new(prepared.readiness)),
+            shared_config,
+            shared_senders,
             store,
             senders: prepared.senders,
             routes: BTreeMap::new(),
@@ -329,6 +340,15 @@ impl Bridge {
             ended_tx,
             ended_rx,
         })
+    }
+
+    /// The store and config the admin server's dead-letter endpoints use.
+    pub fn store_access(&self) -> crate::admin::StoreAccess {
+        crate::admin::StoreAccess {
+            store: self.store.clone(),
+            config: self.shared_config.clone(),
+            senders: self.shared_senders.clone(),
+        }
     }
 
     /// How many routes the config has.
@@ -451,6 +471,12 @@ impl Bridge {
             self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
         }
         warn_orphaned_records(&config, &self.store);
+        if let Ok(mut shared) = self.shared_config.write() {
+            *shared = config.clone();
+        }
+        if let Ok(mut shared) = self.shared_senders.write() {
+            *shared = sender_handles(&self.senders);
+        }
         self.config = config;
         Metrics::inc(&self.metrics.reloads, &[("outcome", "applied")]);
         info!(
