@@ -129,5 +129,10 @@ address = "{narrow}"
     }
     assert!(daemon.terminate().success());
     assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+    // A clean stop leaves nothing to send again at the next start.
+    let again = Daemon::start(&ws, 3);
+    assert!(rabbit.get(&wide, Duration::from_secs(1)).await.is_none(), "a record was sent twice");
+    assert!(rabbit.get(&narrow, Duration::from_millis(200)).await.is_none(), "a record was sent twice");
+    assert!(again.terminate().success());
     broker.stop().await;
 }

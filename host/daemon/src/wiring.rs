@@ -416,6 +416,11 @@ impl Bridge {
         for (_, sender) in self.senders.values() {
             sender.close().await;
         }
+        // Completions are not flushed one by one: flush them now, so a clean
+        // stop sends nothing twice after the next start.
+        if let Err(e) = self.store.flush().await {
+            warn!(error = %e, "cannot flush the store; some sent records may be sent again");
+        }
         info!("all routes stopped");
         clean
     }
