@@ -128,6 +128,43 @@ async fn mqtt_to_sqs_maps_user_properties_to_attributes() {
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
+/// SQSDroppedAttributes through `/metrics`: more headers than SQS's ten
+/// attributes are counted as they are dropped.
+#[tokio::test(flavor = "multi_thread")]
+async fn attributes_over_the_sqs_limit_are_counted_on_the_metrics_endpoint() {
+    let client = sqs::client();
+    let (_, url) = create_queue(&client, "bb-sqs-many", false).await;
+    let src = unique("bb/many");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    let config = sqs::mqtt_to_sqs_config(&broker_url(), &src, &url, "", "", "");
+    ws.config(&format!("[admin]\nlisten = \"{admin}\"\n{config}"));
+    let daemon = Daemon::start(&ws, 1);
+    let before =
+        sample(&get(&admin, "/metrics").expect("metrics").1, "ferry_sqs_dropped_attributes_total", "").unwrap_or(0.0);
+    assert_eq!(before, 0.0);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    let names: Vec<String> = (0..12).map(|i| format!("p{i:02}")).collect();
+    let props: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
+    publisher.publish_with(&format!("{src}/a"), "many", &props).await;
+    let mut got = Vec::new();
+    for _ in 0..10 {
+        got = receive(&client, &url, Duration::from_secs(1)).await;
+        if !got.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 1);
+    let kept = got[0].message_attributes().map_or(0, |a| a.len());
+    assert_eq!(kept, 10, "SQS keeps ten attributes");
+    let (_, metrics) = get(&admin, "/metrics").expect("metrics");
+    let dropped = sample(&metrics, "ferry_sqs_dropped_attributes_total", "").unwrap_or(0.0);
+    // 12 properties plus mqtt.topic, mqtt.qos, mqtt.retained, the generated
+    // mqtt.message-id and the correlation id: at least 6 did not fit.
+    assert!(dropped >= 6.0, "{metrics}");
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_target_makes_sqs_redeliver_with_a_growing_count_until_the_dlq() {
     let client = sqs::client();
