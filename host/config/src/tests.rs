@@ -75,6 +75,11 @@ fn invalid_fixtures_report_their_key() {
             "delivery_mode = \"shared_outbox\"\nmax_outbox_depth = 0",
             "routes[0].max_outbox_depth",
         ),
+        (
+            "id = \"sensors\"\nreceiver = \"in\"\ndelivery_mode = \"direct_hold\"",
+            "id = \"sen/sors\"\nreceiver = \"in\"\ndelivery_mode = \"shared_outbox\"",
+            "routes[0].id",
+        ),
         ("url = \"mqtt://127.0.0.1:1883\"\ntopics", "url = \"http://x\"\ntopics", "receivers.in.url"),
         ("[plugins]\ndir = \"plugins\"", "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"", "plugins"),
         (

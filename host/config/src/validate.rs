@@ -190,6 +190,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         if route.id.trim().is_empty() {
             return Err(ConfigError::new(format!("{key}.id"), "must not be empty"));
         }
+        if route.delivery_mode == DeliveryMode::SharedOutbox && route.id.contains(['/', '\0']) {
+            return Err(ConfigError::new(
+                format!("{key}.id"),
+                "must not contain '/' in a shared_outbox route: it names the outbox partition <route>/<binding>",
+            ));
+        }
         if !route_ids.insert(route.id.as_str()) {
             return Err(ConfigError::new(format!("{key}.id"), format!("route id {:?} is used twice", route.id)));
         }
@@ -248,6 +254,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 return Err(ConfigError::new(
                     format!("{bkey}.sender"),
                     format!("no sender named {:?} (known: {})", binding.sender, known(config.senders.keys())),
+                ));
+            }
+            if route.delivery_mode == DeliveryMode::SharedOutbox && binding.id().contains(['/', '\0']) {
+                return Err(ConfigError::new(
+                    format!("{bkey}.id"),
+                    "must not contain '/' in a shared_outbox route (set `id`): it names the outbox partition <route>/<binding>",
                 ));
             }
             if !binding_ids.insert(binding.id()) {
