@@ -68,8 +68,8 @@ impl MqttReceiver {
         Ok(o)
     }
 
-    /// Handles one publish: poison is acked and counted, anything else goes
-    /// to the route. Returns false when the route no longer takes deliveries.
+    /// Handles one publish: poison is acked, counted and gives `None`;
+    /// anything else becomes a delivery for the route.
     async fn on_publish(&self, publish: Publish, client: &AsyncClient, alive: &Arc<AtomicBool>) -> Option<Delivery> {
         let receiver = self.name.as_str();
         match to_envelope(&publish, self.config.max_payload_bytes, Timestamp::now()) {
