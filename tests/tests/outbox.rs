@@ -136,3 +136,52 @@ address = "{narrow}"
     assert!(again.terminate().success());
     broker.stop().await;
 }
+
+/// A record the target refuses for good is dead-lettered from the outbox
+/// with its binding and address, and leaves the outbox.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_record_is_dead_lettered_with_its_binding_and_address() {
+    let topic = unique("ob/refused");
+    let nobody = unique("ob-nobody-listens");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[admin]
+listen = "{admin}"
+
+[receivers.in]
+type = "mqtt"
+url = "{mqtt}"
+client_id = "{client}"
+topics = ["{topic}"]
+
+[senders.rabbit]
+type = "amqp091"
+url = "{amqp}"
+
+[[routes]]
+id = "refused"
+receiver = "in"
+delivery_mode = "shared_outbox"
+[[routes.bindings]]
+sender = "rabbit"
+address = "{nobody}"
+"#,
+        mqtt = broker_url(),
+        amqp = ferry_tests::rabbit::URL091,
+        client = unique("ob-r"),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&topic, "unroutable", &[("mqtt.message-id", "u-1")]).await;
+    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    wait_for_sample(&admin, "ferry_outbox_depth", "route=\"refused\"", 0.0, WAIT);
+    assert!(daemon.terminate().success());
+    let dead = ws.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "send_rejected");
+    assert_eq!(dead[0]["binding"], "rabbit");
+    assert_eq!(dead[0]["address"], nobody.as_str());
+    assert_eq!(dead[0]["envelope"]["id"], "u-1");
+}

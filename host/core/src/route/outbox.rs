@@ -29,7 +29,6 @@ use tracing::{debug, error, info, warn};
 
 use super::{Plan, Route, Settle};
 use crate::backoff::sleep_or_shutdown;
-use crate::dlq::DeadLetter;
 use crate::metrics::Metrics;
 use crate::outbox::{LeaseToken, NewRecord, OutboxRecord, OutboxStore, StoreError};
 use crate::ports::{DeliveryHandle, OutboundMessage};
@@ -203,9 +202,9 @@ impl Route {
             let mut sends = JoinSet::new();
             for record in batch {
                 let Ok(permit) = limit.clone().acquire_owned().await else { break };
-                let (route, outbox, token) = (self.clone(), outbox.clone(), token.clone());
+                let (route, outbox, token, stop) = (self.clone(), outbox.clone(), token.clone(), stop.clone());
                 sends.spawn(async move {
-                    route.send_record(&outbox, index, record, &token).await;
+                    route.send_record(&outbox, index, record, &token, &stop).await;
                     drop(permit);
                 });
             }
@@ -228,13 +227,21 @@ impl Route {
         self.metrics.outbox_oldest_age.get_or_create(&labels).set(age);
     }
 
-    async fn send_record(&self, outbox: &Outbox, index: usize, record: OutboxRecord, token: &LeaseToken) {
+    async fn send_record(
+        &self,
+        outbox: &Outbox,
+        index: usize,
+        record: OutboxRecord,
+        token: &LeaseToken,
+        stop: &CancellationToken,
+    ) {
         let binding = &self.bindings[index];
         let route = self.id.as_str();
         if record.envelope.is_expired_at(Timestamp::now()) {
             Metrics::inc(&self.metrics.expired, &[("route", route)]);
             let action = self.policy.on_expired;
-            self.finish_failed(outbox, record, token, action, "expired", "message expired in the outbox".into()).await;
+            let detail = "message expired in the outbox";
+            self.finish_failed(outbox, record, token, action, "expired", detail, stop).await;
             return;
         }
         let message = OutboundMessage { envelope: record.envelope.clone(), address: record.address.clone() };
@@ -265,7 +272,7 @@ impl Route {
                 if attempts > self.policy.max_replay_attempts {
                     let detail = format!("sent {attempts} times without success: {}", error.reason);
                     let action = self.policy.on_permanent_failure;
-                    self.finish_failed(outbox, record, token, action, "replay_exhausted", detail).await;
+                    self.finish_failed(outbox, record, token, action, "replay_exhausted", &detail, stop).await;
                     return;
                 }
                 warn!(binding = %binding.id, address = %record.address, %error, attempts, "send failed, will retry");
@@ -278,13 +285,15 @@ impl Route {
             Err(error) => {
                 warn!(binding = %binding.id, address = %record.address, %error, "send failed permanently");
                 let action = self.policy.on_permanent_failure;
-                self.finish_failed(outbox, record, token, action, "send_rejected", error.reason).await;
+                self.finish_failed(outbox, record, token, action, "send_rejected", &error.reason, stop).await;
             }
         }
     }
 
-    /// Dead-letters (or drops) a record, then completes it. A dead letter
-    /// that cannot be written leaves the record in the outbox for later.
+    /// Dead-letters (or drops) a record the way a route fails any message,
+    /// then completes it. When the drainer stops before a dead letter could
+    /// be written, the record stays in the outbox for the next start.
+    #[allow(clippy::too_many_arguments)]
     async fn finish_failed(
         &self,
         outbox: &Outbox,
@@ -292,37 +301,24 @@ impl Route {
         token: &LeaseToken,
         action: FailureAction,
         reason: &str,
-        detail: String,
+        detail: &str,
+        stop: &CancellationToken,
     ) {
-        let route = self.id.as_str();
-        match action {
-            FailureAction::Drop => {
-                warn!(binding = %record.binding, %reason, %detail, "message dropped");
-                let label = if reason == "expired" { "expired" } else { "permanent_failure" };
-                Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
-            }
-            FailureAction::Dlq => {
-                let now = Timestamp::now();
-                let entry = DeadLetter {
-                    route: self.id.clone(),
-                    binding: Some(record.binding.clone()),
-                    address: Some(record.address.clone()),
-                    reason: reason.to_owned(),
-                    detail: detail.clone(),
-                    attempts: record.replay_count.saturating_add(1),
-                    first_failure: record.first_failure_ms.map_or(now, Timestamp),
-                    last_failure: now,
-                    envelope: record.envelope.clone(),
-                };
-                if let Err(e) = self.dlq.put(entry).await {
-                    warn!(error = %e, "cannot write dead letter; the record stays in the outbox");
-                    let next = now.plus(self.policy.backoff.delay(record.replay_count)).as_millis();
-                    let _ = outbox.store.replay(&record, token, next);
-                    return;
-                }
-                warn!(binding = %record.binding, %reason, %detail, "message dead-lettered");
-                Metrics::inc(&self.metrics.dead_lettered, &[("route", route), ("reason", reason)]);
-            }
+        let first_failure = record.first_failure_ms.map_or_else(Timestamp::now, Timestamp);
+        let settle = self
+            .fail_permanently(
+                record.envelope.clone(),
+                Some((record.binding.clone(), record.address.clone())),
+                action,
+                reason,
+                detail,
+                record.replay_count.saturating_add(1),
+                first_failure,
+                stop,
+            )
+            .await;
+        if matches!(settle, Settle::Release { .. }) {
+            return;
         }
         if let Err(e) = outbox.store.complete(&record, token) {
             warn!(error = %e, "cannot complete an outbox record");
