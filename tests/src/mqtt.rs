@@ -17,6 +17,55 @@ pub fn broker_url() -> String {
     std::env::var("FERRY_TEST_MQTT_URL").unwrap_or_else(|_| "mqtt://127.0.0.1:1883".to_owned())
 }
 
+/// A one-route daemon config: route `r1` from MQTT `<src>/#` through
+/// `processors` (`[[routes.processors]]` tables) to an MQTT binding at
+/// `dst_address`, with short reconnect and retry delays. `extra_route` and
+/// `sender_extra` add lines to the route and the sender.
+pub fn route_config(
+    source_url: &str,
+    src: &str,
+    target_url: &str,
+    dst_address: &str,
+    processors: &str,
+    extra_route: &str,
+    sender_extra: &str,
+) -> String {
+    format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "{source_url}"
+client_id = "{rid}"
+topics = ["{src}/#"]
+reconnect_initial_ms = 100
+reconnect_max_ms = 500
+
+[senders.out]
+type = "mqtt"
+url = "{target_url}"
+client_id = "{sid}"
+default_topic = "unused"
+{sender_extra}
+
+[[routes]]
+id = "r1"
+receiver = "in"
+{extra_route}
+[routes.backoff]
+initial_ms = 50
+max_ms = 500
+
+{processors}
+
+[[routes.bindings]]
+sender = "out"
+address = "{dst_address}"
+"#,
+        rid = crate::unique("ferry-in"),
+        sid = crate::unique("ferry-out"),
+    )
+}
+
 fn host_port(url: &str) -> (String, u16) {
     let rest = url.trim_start_matches("mqtt://");
     let hostport = rest.rsplit('@').next().unwrap_or(rest);

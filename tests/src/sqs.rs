@@ -74,6 +74,18 @@ pub async fn send(client: &Client, url: &str, body: &str, attributes: HashMap<St
         .expect("send message");
 }
 
+/// The first non-empty [`receive`] of up to ten `window`s (empty if
+/// nothing came).
+pub async fn receive_first(client: &Client, url: &str, window: Duration) -> Vec<Message> {
+    for _ in 0..10 {
+        let got = receive(client, url, window).await;
+        if !got.is_empty() {
+            return got;
+        }
+    }
+    Vec::new()
+}
+
 /// Receives everything visible within `window` (deleting nothing).
 pub async fn receive(client: &Client, url: &str, window: Duration) -> Vec<Message> {
     let deadline = tokio::time::Instant::now() + window;

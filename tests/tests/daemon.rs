@@ -6,57 +6,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, free_port, topic, user_property};
+use ferry_tests::mqtt::{
+    PrivateMosquitto, TestMqtt, broker_url, free_port, route_config as config, topic, user_property,
+};
 use ferry_tests::unique;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// A one-route config: MQTT `<src>/#` -> processors -> MQTT `<dst>/{mqtt.topic}`.
-fn config(
-    source_url: &str,
-    src: &str,
-    target_url: &str,
-    dst_address: &str,
-    processors: &str,
-    extra_route: &str,
-    sender_extra: &str,
-) -> String {
-    format!(
-        r#"
-[receivers.in]
-type = "mqtt"
-url = "{source_url}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-reconnect_initial_ms = 100
-reconnect_max_ms = 500
-
-[senders.out]
-type = "mqtt"
-url = "{target_url}"
-client_id = "{sid}"
-default_topic = "unused"
-{sender_extra}
-
-[[routes]]
-id = "r1"
-receiver = "in"
-{extra_route}
-[routes.backoff]
-initial_ms = 50
-max_ms = 500
-
-{processors}
-
-[[routes.bindings]]
-sender = "out"
-address = "{dst_address}"
-"#,
-        rid = unique("ferry-in"),
-        sid = unique("ferry-out"),
-    )
-}
 
 fn filter(when: &str, extra: &str) -> String {
     format!("[[routes.processors]]\nplugin = \"filter\"\nconfig = {{ when = [{when}]{extra} }}\n")

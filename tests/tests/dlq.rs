@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, topic, user_property};
+use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, route_config, topic, user_property};
 use ferry_tests::unique;
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -16,35 +16,9 @@ fn stdout(out: &std::process::Output) -> String {
 }
 
 fn config(admin: &str, src: &str, dst: &str) -> String {
-    format!(
-        r#"
-{admin}
-
-[receivers.in]
-type = "mqtt"
-url = "{url}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-
-[senders.out]
-type = "mqtt"
-url = "{url}"
-client_id = "{sid}"
-default_topic = "unused"
-
-[[routes]]
-id = "r1"
-receiver = "in"
-[[routes.processors]]
-plugin = "hostile"
-[[routes.bindings]]
-sender = "out"
-address = "{dst}/{{mqtt.topic}}"
-"#,
-        url = broker_url(),
-        rid = unique("dl-in"),
-        sid = unique("dl-out"),
-    )
+    let hostile = "[[routes.processors]]\nplugin = \"hostile\"\n";
+    let route = route_config(&broker_url(), src, &broker_url(), &format!("{dst}/{{mqtt.topic}}"), hostile, "", "");
+    format!("{admin}\n{route}")
 }
 
 /// Publishes messages the hostile plugin rejects; the client is returned

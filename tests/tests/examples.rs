@@ -8,7 +8,7 @@ use std::time::Duration;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
-use ferry_tests::sqs::{self, attribute, create_queue, receive, text};
+use ferry_tests::sqs::{self, attribute, create_queue, text};
 use ferry_tests::{repo_root, unique};
 use lapin::BasicProperties;
 use lapin::types::AMQPValue;
@@ -21,12 +21,8 @@ fn example(name: &str) -> String {
 
 /// Polls an SQS queue until a message arrives.
 async fn first_sqs_message(client: &aws_sdk_sqs::Client, url: &str) -> aws_sdk_sqs::types::Message {
-    for _ in 0..10 {
-        if let Some(m) = receive(client, url, Duration::from_secs(2)).await.into_iter().next() {
-            return m;
-        }
-    }
-    panic!("nothing arrived in {url}");
+    let got = sqs::receive_first(client, url, Duration::from_secs(2)).await;
+    got.into_iter().next().unwrap_or_else(|| panic!("nothing arrived in {url}"))
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::http::{metrics, sample};
-use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, topic, user_property};
+use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, route_config, topic, user_property};
 use ferry_tests::{plugin_file, unique};
 
 const WAIT: Duration = Duration::from_secs(15);
@@ -135,34 +135,11 @@ async fn sighup_swaps_a_changed_plugin_and_refuses_a_broken_one() {
     let plugin = ws.path().join("plugins").join("gate.wasm");
     // `gate` starts as the filter: only kind=temp passes.
     std::fs::copy(plugin_file("filter"), &plugin).expect("copy filter");
-    ws.config(&format!(
-        r#"
-[receivers.in]
-type = "mqtt"
-url = "{url}"
-client_id = "{rid}"
-topics = ["{src}"]
-
-[senders.out]
-type = "mqtt"
-url = "{url}"
-client_id = "{sid}"
-default_topic = "unused"
-
-[[routes]]
-id = "gated"
-receiver = "in"
-[[routes.processors]]
+    let gate = r#"[[routes.processors]]
 plugin = "gate"
-config = {{ when = [{{ header = "kind", op = "eq", value = "temp" }}] }}
-[[routes.bindings]]
-sender = "out"
-address = "{dst}"
-"#,
-        url = broker_url(),
-        rid = unique("rl-in"),
-        sid = unique("rl-out"),
-    ));
+config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
+"#;
+    ws.config(&route_config(&broker_url(), &src, &broker_url(), &dst, gate, "", ""));
     let daemon = Daemon::start(&ws, 2);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&dst).await;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::http::{get, sample, wait_for_sample};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, free_port, topic, user_property};
-use ferry_tests::sqs::{self, attribute, create_queue, depth, receive, text};
+use ferry_tests::sqs::{self, attribute, create_queue, depth, receive, receive_first, text};
 use ferry_tests::unique;
 
 fn sqs_to_mqtt(admin: &str, queue_url: &str, mqtt_url: &str, dst: &str, route_extra: &str, processors: &str) -> String {
@@ -107,13 +107,7 @@ async fn mqtt_to_sqs_maps_user_properties_to_attributes() {
             ],
         )
         .await;
-    let mut got = Vec::new();
-    for _ in 0..10 {
-        got = receive(&client, &url, Duration::from_secs(1)).await;
-        if !got.is_empty() {
-            break;
-        }
-    }
+    let got = receive_first(&client, &url, Duration::from_secs(1)).await;
     assert_eq!(got.len(), 1);
     let m = &got[0];
     assert_eq!(m.body(), Some("{\"t\":21}"));
@@ -147,13 +141,7 @@ async fn attributes_over_the_sqs_limit_are_counted_on_the_metrics_endpoint() {
     let names: Vec<String> = (0..12).map(|i| format!("p{i:02}")).collect();
     let props: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "v")).collect();
     publisher.publish_with(&format!("{src}/a"), "many", &props).await;
-    let mut got = Vec::new();
-    for _ in 0..10 {
-        got = receive(&client, &url, Duration::from_secs(1)).await;
-        if !got.is_empty() {
-            break;
-        }
-    }
+    let got = receive_first(&client, &url, Duration::from_secs(1)).await;
     assert_eq!(got.len(), 1);
     let kept = got[0].message_attributes().map_or(0, |a| a.len());
     assert_eq!(kept, 10, "SQS keeps ten attributes");
