@@ -89,7 +89,10 @@ address = "{narrow}"
         publisher.publish_with(&topic_wide, &format!("w-{i}"), &[("mqtt.message-id", &format!("w-{i}"))]).await;
         publisher.publish_with(&topic_narrow, &format!("n-{i}"), &[("mqtt.message-id", &format!("n-{i}"))]).await;
     }
-    // The same identity again while the first is still pending.
+    // The same identity again while the first is still pending (once the
+    // first is persisted: the route handles deliveries concurrently, so an
+    // earlier duplicate could otherwise be the one stored).
+    wait_for_sample(&admin, "ferry_messages_acked_total", "route=\"wide\"", 20.0, WAIT);
     publisher.publish_with(&topic_wide, "w-0 again", &[("mqtt.message-id", "w-0")]).await;
 
     // With the target down, the wide route acknowledged everything it
