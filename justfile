@@ -21,16 +21,18 @@ default:
 # Build the built-in processors into plugins/ (the daemon's default plugin directory).
 plugins:
     rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
-    cd processors && cargo build --release --target wasm32-wasip2 -p filter
-    cp {{guest_out}}/filter.wasm plugins/filter.wasm
+    cd processors && cargo build --release --target wasm32-wasip2 -p filter -p transform -p tenant -p circuitbreaker -p header-map
+    for p in filter transform tenant circuitbreaker; do cp {{guest_out}}/$p.wasm plugins/$p.wasm; done
+    cp {{guest_out}}/header_map.wasm plugins/header-map.wasm
 
 # Build the test-only components into tests/plugins/.
 test-plugins:
     rustup target list --installed | grep -qx wasm32-wasip2 || rustup target add wasm32-wasip2
-    cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p future-version
+    cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p future-version -p drop-all
     mkdir -p tests/plugins
     cp {{guest_out}}/hostile.wasm tests/plugins/hostile.wasm
     cp {{guest_out}}/future_version.wasm tests/plugins/future-version.wasm
+    cp {{guest_out}}/drop_all.wasm tests/plugins/drop-all.wasm
 
 # Build the daemon (debug).
 build:
@@ -92,7 +94,7 @@ test: plugins test-plugins mosquitto moto rabbitmq
     cargo clippy --workspace --all-targets -- -D warnings
     cargo build -p ferry-daemon
     cargo test --workspace
-    cd processors && cargo test -p filter
+    cd processors && cargo test -p filter -p transform -p tenant -p circuitbreaker -p header-map
 
 # Benchmarks (release): processor call cost; MQTT->MQTT, SQS and AMQP 0-9-1 routes against the broker's raw rate (and RabbitMQ's shovel).
 # The full crash test: 20,000 messages through a shared_outbox route while

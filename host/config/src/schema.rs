@@ -46,6 +46,19 @@ pub struct PluginsConfig {
     /// Linear-memory cap of one plugin instance in MiB. Default 64.
     #[serde(default = "default_memory_limit_mib")]
     pub memory_limit_mib: u64,
+    /// Where compiled components are kept, keyed by a hash of their bytes,
+    /// so a restart does not compile them again. Default
+    /// `<store.path>/plugin-cache`; `""` turns the cache off.
+    #[serde(default)]
+    pub cache_dir: Option<String>,
+    /// Watch `dir` and reload plugins when a component is added, changed or
+    /// removed (as SIGHUP does). Default true.
+    #[serde(default = "default_true")]
+    pub watch: bool,
+}
+
+fn default_true() -> bool {
+    true
 }
 
 impl Default for PluginsConfig {
@@ -54,6 +67,8 @@ impl Default for PluginsConfig {
             dir: default_plugin_dir(),
             call_timeout_ms: default_call_timeout_ms(),
             memory_limit_mib: default_memory_limit_mib(),
+            cache_dir: None,
+            watch: true,
         }
     }
 }
@@ -481,6 +496,30 @@ pub struct ProcessorConfig {
     /// Handed to the plugin's `init` as JSON.
     #[serde(default = "empty_table")]
     pub config: serde_json::Value,
+    /// What the plugin may reach beyond its message and the host services.
+    /// Nothing by default.
+    #[serde(default)]
+    pub grants: GrantsConfig,
+}
+
+/// `grants = { ... }` of a `[[routes.processors]]` entry.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrantsConfig {
+    /// Names of the daemon's environment variables the plugin sees (with
+    /// their values at start or reload); unset ones are left out.
+    #[serde(default)]
+    pub env: Vec<String>,
+    /// A directory the plugin can read, mounted at `/data`.
+    #[serde(default)]
+    pub dir: Option<String>,
+    /// Outbound network: TCP, UDP and name lookups.
+    #[serde(default)]
+    pub network: bool,
+    /// May set the reserved `x-bridge.tenant-id` header (the `tenant`
+    /// processor needs it).
+    #[serde(default)]
+    pub tenant_id: bool,
 }
 
 fn empty_table() -> serde_json::Value {
@@ -500,6 +539,12 @@ pub struct BindingConfig {
     /// `bridged/{mqtt.topic}`). Empty: the sender's default.
     #[serde(default)]
     pub address: String,
+    /// A header-mapper plugin run on each outbound copy for this binding.
+    #[serde(default)]
+    pub header_mapper: Option<String>,
+    /// Handed to the header mapper's `init` as JSON.
+    #[serde(default = "empty_table")]
+    pub header_mapper_config: serde_json::Value,
 }
 
 impl BindingConfig {

@@ -243,6 +243,14 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                     ),
                 ));
             }
+            if let Some(dir) = &proc.grants.dir
+                && !std::path::Path::new(dir).is_dir()
+            {
+                return Err(ConfigError::new(
+                    format!("{key}.processors[{j}].grants.dir"),
+                    format!("{dir:?} is not a directory"),
+                ));
+            }
         }
         if route.bindings.is_empty() {
             return Err(ConfigError::new(format!("{key}.bindings"), "at least one binding is required"));
@@ -250,6 +258,14 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         let mut binding_ids = BTreeSet::new();
         for (j, binding) in route.bindings.iter().enumerate() {
             let bkey = format!("{key}.bindings[{j}]");
+            if let Some(mapper) = &binding.header_mapper
+                && !valid_plugin_name(mapper)
+            {
+                return Err(ConfigError::new(
+                    format!("{bkey}.header_mapper"),
+                    format!("{mapper:?} is not a plugin name (letters, digits, '-' and '_'; the file is <name>.wasm)"),
+                ));
+            }
             if !config.senders.contains_key(&binding.sender) {
                 return Err(ConfigError::new(
                     format!("{bkey}.sender"),

@@ -115,8 +115,16 @@ pub struct Metrics {
     /// transport carries one), in seconds. Labels: route, binding.
     pub age_at_egress: HistogramFamily,
     /// Plugin calls by outcome. Labels: plugin, route, outcome (`pass`,
-    /// `drop`, `route`, `retry`, `reject`, `trap`, `deadline`).
+    /// `drop`, `route`, `retry`, `reject`, `trap`, `deadline`; `settled`
+    /// for the outcome calls of a settling processor; `map` for a header
+    /// mapper that kept the address).
     pub plugin_calls: CounterFamily,
+    /// Attempts by a plugin to set or remove a reserved `x-bridge.*`
+    /// header, which the host ignored. Labels: plugin, route.
+    pub plugin_reserved_refused: CounterFamily,
+    /// Messages a processor stamped with `x-bridge.tenant-id`. Labels:
+    /// route, tenant.
+    pub tenant_messages: CounterFamily,
 }
 
 impl Default for Metrics {
@@ -161,6 +169,11 @@ impl Metrics {
             counter("amqp_header_dropped", "AMQP headers or properties with no form on the other side");
         let connections = counter("transport_connections", "Successful connections of a transport client");
         let plugin_calls = counter("plugin_calls", "Plugin calls by outcome");
+        let plugin_reserved_refused = counter(
+            "plugin_reserved_header_refused",
+            "Attempts by a plugin to set or remove a reserved x-bridge.* header (ignored)",
+        );
+        let tenant_messages = counter("tenant_messages", "Messages stamped with a tenant id, by tenant");
         let outbox_duplicate_suppressed = counter(
             "outbox_duplicate_suppressed",
             "Outbox records already pending, not stored twice (OutboxDuplicateSuppressed)",
@@ -225,6 +238,8 @@ impl Metrics {
             delivery_latency,
             age_at_egress,
             plugin_calls,
+            plugin_reserved_refused,
+            tenant_messages,
         }
     }
 

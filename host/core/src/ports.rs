@@ -104,6 +104,17 @@ pub enum ProcessError {
     Reject(String),
 }
 
+/// How one attempt to send a message to its bindings ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOutcome {
+    /// Every planned binding accepted it (or it is in the outbox).
+    Delivered,
+    /// A binding failed for now; the message will be retried.
+    Failed(String),
+    /// A binding refused it for good.
+    Rejected(String),
+}
+
 /// A step of a route's processor chain (a WebAssembly plugin in practice).
 #[async_trait]
 pub trait Processor: Send + Sync {
@@ -113,8 +124,33 @@ pub trait Processor: Send + Sync {
     /// Processes the envelope, which the processor may change, and returns
     /// it with the decision.
     async fn process(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>);
+
+    /// Whether [`Processor::settled`] wants to be called.
+    fn settles(&self) -> bool {
+        false
+    }
+
+    /// Told after each attempt to send a message this processor passed.
+    async fn settled(&self, _envelope: &Envelope, _outcome: &SendOutcome) {}
+}
+
+/// Runs per binding on the outbound copy of a message: may change its
+/// headers and subject, and choose the address.
+#[async_trait]
+pub trait HeaderMapper: Send + Sync {
+    fn name(&self) -> &str;
+
+    /// Maps the copy for `binding` planned for `address`; `Ok(Some(a))`
+    /// sends it to `a` instead.
+    async fn map(
+        &self,
+        envelope: Envelope,
+        binding: &str,
+        address: &str,
+    ) -> (Envelope, Result<Option<String>, ProcessError>);
 }
 
 /// Shared handle types.
 pub type SharedSender = Arc<dyn Sender>;
 pub type SharedProcessor = Arc<dyn Processor>;
+pub type SharedHeaderMapper = Arc<dyn HeaderMapper>;

@@ -5,7 +5,7 @@
 //! durable in the outbox, and a drainer per binding sends them (see
 //! [`outbox`](self::outbox)).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use ferry_config::{DeliveryMode, DispatchMode, FailureAction};
@@ -21,7 +21,8 @@ use crate::dlq::{DeadLetter, DeadLetterStore};
 use crate::headers::apply_ingress_rules;
 use crate::metrics::Metrics;
 use crate::ports::{
-    Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SharedProcessor, SharedSender, Verdict,
+    Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SendOutcome, SharedHeaderMapper,
+    SharedProcessor, SharedSender, Verdict,
 };
 use crate::trace::DeliveryTrace;
 
@@ -35,6 +36,36 @@ pub struct Binding {
     pub sender: SharedSender,
     /// Transport destination (may be a template the sender expands).
     pub address: String,
+    /// Runs on each outbound copy for this binding before it is sent.
+    pub header_mapper: Option<SharedHeaderMapper>,
+}
+
+/// A route's processor chain. A hot reload swaps in a new chain for new
+/// deliveries; each delivery keeps the chain it started with, so in-flight
+/// messages finish on the old processors and none is handled twice.
+#[derive(Default)]
+pub struct Chain(RwLock<Arc<Vec<SharedProcessor>>>);
+
+impl Chain {
+    pub fn new(processors: Vec<SharedProcessor>) -> Self {
+        Self(RwLock::new(Arc::new(processors)))
+    }
+
+    /// The current chain.
+    pub fn load(&self) -> Arc<Vec<SharedProcessor>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the chain for deliveries that start from now on.
+    pub fn swap(&self, processors: Vec<SharedProcessor>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(processors);
+    }
+}
+
+impl From<Vec<SharedProcessor>> for Chain {
+    fn from(processors: Vec<SharedProcessor>) -> Self {
+        Self::new(processors)
+    }
 }
 
 /// Per-route behaviour.
@@ -78,7 +109,7 @@ pub struct Route {
     /// The receiver's name, stamped as `x-bridge.source-id`.
     pub source_id: String,
     pub receiver: Arc<dyn Receiver>,
-    pub processors: Vec<SharedProcessor>,
+    pub processors: Chain,
     pub bindings: Vec<Binding>,
     pub policy: RoutePolicy,
     pub dlq: Arc<dyn DeadLetterStore>,
@@ -266,9 +297,10 @@ impl Route {
         }
 
         // The chain runs again from the ingress copy after a retry request.
+        let chain = self.processors.load();
         let mut attempt: u32 = 0;
         let (envelope, routed) = loop {
-            match self.run_chain(envelope.clone()).await {
+            match self.run_chain(&chain, envelope.clone()).await {
                 Ok(ChainOutcome::Continue(env, routed)) => break (env, routed),
                 Ok(ChainOutcome::Dropped(reason)) => {
                     debug!(%reason, "dropped by processor");
@@ -307,15 +339,37 @@ impl Route {
             return Settle::Ack;
         }
         if let Some(outbox) = &self.outbox {
-            return self.persist(outbox, envelope, plans, handle, trace, first_seen, shutdown).await;
+            let settle = self.persist(outbox, envelope.clone(), plans, handle, trace, first_seen, shutdown).await;
+            if matches!(settle, Settle::Ack) {
+                tell_settled(&chain, &envelope, &SendOutcome::Delivered).await;
+            }
+            return settle;
         }
-        self.dispatch(envelope, plans, handle, trace, first_seen, shutdown).await
+        self.dispatch(&chain, envelope, plans, handle, trace, first_seen, shutdown).await
+    }
+
+    /// The copy for `binding` as its header mapper leaves it, and the
+    /// address to send it to.
+    async fn map_copy(
+        &self,
+        binding: &Binding,
+        envelope: Envelope,
+        address: &str,
+    ) -> Result<(Envelope, String), ProcessError> {
+        let Some(mapper) = &binding.header_mapper else { return Ok((envelope, address.to_owned())) };
+        match mapper.map(envelope, &binding.id, address).await {
+            (env, Ok(None)) => Ok((env, address.to_owned())),
+            (env, Ok(Some(chosen))) => Ok((env, chosen)),
+            (_, Err(e)) => Err(e),
+        }
     }
 
     /// Sends to every planned binding, retrying transient failures, and
     /// dead-letters (or drops) the bindings that failed for good.
+    #[allow(clippy::too_many_arguments)]
     async fn dispatch(
         &self,
+        chain: &[SharedProcessor],
         envelope: Envelope,
         mut pending: Vec<Plan>,
         handle: &dyn DeliveryHandle,
@@ -330,12 +384,31 @@ impl Route {
         loop {
             let mut still_pending = Vec::new();
             let mut last_error = String::new();
+            let failed_before = failures.len();
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
-                let mut outbound = envelope.clone();
-                let send_trace = trace.send(&binding.id, &plan.address, &mut outbound);
-                let result =
-                    binding.sender.send(OutboundMessage { envelope: outbound, address: plan.address.clone() }).await;
+                let (mut outbound, address) = match self.map_copy(binding, envelope.clone(), &plan.address).await {
+                    Ok(mapped) => mapped,
+                    Err(ProcessError::Retry { reason, .. }) => {
+                        warn!(binding = %binding.id, %reason, "header mapper asked for a retry");
+                        last_error = reason;
+                        still_pending.push(plan);
+                        continue;
+                    }
+                    Err(ProcessError::Reject(reason)) => {
+                        warn!(binding = %binding.id, %reason, "header mapper refused the message");
+                        failures.push(BindingFailure {
+                            binding: binding.id.clone(),
+                            address: plan.address,
+                            code: "header_mapper",
+                            detail: reason,
+                            action: self.policy.on_permanent_failure,
+                        });
+                        continue;
+                    }
+                };
+                let send_trace = trace.send(&binding.id, &address, &mut outbound);
+                let result = binding.sender.send(OutboundMessage { envelope: outbound, address }).await;
                 send_trace.end(result.as_ref().err());
                 match result {
                     Ok(()) => {
@@ -363,6 +436,14 @@ impl Route {
                     }
                 }
             }
+            let outcome = if let Some(f) = failures.get(failed_before) {
+                SendOutcome::Rejected(f.detail.clone())
+            } else if !still_pending.is_empty() {
+                SendOutcome::Failed(last_error.clone())
+            } else {
+                SendOutcome::Delivered
+            };
+            tell_settled(chain, &envelope, &outcome).await;
             if still_pending.is_empty() {
                 break;
             }
@@ -561,9 +642,13 @@ impl Route {
         }
     }
 
-    async fn run_chain(&self, mut env: Envelope) -> Result<ChainOutcome, (Envelope, ProcessError)> {
+    async fn run_chain(
+        &self,
+        chain: &[SharedProcessor],
+        mut env: Envelope,
+    ) -> Result<ChainOutcome, (Envelope, ProcessError)> {
         let mut routed = None;
-        for p in &self.processors {
+        for p in chain {
             let (next, result) = p.process(env).await;
             env = next;
             match result {
@@ -593,6 +678,13 @@ impl Route {
             }
         }
         plans
+    }
+}
+
+/// Tells the processors that want to know how a send attempt ended.
+async fn tell_settled(chain: &[SharedProcessor], envelope: &Envelope, outcome: &SendOutcome) {
+    for p in chain.iter().filter(|p| p.settles()) {
+        p.settled(envelope, outcome).await;
     }
 }
 

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use ferry_core::metrics::Metrics;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
 
 use crate::wiring::{Bridge, ReloadRequest, build_processors};
 
@@ -139,6 +139,11 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
         }
     }
     let (reload_tx, reload_rx) = mpsc::channel(4);
+    if let Some(dir) = bridge.watched_plugin_dir()
+        && let Err(e) = crate::watch::watch_plugins(&dir, reload_tx.clone(), shutdown.clone())
+    {
+        warn!(dir = %dir.display(), error = %e, "cannot watch the plugin directory; reload plugins with SIGHUP");
+    }
     let reload_source = watch.then(|| path.to_owned());
     tokio::spawn(handle_signals(shutdown.clone(), reload_tx, reload_source, bridge.metrics.clone()));
     info!(routes = bridge.route_count(), watch, "ferry running");

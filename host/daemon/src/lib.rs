@@ -6,6 +6,7 @@
 //! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! - [`dlq`]: `ferry dlq …` and `ferry outbox stats` on the store.
 //! - [`plugins`]: `ferry plugins list` and `ferry plugins check`.
+//! - [`watch`]: hot reload of plugins on changes in the plugin directory.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 
 pub mod admin;
@@ -14,4 +15,5 @@ pub mod dlq;
 pub mod logging;
 pub mod plugins;
 pub mod telemetry;
+pub mod watch;
 pub mod wiring;

@@ -8,9 +8,9 @@ use std::process::ExitCode;
 use ferry_wasm::registry::{PLUGIN_PACKAGE, PLUGIN_VERSION, load_file, plugin_name};
 use ferry_wasm::{PluginEngine, PluginLimits};
 
-/// The world every loadable plugin targets.
-fn world() -> String {
-    format!("{PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}")
+/// The full name of the world a plugin targets.
+fn world(world: ferry_wasm::PluginWorld) -> String {
+    format!("{PLUGIN_PACKAGE}/{}@{PLUGIN_VERSION}", world.name())
 }
 
 fn engine() -> Result<PluginEngine, ExitCode> {
@@ -41,15 +41,15 @@ pub fn list(dir: &Path) -> ExitCode {
         Ok(e) => e,
         Err(code) => return code,
     };
-    println!("{:<24} {:<32} {:>10}  loads", "name", "world", "bytes");
+    println!("{:<24} {:<40} {:>10}  loads", "name", "world", "bytes");
     let mut all_load = true;
     for path in &paths {
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         match load_file(&engine, path) {
-            Ok(_) => println!("{:<24} {:<32} {:>10}  yes", plugin_name(path), world(), size),
+            Ok(p) => println!("{:<24} {:<40} {:>10}  yes", plugin_name(path), world(p.world), size),
             Err(e) => {
                 all_load = false;
-                println!("{:<24} {:<32} {:>10}  no: {e}", plugin_name(path), "-", size);
+                println!("{:<24} {:<40} {:>10}  no: {e}", plugin_name(path), "-", size);
             }
         }
     }
@@ -67,7 +67,13 @@ pub fn check(file: &Path) -> ExitCode {
     };
     match load_file(&engine, file) {
         Ok(plugin) => {
-            println!("{}: ok: plugin {:?}, world {}, {} bytes", file.display(), plugin.name, world(), plugin.size);
+            println!(
+                "{}: ok: plugin {:?}, world {}, {} bytes",
+                file.display(),
+                plugin.name,
+                world(plugin.world),
+                plugin.size
+            );
             ExitCode::SUCCESS
         }
         Err(e) => {

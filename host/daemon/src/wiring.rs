@@ -2,20 +2,22 @@
 //! plugin processors and routes.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ferry_config::{Config, DeliveryMode, ReceiverConfig, RouteConfig, SenderConfig};
+use ferry_config::{Config, DeliveryMode, GrantsConfig, ReceiverConfig, RouteConfig, SenderConfig};
 use ferry_core::metrics::Metrics;
-use ferry_core::ports::{Receiver, Sender, SharedProcessor};
+use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::{Binding, Outbox, Route, RoutePolicy};
 use ferry_store::SledStore;
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
-use ferry_wasm::{LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, WasmProcessor};
+use ferry_wasm::{
+    Grants, LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, PluginWorld, WasmHeaderMapper, WasmProcessor,
+};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -36,19 +38,55 @@ impl StartError {
     }
 }
 
-/// Loads the plugin directory when some route uses a plugin. Compiling
-/// happens here, off the message path.
-fn load_plugins(config: &Config) -> Result<Option<PluginRegistry>, StartError> {
-    if config.routes.iter().all(|r| r.processors.is_empty()) {
-        return Ok(None);
-    }
-    let limits = PluginLimits {
+/// Whether any route uses a plugin (a processor or a header mapper).
+fn uses_plugins(config: &Config) -> bool {
+    config.routes.iter().any(|r| !r.processors.is_empty() || r.bindings.iter().any(|b| b.header_mapper.is_some()))
+}
+
+fn plugin_limits(config: &Config) -> PluginLimits {
+    PluginLimits {
         call_timeout: Duration::from_millis(config.plugins.call_timeout_ms),
         memory_limit_bytes: usize::try_from(config.plugins.memory_limit_mib << 20).unwrap_or(usize::MAX),
-    };
-    let engine = PluginEngine::new(limits)
-        .map_err(|e| StartError::new("plugins", format!("cannot start the plugin engine: {e}")))?;
-    let registry = PluginRegistry::load_dir(&engine, Path::new(&config.plugins.dir))
+    }
+}
+
+/// Where compiled components are cached: `plugins.cache_dir`, by default
+/// `<store.path>/plugin-cache`; `None` when turned off with `""`.
+pub fn plugin_cache_dir(config: &Config) -> Option<PathBuf> {
+    match config.plugins.cache_dir.as_deref() {
+        Some("") => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(Path::new(&config.store.path).join("plugin-cache")),
+    }
+}
+
+/// A plugin engine for `config`, with the compile cache when it can be
+/// used (a cache that cannot be set up only costs compile time: warned).
+fn new_engine(config: &Config) -> Result<PluginEngine, StartError> {
+    let limits = plugin_limits(config);
+    if let Some(dir) = plugin_cache_dir(config) {
+        match PluginEngine::with_cache(limits, &dir) {
+            Ok(engine) => return Ok(engine),
+            Err(e) => {
+                warn!(dir = %dir.display(), error = %e, "cannot use the plugin compile cache; compiling every start")
+            }
+        }
+    }
+    PluginEngine::new(limits).map_err(|e| StartError::new("plugins", format!("cannot start the plugin engine: {e}")))
+}
+
+/// Loads the plugin directory when some route uses a plugin. Compiling
+/// happens here, off the message path; plugins of `previous` whose files
+/// did not change are reused as they are.
+fn load_plugins(
+    config: &Config,
+    engine: &PluginEngine,
+    previous: Option<&PluginRegistry>,
+) -> Result<Option<PluginRegistry>, StartError> {
+    if !uses_plugins(config) {
+        return Ok(None);
+    }
+    let registry = PluginRegistry::reload_dir(engine, Path::new(&config.plugins.dir), previous)
         .map_err(|e| StartError::new("plugins.dir", e))?;
     Ok(Some(registry))
 }
@@ -63,9 +101,54 @@ fn chain_plugins(
     for (j, p) in route.processors.iter().enumerate() {
         let key = format!("routes[{index}].processors[{j}].plugin");
         let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
-        plugins.push(registry.get(&p.plugin).map_err(|e| StartError::new(key, e))?);
+        let plugin = registry.get(&p.plugin).map_err(|e| StartError::new(&key, e))?;
+        if !plugin.world.is_processor() {
+            return Err(StartError::new(
+                key,
+                format!(
+                    "{:?} is a {}, not a processor; name it in a binding's header_mapper",
+                    p.plugin,
+                    plugin.world.name()
+                ),
+            ));
+        }
+        plugins.push(plugin);
     }
     Ok(plugins)
+}
+
+/// The compiled header mapper of each binding (`None` for bindings
+/// without one).
+fn binding_mappers(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+) -> Result<Vec<Option<Arc<LoadedPlugin>>>, StartError> {
+    let mut mappers = Vec::new();
+    for (j, b) in route.bindings.iter().enumerate() {
+        let Some(name) = &b.header_mapper else {
+            mappers.push(None);
+            continue;
+        };
+        let key = format!("routes[{index}].bindings[{j}].header_mapper");
+        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
+        let plugin = registry.get(name).map_err(|e| StartError::new(&key, e))?;
+        if plugin.world != PluginWorld::HeaderMapper {
+            return Err(StartError::new(key, format!("{name:?} is a {}, not a header-mapper", plugin.world.name())));
+        }
+        mappers.push(Some(plugin));
+    }
+    Ok(mappers)
+}
+
+/// What a processor entry's `grants` give its plugin.
+fn grants(g: &GrantsConfig) -> Grants {
+    Grants {
+        env: g.env.iter().filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v))).collect(),
+        dir: g.dir.as_ref().map(PathBuf::from),
+        network: g.network,
+        tenant_id: g.tenant_id,
+    }
 }
 
 /// One processor per `[[routes.processors]]` entry, each plugin's `init`
@@ -80,34 +163,81 @@ fn build_chain(
     let mut chain: Vec<SharedProcessor> = Vec::new();
     let Some(registry) = registry else { return Ok(chain) };
     for (j, (p, plugin)) in route.processors.iter().zip(plugins).enumerate() {
-        let processor = WasmProcessor::new(registry.engine(), plugin, &route.id, p.config.to_string(), metrics.clone())
-            .map_err(|e| StartError::new(format!("routes[{index}].processors[{j}].config"), e))?;
+        let processor = WasmProcessor::with_grants(
+            registry.engine(),
+            plugin,
+            &route.id,
+            p.config.to_string(),
+            grants(&p.grants),
+            metrics.clone(),
+        )
+        .map_err(|e| StartError::new(format!("routes[{index}].processors[{j}].config"), e))?;
         chain.push(Arc::new(processor));
     }
     Ok(chain)
 }
 
-/// Loads the plugins a config needs and builds every route's processors,
-/// calling each plugin's `init`. What `validate` checks.
-pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
-    let registry = load_plugins(config)?;
-    config.routes.iter().enumerate().map(|(i, r)| build_chain(registry.as_ref(), i, r, metrics)).collect()
+/// Each binding's header mapper, its `init` called with its config.
+fn build_mappers(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+    metrics: &Metrics,
+) -> Result<Vec<Option<SharedHeaderMapper>>, StartError> {
+    let plugins = binding_mappers(registry, index, route)?;
+    let mut mappers = Vec::new();
+    for (j, (b, plugin)) in route.bindings.iter().zip(plugins).enumerate() {
+        let (Some(plugin), Some(registry)) = (plugin, registry) else {
+            mappers.push(None);
+            continue;
+        };
+        let mapper = WasmHeaderMapper::new(
+            registry.engine(),
+            plugin,
+            &route.id,
+            b.header_mapper_config.to_string(),
+            metrics.clone(),
+        )
+        .map_err(|e| StartError::new(format!("routes[{index}].bindings[{j}].header_mapper_config"), e))?;
+        mappers.push(Some(Arc::new(mapper) as SharedHeaderMapper));
+    }
+    Ok(mappers)
 }
 
-/// What a route is made of; a reload restarts a route when this changes:
-/// its own settings, its receiver's, its senders', the `[plugins]` limits
-/// or the bytes of a plugin it uses.
-fn fingerprint(config: &Config, route: &RouteConfig, plugins: &[Arc<LoadedPlugin>]) -> String {
+/// Loads the plugins a config needs and builds every route's processors
+/// and header mappers, calling each plugin's `init`. What `validate` checks.
+pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
+    let engine = new_engine(config)?;
+    let registry = load_plugins(config, &engine, None)?;
+    let mut chains = Vec::new();
+    for (i, r) in config.routes.iter().enumerate() {
+        build_mappers(registry.as_ref(), i, r, metrics)?;
+        chains.push(build_chain(registry.as_ref(), i, r, metrics)?);
+    }
+    Ok(chains)
+}
+
+/// What a route is made of, but for its processors' code; a reload
+/// restarts a route when this changes: its own settings, its receiver's,
+/// its senders', the `[plugins]` limits or the bytes of a header mapper.
+fn fingerprint(config: &Config, route: &RouteConfig, mappers: &[Option<Arc<LoadedPlugin>>]) -> String {
     let senders: Vec<_> = route.bindings.iter().map(|b| (&b.sender, config.senders.get(&b.sender))).collect();
-    let digests: Vec<_> = plugins.iter().map(|p| (&p.name, p.digest)).collect();
+    let mapper_digests: Vec<_> = mappers.iter().flatten().map(|p| (&p.name, p.digest)).collect();
+    let uses = !route.processors.is_empty() || !mapper_digests.is_empty();
     serde_json::json!({
         "route": route,
         "receiver": config.receivers.get(&route.receiver),
         "senders": senders,
-        "plugins": if route.processors.is_empty() { None } else { Some(&config.plugins) },
-        "digests": digests,
+        "plugins": uses.then_some((config.plugins.call_timeout_ms, config.plugins.memory_limit_mib)),
+        "mappers": mapper_digests,
     })
     .to_string()
+}
+
+/// The code of a route's processors: when only this changed, a reload
+/// swaps the chain in place instead of restarting the route.
+fn chain_digest(plugins: &[Arc<LoadedPlugin>]) -> String {
+    plugins.iter().map(|p| format!("{}:{:016x}", p.name, p.digest)).collect::<Vec<_>>().join(",")
 }
 
 type SenderMap = BTreeMap<String, (SenderConfig, Arc<dyn Sender>)>;
@@ -116,14 +246,30 @@ fn sender_handles(senders: &SenderMap) -> BTreeMap<String, Arc<dyn Sender>> {
     senders.iter().map(|(name, (_, s))| (name.clone(), s.clone())).collect()
 }
 
+/// A route's fingerprint and its chain digest.
+type RouteKey = (String, String);
+
+/// The plugin engine and the compiled plugins, kept across reloads so that
+/// unchanged components are not compiled again and the plugins' key-value
+/// stores survive.
+#[derive(Default)]
+pub struct PluginState {
+    engine: Option<PluginEngine>,
+    registry: Option<PluginRegistry>,
+}
+
 /// The parts a config needs, built but not yet running.
 struct Prepared {
     /// Every sender of the config: unchanged ones carried over, the rest new.
     senders: SenderMap,
     /// Routes to (re)start, with their fingerprints.
-    routes: Vec<(String, Arc<Route>)>,
-    /// Ids of running routes that stay as they are.
+    routes: Vec<(RouteKey, Arc<Route>)>,
+    /// Ids of running routes that stay (some with a new chain below).
     kept: BTreeSet<String>,
+    /// Running routes whose processors' code changed: the new chain (and
+    /// its digest) to swap in.
+    swaps: Vec<(String, String, Vec<SharedProcessor>)>,
+    plugins: PluginState,
     readiness: Readiness,
 }
 
@@ -161,26 +307,53 @@ async fn prepare(
     config: &Config,
     metrics: &Metrics,
     store: &Arc<SledStore>,
-    running: &BTreeMap<String, String>,
+    running: &BTreeMap<String, RouteKey>,
     old_senders: &SenderMap,
+    old_plugins: &PluginState,
 ) -> Result<Prepared, StartError> {
-    let registry = tokio::task::block_in_place(|| load_plugins(config))?;
+    let mut plugins = PluginState::default();
+    if uses_plugins(config) {
+        let engine = match &old_plugins.engine {
+            Some(engine) => engine.with_limits(plugin_limits(config)),
+            None => new_engine(config)?,
+        };
+        plugins.registry =
+            tokio::task::block_in_place(|| load_plugins(config, &engine, old_plugins.registry.as_ref()))?;
+        plugins.engine = Some(engine);
+    } else {
+        plugins.engine = old_plugins.engine.clone();
+    }
+    let registry = plugins.registry.as_ref();
     let mut kept = BTreeSet::new();
+    let mut swaps = Vec::new();
     let mut to_build = Vec::new();
     for (i, route) in config.routes.iter().enumerate() {
-        let plugins = chain_plugins(registry.as_ref(), i, route)?;
-        let fp = fingerprint(config, route, &plugins);
-        if running.get(&route.id) == Some(&fp) {
-            kept.insert(route.id.clone());
-        } else {
-            let chain = tokio::task::block_in_place(|| build_chain(registry.as_ref(), i, route, metrics))?;
-            to_build.push((fp, route, chain));
+        let fp = fingerprint(config, route, &binding_mappers(registry, i, route)?);
+        let digest = chain_digest(&chain_plugins(registry, i, route)?);
+        match running.get(&route.id) {
+            Some((f, d)) if *f == fp && *d == digest => {
+                kept.insert(route.id.clone());
+            }
+            Some((f, _)) if *f == fp => {
+                let chain = tokio::task::block_in_place(|| build_chain(registry, i, route, metrics))?;
+                kept.insert(route.id.clone());
+                swaps.push((route.id.clone(), digest, chain));
+            }
+            _ => {
+                let (chain, mappers) = tokio::task::block_in_place(|| {
+                    Ok::<_, StartError>((
+                        build_chain(registry, i, route, metrics)?,
+                        build_mappers(registry, i, route, metrics)?,
+                    ))
+                })?;
+                to_build.push(((fp, digest), route, chain, mappers));
+            }
         }
     }
 
     // Names are checked before any sender starts: past this point nothing
     // fails, so no new connection is left behind by a refused reload.
-    for (_, route, _) in &to_build {
+    for (_, route, _, _) in &to_build {
         if !config.receivers.contains_key(&route.receiver) {
             return Err(StartError::new("routes", format!("unknown receiver {:?}", route.receiver)));
         }
@@ -211,22 +384,27 @@ async fn prepare(
     }
 
     let mut routes = Vec::new();
-    for (fp, route_config, chain) in to_build {
+    for (key, route_config, chain, mappers) in to_build {
         let Some(receiver_config) = config.receivers.get(&route_config.receiver) else {
             return Err(StartError::new("routes", format!("unknown receiver {:?}", route_config.receiver)));
         };
         let mut bindings = Vec::new();
-        for b in &route_config.bindings {
+        for (b, header_mapper) in route_config.bindings.iter().zip(mappers) {
             let (_, sender) = senders
                 .get(&b.sender)
                 .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-            bindings.push(Binding { id: b.id().to_owned(), sender: sender.clone(), address: b.address.clone() });
+            bindings.push(Binding {
+                id: b.id().to_owned(),
+                sender: sender.clone(),
+                address: b.address.clone(),
+                header_mapper,
+            });
         }
         let route = Route {
             id: route_config.id.clone(),
             source_id: route_config.receiver.clone(),
             receiver: new_receiver(&route_config.receiver, receiver_config, route_config, metrics),
-            processors: chain,
+            processors: chain.into(),
             bindings,
             policy: RoutePolicy::from_config(route_config),
             dlq: store.clone(),
@@ -236,7 +414,7 @@ async fn prepare(
             },
             metrics: metrics.clone(),
         };
-        routes.push((fp, Arc::new(route)));
+        routes.push((key, Arc::new(route)));
     }
 
     let mut transports: Vec<(String, String, String)> = config
@@ -250,7 +428,7 @@ async fn prepare(
         }
     }
     let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
-    Ok(Prepared { senders, routes, kept, readiness })
+    Ok(Prepared { senders, routes, kept, swaps, plugins, readiness })
 }
 
 /// The store directory: `<store.path>/sled`.
@@ -285,7 +463,9 @@ fn warn_orphaned_records(config: &Config, store: &SledStore) {
 
 /// A route task.
 struct RunningRoute {
-    fingerprint: String,
+    key: RouteKey,
+    /// Kept to swap its processor chain.
+    route: Arc<Route>,
     generation: u64,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
@@ -309,8 +489,9 @@ pub struct Bridge {
     shared_config: Arc<RwLock<Config>>,
     shared_senders: Arc<RwLock<BTreeMap<String, Arc<dyn Sender>>>>,
     senders: SenderMap,
+    plugins: PluginState,
     routes: BTreeMap<String, RunningRoute>,
-    pending: Vec<(String, Arc<Route>)>,
+    pending: Vec<(RouteKey, Arc<Route>)>,
     generation: u64,
     ended_tx: mpsc::UnboundedSender<RouteEnded>,
     ended_rx: mpsc::UnboundedReceiver<RouteEnded>,
@@ -321,7 +502,8 @@ impl Bridge {
     /// senders start connecting right away.
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
         let store = SledStore::open(&store_dir(&config)).map_err(|e| StartError::new("store.path", e))?;
-        let prepared = prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new()).await?;
+        let prepared =
+            prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
         warn_orphaned_records(&config, &store);
         let shared_config = Arc::new(RwLock::new(config.clone()));
         let shared_senders = Arc::new(RwLock::new(sender_handles(&prepared.senders)));
@@ -334,6 +516,7 @@ impl Bridge {
             shared_senders,
             store,
             senders: prepared.senders,
+            plugins: prepared.plugins,
             routes: BTreeMap::new(),
             pending: prepared.routes,
             generation: 0,
@@ -351,23 +534,30 @@ impl Bridge {
         }
     }
 
+    /// The plugin directory to watch for hot reload: when `plugins.watch`
+    /// is on and some route uses a plugin.
+    pub fn watched_plugin_dir(&self) -> Option<PathBuf> {
+        (self.config.plugins.watch && uses_plugins(&self.config)).then(|| PathBuf::from(&self.config.plugins.dir))
+    }
+
     /// How many routes the config has.
     pub fn route_count(&self) -> usize {
         self.config.routes.len()
     }
 
-    fn spawn(&mut self, fingerprint: String, route: Arc<Route>, shutdown: &CancellationToken) {
+    fn spawn(&mut self, key: RouteKey, route: Arc<Route>, shutdown: &CancellationToken) {
         self.generation += 1;
         let generation = self.generation;
         let stop = shutdown.child_token();
         let (token, ended) = (stop.clone(), self.ended_tx.clone());
         let id = route.id.clone();
         let task_id = id.clone();
+        let running = route.clone();
         let task = tokio::spawn(async move {
-            let result = route.run(token).await;
+            let result = running.run(token).await;
             let _ = ended.send((task_id, generation, result));
         });
-        self.routes.insert(id, RunningRoute { fingerprint, generation, stop, task });
+        self.routes.insert(id, RunningRoute { key, route, generation, stop, task });
     }
 
     /// Runs every route until `shutdown` fires or a route fails, applying
@@ -434,9 +624,9 @@ impl Bridge {
         if config.admin != self.config.admin || config.store != self.config.store {
             warn!("reload: [admin] and [store] changes take effect at the next start");
         }
-        let running: BTreeMap<String, String> =
-            self.routes.iter().map(|(id, r)| (id.clone(), r.fingerprint.clone())).collect();
-        let prepared = prepare(&config, &self.metrics, &self.store, &running, &self.senders).await;
+        let running: BTreeMap<String, RouteKey> =
+            self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
+        let prepared = prepare(&config, &self.metrics, &self.store, &running, &self.senders, &self.plugins).await;
         let prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
@@ -445,6 +635,17 @@ impl Bridge {
                 return;
             }
         };
+        // New chains first: deliveries that start from now on use them,
+        // in-flight ones finish on the chain they started with.
+        let mut swapped = Vec::new();
+        for (id, digest, chain) in prepared.swaps {
+            if let Some(running) = self.routes.get_mut(&id) {
+                running.route.processors.swap(chain);
+                running.key.1 = digest;
+                swapped.push(id);
+            }
+        }
+        self.plugins = prepared.plugins;
         let replaced: Vec<String> = self.routes.keys().filter(|id| !prepared.kept.contains(*id)).cloned().collect();
         let mut stopping = Vec::new();
         for id in &replaced {
@@ -489,6 +690,7 @@ impl Bridge {
             started = ?started.iter().filter(|id| !replaced.contains(id)).collect::<Vec<_>>(),
             stopped = ?replaced.iter().filter(|id| !started.contains(id)).collect::<Vec<_>>(),
             kept = ?prepared.kept,
+            processors_swapped = ?swapped,
             "reload applied"
         );
     }

@@ -1,7 +1,11 @@
-//! The one `bindgen!` of the plugin contract, and the host state a plugin
-//! instance's store carries.
+//! The `bindgen!`s of the plugin contract (one per world, sharing the
+//! interfaces of the first), and the host state a plugin instance's store
+//! carries.
 
 use ferry_envelope::{Envelope, HeaderValue as EnvHeaderValue, Timestamp, names};
+
+use crate::grants::Grants;
+use crate::kv::KvScope;
 use tracing::{debug, error, info, trace, warn};
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime::{ResourceLimiter, StoreLimits};
@@ -16,7 +20,33 @@ wasmtime::component::bindgen!({
     imports: { default: trappable },
 });
 
-pub use ferry::plugin::types::HeaderValue;
+pub use ferry::plugin::types::{HeaderValue, SendOutcome};
+
+/// The `settling-processor` world: a processor that also exports `settled`.
+pub mod settling {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "settling-processor",
+        with: {
+            "ferry:plugin/types": super::ferry::plugin::types,
+            "ferry:plugin/host": super::ferry::plugin::host,
+            "ferry:plugin/kv": super::ferry::plugin::kv,
+        },
+    });
+}
+
+/// The `header-mapper` world.
+pub mod mapper {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "header-mapper",
+        with: {
+            "ferry:plugin/types": super::ferry::plugin::types,
+            "ferry:plugin/host": super::ferry::plugin::host,
+            "ferry:plugin/kv": super::ferry::plugin::kv,
+        },
+    });
+}
 
 /// The host side of the `message` resource: the envelope being processed.
 /// It stays in the host; the guest reads it through accessor calls.
@@ -33,15 +63,25 @@ pub struct HostState {
     pub limits: StoreLimits,
     pub plugin: String,
     pub route: String,
+    pub kv: KvScope,
+    /// Whether this plugin may set `x-bridge.tenant-id` (a processor whose
+    /// route grants it; never a header mapper).
+    pub may_set_tenant: bool,
 }
 
 impl HostState {
-    pub fn new(plugin: &str, route: &str, memory_limit_bytes: usize) -> Self {
-        Self {
+    pub fn new(
+        plugin: &str,
+        route: &str,
+        memory_limit_bytes: usize,
+        kv: KvScope,
+        grants: &Grants,
+    ) -> wasmtime::Result<Self> {
+        Ok(Self {
             table: ResourceTable::new(),
-            // No environment, arguments, directories or network: a plugin
-            // sees nothing of the host unless a later grant adds it.
-            wasi: WasiCtx::builder().build(),
+            // No environment, arguments, directories or network unless the
+            // route grants them (see `Grants`).
+            wasi: grants.wasi_ctx()?,
             limits: wasmtime::StoreLimitsBuilder::new()
                 .memory_size(memory_limit_bytes)
                 .table_elements(100_000)
@@ -52,7 +92,9 @@ impl HostState {
                 .build(),
             plugin: plugin.to_owned(),
             route: route.to_owned(),
-        }
+            kv,
+            may_set_tenant: grants.tenant_id,
+        })
     }
 
     pub fn limiter(&mut self) -> &mut dyn ResourceLimiter {
@@ -118,8 +160,9 @@ impl ferry::plugin::types::HostMessage for HostState {
 
     fn set_header(&mut self, msg: Resource<MessageState>, name: String, value: HeaderValue) -> wasmtime::Result<()> {
         let plugin = self.plugin.clone();
+        let may_set_tenant = self.may_set_tenant;
         let m = self.message(&msg)?;
-        if names::is_reserved(&name) {
+        if names::is_reserved(&name) && !(may_set_tenant && name == names::TENANT_ID) {
             m.refused_reserved += 1;
             warn!(%plugin, header = %name, "plugin may not set reserved headers; ignored");
         } else {
@@ -183,5 +226,37 @@ impl ferry::plugin::host::Host for HostState {
             Level::Error => error!(plugin, route, "{message}"),
         }
         Ok(())
+    }
+
+    fn now(&mut self) -> wasmtime::Result<i64> {
+        Ok(Timestamp::now().as_millis())
+    }
+}
+
+impl ferry::plugin::kv::Host for HostState {
+    fn get(&mut self, key: String) -> wasmtime::Result<Option<Vec<u8>>> {
+        Ok(self.kv.get(&key))
+    }
+
+    fn set(&mut self, key: String, value: Vec<u8>) -> wasmtime::Result<Result<(), String>> {
+        Ok(self.kv.set(&key, value))
+    }
+
+    fn delete(&mut self, key: String) -> wasmtime::Result<()> {
+        self.kv.delete(&key);
+        Ok(())
+    }
+
+    fn compare_and_swap(
+        &mut self,
+        key: String,
+        expected: Option<Vec<u8>>,
+        value: Option<Vec<u8>>,
+    ) -> wasmtime::Result<Result<bool, String>> {
+        Ok(self.kv.compare_and_swap(&key, expected.as_deref(), value))
+    }
+
+    fn increment(&mut self, key: String, delta: i64) -> wasmtime::Result<Result<i64, String>> {
+        Ok(self.kv.increment(&key, delta))
     }
 }

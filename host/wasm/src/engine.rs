@@ -1,8 +1,11 @@
 //! The shared wasmtime engine and the epoch ticker behind call deadlines.
 
+use std::path::Path;
 use std::time::Duration;
 
-use wasmtime::{Config, Engine};
+use wasmtime::{Cache, CacheConfig, Config, Engine};
+
+use crate::kv::KvStore;
 
 /// How often the epoch advances; deadlines are rounded up to this.
 pub const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -31,16 +34,45 @@ impl Default for PluginLimits {
 }
 
 /// A wasmtime engine configured for plugins, with a background thread that
-/// advances its epoch every [`EPOCH_TICK`] for as long as the engine lives.
+/// advances its epoch every [`EPOCH_TICK`] for as long as the engine lives,
+/// and the plugins' key-value store.
 #[derive(Clone)]
 pub struct PluginEngine {
     engine: Engine,
     pub limits: PluginLimits,
+    kv: KvStore,
+    cache: Option<Cache>,
 }
 
 impl PluginEngine {
+    /// An engine that compiles every component it is given.
     pub fn new(limits: PluginLimits) -> wasmtime::Result<Self> {
+        Self::build(limits, None)
+    }
+
+    /// An engine that keeps compiled components in `cache_dir`, keyed by a
+    /// hash of their bytes and of the engine's settings, so a restart reads
+    /// them back instead of compiling again.
+    pub fn with_cache(limits: PluginLimits, cache_dir: &Path) -> wasmtime::Result<Self> {
+        Self::build(limits, Some(cache_dir))
+    }
+
+    /// The same engine (compiled code, key-value store) with other limits.
+    pub fn with_limits(&self, limits: PluginLimits) -> Self {
+        Self { engine: self.engine.clone(), limits, kv: self.kv.clone(), cache: self.cache.clone() }
+    }
+
+    fn build(limits: PluginLimits, cache_dir: Option<&Path>) -> wasmtime::Result<Self> {
         let mut config = Config::new();
+        let mut cache = None;
+        if let Some(dir) = cache_dir {
+            std::fs::create_dir_all(dir)?;
+            let mut cache_config = CacheConfig::new();
+            cache_config.with_directory(dir);
+            let c = Cache::new(cache_config)?;
+            config.cache(Some(c.clone()));
+            cache = Some(c);
+        }
         config.wasm_component_model(true);
         config.epoch_interruption(true);
         // A deep recursion traps on this stack limit instead of crashing.
@@ -56,10 +88,25 @@ impl PluginEngine {
                 }
             }
         })?;
-        Ok(Self { engine, limits })
+        Ok(Self { engine, limits, kv: KvStore::default(), cache })
     }
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// How many compiled components were read back from the cache.
+    pub fn cache_hits(&self) -> usize {
+        self.cache.as_ref().map_or(0, Cache::cache_hits)
+    }
+
+    pub fn kv(&self) -> &KvStore {
+        &self.kv
+    }
+
+    /// Whether two handles share one wasmtime engine (compiled components
+    /// of one can be used with the other).
+    pub fn same_engine(&self, other: &PluginEngine) -> bool {
+        Engine::same(&self.engine, &other.engine)
     }
 }

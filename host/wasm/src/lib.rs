@@ -3,18 +3,26 @@
 //! - [`engine`]: the shared wasmtime engine and its epoch ticker (the clock
 //!   behind every call deadline).
 //! - [`registry`]: loads every `*.wasm` in the plugin directory, compiles it
-//!   once and checks it targets `ferry:plugin/processor@0.1.0`.
+//!   once (cached on disk by content hash) and finds which world of
+//!   `ferry:plugin@0.1.0` it targets: `processor`, `settling-processor` or
+//!   `header-mapper`.
+//! - [`kv`]: the key-value store plugins get per (plugin, route).
+//! - [`grants`]: what a route may grant a plugin beyond the default of
+//!   nothing (environment variables, a read-only directory, network).
 //! - [`processor`]: a configured plugin as a route processor — a pool of
 //!   reusable instances, each call bounded by a deadline and a memory cap; a
 //!   trap fails only its message and the instance is replaced.
-//! - `bindings` (private): the single `bindgen!` of `wit/plugin.wit` and the
+//! - `bindings` (private): the `bindgen!`s of `wit/plugin.wit` and the
 //!   host side of the `message` resource.
 
 mod bindings;
 pub mod engine;
+pub mod grants;
+pub mod kv;
 pub mod processor;
 pub mod registry;
 
 pub use engine::{PluginEngine, PluginLimits};
-pub use processor::WasmProcessor;
-pub use registry::{LoadedPlugin, PluginError, PluginRegistry};
+pub use grants::Grants;
+pub use processor::{WasmHeaderMapper, WasmProcessor};
+pub use registry::{LoadedPlugin, PluginError, PluginRegistry, PluginWorld};

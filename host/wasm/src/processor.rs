@@ -1,6 +1,7 @@
-//! A configured plugin as a route processor.
+//! A configured plugin as a route processor or a binding's header mapper.
 //!
-//! Each [`WasmProcessor`] is one plugin with one route's configuration. It
+//! Each [`WasmProcessor`] ([`WasmHeaderMapper`]) is one plugin with one
+//! route's (binding's) configuration. It
 //! keeps a pool of initialised instances and reuses them (never one instance
 //! per message). Every call runs on a blocking thread under the epoch
 //! deadline and the memory cap; a trap or deadline fails that message and
@@ -11,24 +12,31 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ferry_core::metrics::Metrics;
-use ferry_core::ports::{ProcessError, Processor, Verdict};
-use ferry_envelope::Envelope;
+use ferry_core::ports::{HeaderMapper, ProcessError, Processor, SendOutcome, Verdict};
+use ferry_envelope::{Envelope, names};
 use tracing::warn;
 use wasmtime::Store;
 use wasmtime::component::Resource;
 
 use crate::bindings::{self, HostState, MessageState};
 use crate::engine::PluginEngine;
-use crate::registry::{LoadedPlugin, PluginError};
+use crate::grants::Grants;
+use crate::registry::{LoadedPlugin, PluginError, PluginWorld, Pre};
 
 /// Longest delay a plugin may ask for in one `retry`.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(3600);
 /// Idle instances kept per processor; more are dropped after use.
 const MAX_IDLE_INSTANCES: usize = 64;
 
+enum Guest {
+    Processor(bindings::Processor),
+    Settling(bindings::settling::SettlingProcessor),
+    Mapper(bindings::mapper::HeaderMapper),
+}
+
 struct Instance {
     store: Store<HostState>,
-    bindings: bindings::Processor,
+    guest: Guest,
 }
 
 struct Pool {
@@ -36,13 +44,20 @@ struct Pool {
     engine: PluginEngine,
     route: String,
     config_json: String,
+    grants: Grants,
     idle: Mutex<Vec<Instance>>,
     metrics: Metrics,
 }
 
-/// One plugin configured for one route.
+/// One processor plugin configured for one route.
 #[derive(Clone)]
 pub struct WasmProcessor {
+    pool: Arc<Pool>,
+}
+
+/// One header-mapper plugin configured for one binding of a route.
+#[derive(Clone)]
+pub struct WasmHeaderMapper {
     pool: Arc<Pool>,
 }
 
@@ -56,6 +71,8 @@ enum Outcome {
     Reject,
     Trap,
     Deadline,
+    Settled,
+    Map,
 }
 
 impl Outcome {
@@ -68,8 +85,20 @@ impl Outcome {
             Outcome::Reject => "reject",
             Outcome::Trap => "trap",
             Outcome::Deadline => "deadline",
+            Outcome::Settled => "settled",
+            Outcome::Map => "map",
         }
     }
+}
+
+/// A call that did not return normally.
+enum CallError {
+    /// No instance could be made.
+    Unavailable(String),
+    /// The host could not hand the message over.
+    Host(String),
+    /// A trap or the deadline; the instance was thrown away.
+    Trap { deadline: bool, detail: String },
 }
 
 impl WasmProcessor {
@@ -82,17 +111,26 @@ impl WasmProcessor {
         config_json: String,
         metrics: Metrics,
     ) -> Result<Self, PluginError> {
-        let pool = Pool {
-            plugin,
-            engine: engine.clone(),
-            route: route.to_owned(),
-            config_json,
-            idle: Mutex::new(Vec::new()),
-            metrics,
-        };
-        let first = pool.instantiate()?;
-        pool.give_back(first);
-        Ok(Self { pool: Arc::new(pool) })
+        Self::with_grants(engine, plugin, route, config_json, Grants::default(), metrics)
+    }
+
+    /// As [`WasmProcessor::new`], with capabilities beyond the default.
+    pub fn with_grants(
+        engine: &PluginEngine,
+        plugin: Arc<LoadedPlugin>,
+        route: &str,
+        config_json: String,
+        grants: Grants,
+        metrics: Metrics,
+    ) -> Result<Self, PluginError> {
+        if !plugin.world.is_processor() {
+            return Err(PluginError::Refused(format!(
+                "plugin {:?} is a {}, not a processor; use it as a binding's header_mapper",
+                plugin.name,
+                plugin.world.name()
+            )));
+        }
+        Ok(Self { pool: Pool::start(engine, plugin, route, config_json, grants, metrics)? })
     }
 
     /// Instances waiting for work (for tests and diagnostics).
@@ -102,7 +140,12 @@ impl WasmProcessor {
 
     /// Runs one call synchronously on the current thread.
     pub fn process_blocking(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
-        self.pool.call(envelope)
+        self.pool.process(envelope)
+    }
+
+    /// Tells a settling processor how a send attempt ended, synchronously.
+    pub fn settled_blocking(&self, envelope: Envelope, outcome: &SendOutcome) {
+        self.pool.settled(envelope, outcome);
     }
 }
 
@@ -117,7 +160,76 @@ impl Processor for WasmProcessor {
         // keeps the message if the blocking task itself dies.
         let backup = envelope.clone();
         let pool = self.pool.clone();
-        match tokio::task::spawn_blocking(move || pool.call(envelope)).await {
+        match tokio::task::spawn_blocking(move || pool.process(envelope)).await {
+            Ok(result) => result,
+            Err(e) => (
+                backup,
+                Err(ProcessError::Reject(format!("plugin_trap: plugin {} host task failed: {e}", self.name()))),
+            ),
+        }
+    }
+
+    fn settles(&self) -> bool {
+        self.pool.plugin.world == PluginWorld::SettlingProcessor
+    }
+
+    async fn settled(&self, envelope: &Envelope, outcome: &SendOutcome) {
+        if !self.settles() {
+            return;
+        }
+        let (pool, envelope, outcome) = (self.pool.clone(), envelope.clone(), outcome.clone());
+        if let Err(e) = tokio::task::spawn_blocking(move || pool.settled(envelope, &outcome)).await {
+            warn!(plugin = %self.name(), error = %e, "settled call failed");
+        }
+    }
+}
+
+impl WasmHeaderMapper {
+    /// Creates the mapper and one instance, calling its `init`.
+    pub fn new(
+        engine: &PluginEngine,
+        plugin: Arc<LoadedPlugin>,
+        route: &str,
+        config_json: String,
+        metrics: Metrics,
+    ) -> Result<Self, PluginError> {
+        if plugin.world != PluginWorld::HeaderMapper {
+            return Err(PluginError::Refused(format!(
+                "plugin {:?} is a {}, not a header-mapper",
+                plugin.name,
+                plugin.world.name()
+            )));
+        }
+        Ok(Self { pool: Pool::start(engine, plugin, route, config_json, Grants::default(), metrics)? })
+    }
+
+    /// Runs one call synchronously on the current thread.
+    pub fn map_blocking(
+        &self,
+        envelope: Envelope,
+        binding: &str,
+        address: &str,
+    ) -> (Envelope, Result<Option<String>, ProcessError>) {
+        self.pool.map(envelope, binding, address)
+    }
+}
+
+#[async_trait]
+impl HeaderMapper for WasmHeaderMapper {
+    fn name(&self) -> &str {
+        &self.pool.plugin.name
+    }
+
+    async fn map(
+        &self,
+        envelope: Envelope,
+        binding: &str,
+        address: &str,
+    ) -> (Envelope, Result<Option<String>, ProcessError>) {
+        let backup = envelope.clone();
+        let pool = self.pool.clone();
+        let (binding, address) = (binding.to_owned(), address.to_owned());
+        match tokio::task::spawn_blocking(move || pool.map(envelope, &binding, &address)).await {
             Ok(result) => result,
             Err(e) => (
                 backup,
@@ -128,21 +240,55 @@ impl Processor for WasmProcessor {
 }
 
 impl Pool {
+    fn start(
+        engine: &PluginEngine,
+        plugin: Arc<LoadedPlugin>,
+        route: &str,
+        config_json: String,
+        grants: Grants,
+        metrics: Metrics,
+    ) -> Result<Arc<Self>, PluginError> {
+        let pool = Pool {
+            plugin,
+            engine: engine.clone(),
+            route: route.to_owned(),
+            config_json,
+            grants,
+            idle: Mutex::new(Vec::new()),
+            metrics,
+        };
+        let first = pool.instantiate()?;
+        pool.give_back(first);
+        Ok(Arc::new(pool))
+    }
+
     fn instantiate(&self) -> Result<Instance, PluginError> {
         let limits = self.engine.limits;
-        let state = HostState::new(&self.plugin.name, &self.route, limits.memory_limit_bytes);
-        let mut store = Store::new(self.engine.engine(), state);
-        store.limiter(|s| s.limiter());
-        store.set_epoch_deadline(limits.deadline_ticks());
         let fail = |detail: String| PluginError::Instantiate {
             plugin: self.plugin.name.clone(),
             route: self.route.clone(),
             detail,
         };
-        let bindings = self.plugin.pre.instantiate(&mut store).map_err(|e| fail(format!("{e:#}")))?;
+        let kv = self.engine.kv().scope(&self.plugin.name, &self.route);
+        let state = HostState::new(&self.plugin.name, &self.route, limits.memory_limit_bytes, kv, &self.grants)
+            .map_err(|e| fail(format!("cannot grant what the route asks for: {e:#}")))?;
+        let mut store = Store::new(self.engine.engine(), state);
+        store.limiter(|s| s.limiter());
         store.set_epoch_deadline(limits.deadline_ticks());
-        match bindings.call_init(&mut store, &self.config_json) {
-            Ok(Ok(())) => Ok(Instance { store, bindings }),
+        let guest = match &self.plugin.pre {
+            Pre::Processor(pre) => pre.instantiate(&mut store).map(Guest::Processor),
+            Pre::Settling(pre) => pre.instantiate(&mut store).map(Guest::Settling),
+            Pre::Mapper(pre) => pre.instantiate(&mut store).map(Guest::Mapper),
+        }
+        .map_err(|e| fail(format!("{e:#}")))?;
+        store.set_epoch_deadline(limits.deadline_ticks());
+        let init = match &guest {
+            Guest::Processor(g) => g.call_init(&mut store, &self.config_json),
+            Guest::Settling(g) => g.call_init(&mut store, &self.config_json),
+            Guest::Mapper(g) => g.call_init(&mut store, &self.config_json),
+        };
+        match init {
+            Ok(Ok(())) => Ok(Instance { store, guest }),
             Ok(Err(message)) => {
                 Err(PluginError::Init { plugin: self.plugin.name.clone(), route: self.route.clone(), message })
             }
@@ -166,16 +312,61 @@ impl Pool {
         }
     }
 
-    fn call(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
-        let plugin = self.plugin.name.as_str();
-        let started = std::time::Instant::now();
-        let (envelope, result, outcome) = match self.take() {
-            Ok(instance) => self.call_instance(instance, envelope),
+    /// Runs `call` on an instance with `envelope` as the message resource,
+    /// under the deadline. A trapped instance is thrown away; a healthy one
+    /// goes back to the pool. The envelope comes back as the guest left it.
+    fn invoke<R>(
+        &self,
+        envelope: Envelope,
+        call: impl FnOnce(&Guest, &mut Store<HostState>, Resource<MessageState>) -> wasmtime::Result<R>,
+    ) -> (Envelope, Result<R, CallError>) {
+        let mut instance = match self.take() {
+            Ok(i) => i,
             Err(e) => {
-                warn!(plugin, route = %self.route, error = %e, "no plugin instance");
-                (envelope, Err(ProcessError::Reject(format!("plugin_unavailable: {e}"))), Outcome::Reject)
+                warn!(plugin = %self.plugin.name, route = %self.route, error = %e, "no plugin instance");
+                return (envelope, Err(CallError::Unavailable(e.to_string())));
             }
         };
+        let backup = envelope.clone();
+        let resource = match instance.store.data_mut().table.push(MessageState { envelope, refused_reserved: 0 }) {
+            Ok(r) => r,
+            Err(e) => return (backup, Err(CallError::Host(format!("plugin table: {e}")))),
+        };
+        let borrow: Resource<MessageState> = Resource::new_borrow(resource.rep());
+        instance.store.set_epoch_deadline(self.engine.limits.deadline_ticks());
+        let result = call(&instance.guest, &mut instance.store, borrow);
+        let envelope = match instance.store.data_mut().table.delete(resource) {
+            Ok(state) => {
+                if state.refused_reserved > 0 {
+                    self.metrics
+                        .plugin_reserved_refused
+                        .get_or_create(&ferry_core::metrics::labels(&[
+                            ("plugin", &self.plugin.name),
+                            ("route", &self.route),
+                        ]))
+                        .inc_by(u64::from(state.refused_reserved));
+                }
+                state.envelope
+            }
+            Err(_) => backup,
+        };
+        match result {
+            Ok(r) => {
+                self.give_back(instance);
+                (envelope, Ok(r))
+            }
+            Err(e) => {
+                // The instance may be in any state after a trap: drop it.
+                drop(instance);
+                let detail = describe_trap(&e, self.engine.limits.call_timeout);
+                warn!(plugin = %self.plugin.name, route = %self.route, error = %detail, "plugin call failed; instance replaced");
+                (envelope, Err(CallError::Trap { deadline: is_deadline(&e), detail }))
+            }
+        }
+    }
+
+    fn record(&self, outcome: Outcome, started: std::time::Instant) {
+        let plugin = self.plugin.name.as_str();
         Metrics::inc(
             &self.metrics.plugin_calls,
             &[("plugin", plugin), ("route", &self.route), ("outcome", outcome.label())],
@@ -184,72 +375,116 @@ impl Pool {
             .plugin_call_seconds
             .get_or_create(&ferry_core::metrics::labels(&[("plugin", plugin), ("route", &self.route)]))
             .observe(started.elapsed().as_secs_f64());
+    }
+
+    /// The route-level error and metrics outcome of a call that failed.
+    fn call_error(&self, e: CallError) -> (ProcessError, Outcome) {
+        let plugin = self.plugin.name.as_str();
+        match e {
+            CallError::Unavailable(e) => (ProcessError::Reject(format!("plugin_unavailable: {e}")), Outcome::Reject),
+            CallError::Host(reason) => (ProcessError::Retry { after: Duration::from_secs(1), reason }, Outcome::Retry),
+            CallError::Trap { deadline: true, detail } => {
+                (ProcessError::Reject(format!("plugin_deadline: plugin {plugin}: {detail}")), Outcome::Deadline)
+            }
+            CallError::Trap { deadline: false, detail } => {
+                (ProcessError::Reject(format!("plugin_trap: plugin {plugin}: {detail}")), Outcome::Trap)
+            }
+        }
+    }
+
+    fn failure(&self, failure: bindings::Failure) -> (ProcessError, Outcome) {
+        let plugin = self.plugin.name.as_str();
+        match failure {
+            bindings::Failure::Retry(r) => {
+                let after = Duration::from_millis(r.delay_ms).min(MAX_RETRY_DELAY);
+                (ProcessError::Retry { after, reason: format!("{plugin}: {}", r.reason) }, Outcome::Retry)
+            }
+            bindings::Failure::Reject(reason) => {
+                (ProcessError::Reject(format!("plugin_rejected: plugin {plugin}: {reason}")), Outcome::Reject)
+            }
+        }
+    }
+
+    fn process(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
+        let started = std::time::Instant::now();
+        let (envelope, result) = self.invoke(envelope, |guest, store, msg| match guest {
+            Guest::Processor(g) => g.call_process(store, msg),
+            Guest::Settling(g) => g.call_process(store, msg),
+            Guest::Mapper(_) => Err(wasmtime::Error::msg("a header mapper has no `process`")),
+        });
+        let (result, outcome) = match result {
+            Ok(Ok(bindings::Verdict::Pass)) => (Ok(Verdict::Pass), Outcome::Pass),
+            Ok(Ok(bindings::Verdict::Drop(reason))) => (Ok(Verdict::Drop(reason)), Outcome::Drop),
+            Ok(Ok(bindings::Verdict::Route(addresses))) => (Ok(Verdict::Route(addresses)), Outcome::Route),
+            Ok(Err(failure)) => {
+                let (e, outcome) = self.failure(failure);
+                (Err(e), outcome)
+            }
+            Err(e) => {
+                let (e, outcome) = self.call_error(e);
+                (Err(e), outcome)
+            }
+        };
+        self.record(outcome, started);
+        if let Ok(Verdict::Pass | Verdict::Route(_)) = &result {
+            self.count_tenant(&envelope);
+        }
         (envelope, result)
     }
 
-    fn call_instance(
-        &self,
-        mut instance: Instance,
-        envelope: Envelope,
-    ) -> (Envelope, Result<Verdict, ProcessError>, Outcome) {
-        let plugin = self.plugin.name.as_str();
-        let limits = self.engine.limits;
-        let backup = envelope.clone();
-        let resource = match instance.store.data_mut().table.push(MessageState { envelope, refused_reserved: 0 }) {
-            Ok(r) => r,
-            Err(e) => {
-                return (
-                    backup,
-                    Err(ProcessError::Retry { after: Duration::from_secs(1), reason: format!("plugin table: {e}") }),
-                    Outcome::Retry,
-                );
-            }
-        };
-        let borrow: Resource<MessageState> = Resource::new_borrow(resource.rep());
-        instance.store.set_epoch_deadline(limits.deadline_ticks());
-        let result = instance.bindings.call_process(&mut instance.store, borrow);
-        let envelope = match instance.store.data_mut().table.delete(resource) {
-            Ok(state) => state.envelope,
-            Err(_) => backup,
-        };
-        match result {
-            Ok(Ok(verdict)) => {
-                self.give_back(instance);
-                match verdict {
-                    bindings::Verdict::Pass => (envelope, Ok(Verdict::Pass), Outcome::Pass),
-                    bindings::Verdict::Drop(reason) => (envelope, Ok(Verdict::Drop(reason)), Outcome::Drop),
-                    bindings::Verdict::Route(addresses) => (envelope, Ok(Verdict::Route(addresses)), Outcome::Route),
-                }
-            }
-            Ok(Err(failure)) => {
-                self.give_back(instance);
-                match failure {
-                    bindings::Failure::Retry(r) => {
-                        let after = Duration::from_millis(r.delay_ms).min(MAX_RETRY_DELAY);
-                        (
-                            envelope,
-                            Err(ProcessError::Retry { after, reason: format!("{plugin}: {}", r.reason) }),
-                            Outcome::Retry,
-                        )
-                    }
-                    bindings::Failure::Reject(reason) => (
-                        envelope,
-                        Err(ProcessError::Reject(format!("plugin_rejected: plugin {plugin}: {reason}"))),
-                        Outcome::Reject,
-                    ),
-                }
-            }
-            Err(e) => {
-                // The instance may be in any state after a trap: drop it.
-                drop(instance);
-                let deadline = is_deadline(&e);
-                let detail = describe_trap(&e, limits.call_timeout);
-                warn!(plugin, route = %self.route, error = %detail, "plugin call failed; instance replaced");
-                let code = if deadline { "plugin_deadline" } else { "plugin_trap" };
-                let outcome = if deadline { Outcome::Deadline } else { Outcome::Trap };
-                (envelope, Err(ProcessError::Reject(format!("{code}: plugin {plugin}: {detail}"))), outcome)
-            }
+    /// Counts a message this processor stamped with a tenant id.
+    fn count_tenant(&self, envelope: &Envelope) {
+        if !self.grants.tenant_id {
+            return;
         }
+        if let Some(tenant) = envelope.headers.get(names::TENANT_ID).and_then(|v| v.as_text()) {
+            Metrics::inc(&self.metrics.tenant_messages, &[("route", &self.route), ("tenant", tenant)]);
+        }
+    }
+
+    fn settled(&self, envelope: Envelope, outcome: &SendOutcome) {
+        let started = std::time::Instant::now();
+        let outcome = match outcome {
+            SendOutcome::Delivered => bindings::SendOutcome::Delivered,
+            SendOutcome::Failed(r) => bindings::SendOutcome::Failed(r.clone()),
+            SendOutcome::Rejected(r) => bindings::SendOutcome::Rejected(r.clone()),
+        };
+        let (_, result) = self.invoke(envelope, |guest, store, msg| match guest {
+            Guest::Settling(g) => g.call_settled(store, msg, &outcome),
+            _ => Ok(()),
+        });
+        let outcome = match result {
+            Ok(()) => Outcome::Settled,
+            Err(e) => self.call_error(e).1,
+        };
+        self.record(outcome, started);
+    }
+
+    fn map(
+        &self,
+        envelope: Envelope,
+        binding: &str,
+        address: &str,
+    ) -> (Envelope, Result<Option<String>, ProcessError>) {
+        let started = std::time::Instant::now();
+        let (envelope, result) = self.invoke(envelope, |guest, store, msg| match guest {
+            Guest::Mapper(g) => g.call_map_headers(store, msg, binding, address),
+            _ => Err(wasmtime::Error::msg("a processor has no `map-headers`")),
+        });
+        let (result, outcome) = match result {
+            Ok(Ok(None)) => (Ok(None), Outcome::Map),
+            Ok(Ok(Some(a))) => (Ok(Some(a)), Outcome::Route),
+            Ok(Err(failure)) => {
+                let (e, outcome) = self.failure(failure);
+                (Err(e), outcome)
+            }
+            Err(e) => {
+                let (e, outcome) = self.call_error(e);
+                (Err(e), outcome)
+            }
+        };
+        self.record(outcome, started);
+        (envelope, result)
     }
 }
 

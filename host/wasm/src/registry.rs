@@ -1,5 +1,5 @@
 //! The plugin registry: every `*.wasm` component in the plugin directory,
-//! compiled once and checked against the processor world.
+//! compiled once and checked against one of the plugin worlds.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,8 @@ use tracing::{info, warn};
 use wasmtime::component::types::ComponentItem;
 use wasmtime::component::{Component, Linker};
 
+use crate::bindings::mapper::HeaderMapperPre;
+use crate::bindings::settling::SettlingProcessorPre;
 use crate::bindings::{HostState, ProcessorPre};
 use crate::engine::PluginEngine;
 
@@ -37,15 +39,51 @@ pub enum PluginError {
     Instantiate { plugin: String, route: String, detail: String },
 }
 
+/// Which world of `ferry:plugin` a component targets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PluginWorld {
+    /// `processor`: `init` + `process`.
+    Processor,
+    /// `settling-processor`: a processor that also exports `settled`.
+    SettlingProcessor,
+    /// `header-mapper`: `init` + `map-headers`, run per binding.
+    HeaderMapper,
+}
+
+impl PluginWorld {
+    pub fn name(self) -> &'static str {
+        match self {
+            PluginWorld::Processor => "processor",
+            PluginWorld::SettlingProcessor => "settling-processor",
+            PluginWorld::HeaderMapper => "header-mapper",
+        }
+    }
+
+    /// Whether it can stand in a route's processor chain.
+    pub fn is_processor(self) -> bool {
+        !matches!(self, PluginWorld::HeaderMapper)
+    }
+}
+
+/// The instantiation recipe of a loaded component, by world.
+pub(crate) enum Pre {
+    Processor(ProcessorPre<HostState>),
+    Settling(SettlingProcessorPre<HostState>),
+    Mapper(HeaderMapperPre<HostState>),
+}
+
 /// A compiled plugin that passed the world check.
 pub struct LoadedPlugin {
     pub name: String,
     pub path: PathBuf,
     pub size: u64,
-    /// A hash of the file's bytes: a reload restarts the routes whose
-    /// plugins' digests changed.
+    /// A hash of the file's bytes: a reload swaps in the plugins whose
+    /// digests changed, and reuses the compiled code of those that did not.
     pub digest: u64,
-    pub(crate) pre: ProcessorPre<HostState>,
+    pub world: PluginWorld,
+    /// Whether the compiled code came from the on-disk cache.
+    pub from_cache: bool,
+    pub(crate) pre: Pre,
 }
 
 /// The plugins of one directory.
@@ -61,6 +99,16 @@ impl PluginRegistry {
     /// logged and remembered with its reason; only the directory itself
     /// being unreadable is an error here.
     pub fn load_dir(engine: &PluginEngine, dir: &Path) -> Result<Self, PluginError> {
+        Self::reload_dir(engine, dir, None)
+    }
+
+    /// As [`PluginRegistry::load_dir`], reusing the compiled plugins of
+    /// `previous` whose files have not changed (same path and digest).
+    pub fn reload_dir(
+        engine: &PluginEngine,
+        dir: &Path,
+        previous: Option<&PluginRegistry>,
+    ) -> Result<Self, PluginError> {
         let entries = std::fs::read_dir(dir).map_err(|source| PluginError::Dir { dir: dir.to_owned(), source })?;
         let mut paths: Vec<PathBuf> = entries
             .filter_map(Result::ok)
@@ -72,9 +120,30 @@ impl PluginRegistry {
             Self { engine: engine.clone(), dir: dir.to_owned(), plugins: BTreeMap::new(), refused: BTreeMap::new() };
         for path in paths {
             let name = plugin_name(&path);
-            match load_file(engine, &path) {
+            let bytes = match std::fs::read(&path) {
+                Ok(b) => b,
+                Err(source) => {
+                    let e = PluginError::Read { name: name.clone(), path: path.clone(), source };
+                    warn!(plugin = %name, error = %e, "plugin refused");
+                    registry.refused.insert(name, e.to_string());
+                    continue;
+                }
+            };
+            let unchanged =
+                previous.and_then(|p| p.plugins.get(&name)).filter(|p| p.path == path && p.digest == digest(&bytes));
+            if let Some(plugin) = unchanged {
+                registry.plugins.insert(name, plugin.clone());
+                continue;
+            }
+            match load_bytes(engine, &path, &bytes) {
                 Ok(plugin) => {
-                    info!(plugin = %name, size = plugin.size, "plugin loaded");
+                    info!(
+                        plugin = %name,
+                        size = plugin.size,
+                        world = plugin.world.name(),
+                        from_cache = plugin.from_cache,
+                        "plugin loaded"
+                    );
                     registry.plugins.insert(name, Arc::new(plugin));
                 }
                 Err(e) => {
@@ -117,31 +186,51 @@ pub fn plugin_name(path: &Path) -> String {
     path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Compiles one component and checks it against the processor world.
+/// Compiles one component and checks it against the plugin worlds.
 pub fn load_file(engine: &PluginEngine, path: &Path) -> Result<LoadedPlugin, PluginError> {
-    let name = plugin_name(path);
     let bytes = std::fs::read(path).map_err(|source| PluginError::Read {
-        name: name.clone(),
+        name: plugin_name(path),
         path: path.to_owned(),
         source,
     })?;
+    load_bytes(engine, path, &bytes)
+}
+
+fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<LoadedPlugin, PluginError> {
+    let name = plugin_name(path);
     let wrong = |detail: String| PluginError::WrongWorld { name: name.clone(), path: path.to_owned(), detail };
-    let component = Component::from_binary(engine.engine(), &bytes).map_err(|e| PluginError::Compile {
+    // With the engine's cache on, a component compiled before (same bytes,
+    // same wasmtime) is read back from disk instead of compiled again.
+    let hits = engine.cache_hits();
+    let component = Component::from_binary(engine.engine(), bytes).map_err(|e| PluginError::Compile {
         name: name.clone(),
         path: path.to_owned(),
         detail: format!("{e:#}"),
     })?;
-    check_world(engine, &component).map_err(&wrong)?;
+    let from_cache = engine.cache_hits() > hits;
+    let world = check_world(engine, &component).map_err(&wrong)?;
     let mut linker: Linker<HostState> = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
     crate::bindings::Processor::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)
         .map_err(|e| wrong(format!("{e:#}")))?;
-    let instance_pre = linker
-        .instantiate_pre(&component)
-        .map_err(|e| wrong(format!("does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}")))?;
-    let pre = ProcessorPre::new(instance_pre)
-        .map_err(|e| wrong(format!("does not match world {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION}: {e:#}")))?;
-    Ok(LoadedPlugin { name, path: path.to_owned(), size: bytes.len() as u64, digest: digest(&bytes), pre })
+    let mismatch = |e: wasmtime::Error| {
+        wrong(format!("does not match world {PLUGIN_PACKAGE}/{}@{PLUGIN_VERSION}: {e:#}", world.name()))
+    };
+    let instance_pre = linker.instantiate_pre(&component).map_err(mismatch)?;
+    let pre = match world {
+        PluginWorld::Processor => Pre::Processor(ProcessorPre::new(instance_pre).map_err(mismatch)?),
+        PluginWorld::SettlingProcessor => Pre::Settling(SettlingProcessorPre::new(instance_pre).map_err(mismatch)?),
+        PluginWorld::HeaderMapper => Pre::Mapper(HeaderMapperPre::new(instance_pre).map_err(mismatch)?),
+    };
+    Ok(LoadedPlugin {
+        name,
+        path: path.to_owned(),
+        size: bytes.len() as u64,
+        digest: digest(bytes),
+        world,
+        from_cache,
+        pre,
+    })
 }
 
 fn digest(bytes: &[u8]) -> u64 {
@@ -151,10 +240,10 @@ fn digest(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-/// Explains, before linking, why a component does not target this host's
-/// processor world: another package version, a missing export, or an
-/// import the host does not provide.
-fn check_world(engine: &PluginEngine, component: &Component) -> Result<(), String> {
+/// Finds the world a component targets, or explains, before linking, why it
+/// targets none of this host's: another package version, a missing export,
+/// or an import the host does not provide.
+fn check_world(engine: &PluginEngine, component: &Component) -> Result<PluginWorld, String> {
     let ty = component.component_type();
     for (import, item) in ty.imports(engine.engine()) {
         if matches!(item.ty, ComponentItem::Type(_) | ComponentItem::Resource(_)) {
@@ -173,13 +262,26 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<(), Strin
         }
     }
     let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
-    for required in ["init", "process"] {
-        if !exports.contains(&required) {
+    let world = if exports.contains(&"map-headers") {
+        PluginWorld::HeaderMapper
+    } else if exports.contains(&"settled") {
+        PluginWorld::SettlingProcessor
+    } else {
+        PluginWorld::Processor
+    };
+    let required: &[&str] = match world {
+        PluginWorld::HeaderMapper => &["init", "map-headers"],
+        PluginWorld::SettlingProcessor => &["init", "process", "settled"],
+        PluginWorld::Processor => &["init", "process"],
+    };
+    for required in required {
+        if !exports.contains(required) {
             return Err(format!(
-                "does not export `{required}` (exports: {}); it is not a {PLUGIN_PACKAGE}/processor@{PLUGIN_VERSION} component",
-                if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") }
+                "does not export `{required}` (exports: {}); it is not a {PLUGIN_PACKAGE}/{}@{PLUGIN_VERSION} component",
+                if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") },
+                world.name()
             ));
         }
     }
-    Ok(())
+    Ok(world)
 }

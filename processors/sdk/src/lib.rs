@@ -23,6 +23,8 @@
 //! - [`Processor`]: the trait a plugin implements.
 //! - [`export_processor!`]: wires a `Processor` to the component exports.
 //! - [`log`]: write to the host's log.
+//! - [`kv`]: the host's key-value store for this plugin on this route.
+//! - [`now`]: the host's clock.
 //! - [`names`]: reserved header names, from the host's envelope crate.
 
 #[doc(hidden)]
@@ -85,6 +87,18 @@ pub mod log {
     pub fn error(message: &str) {
         log(Level::Error, message);
     }
+}
+
+/// The host's wall clock: milliseconds since the Unix epoch.
+pub fn now() -> i64 {
+    bindings::ferry::plugin::host::now()
+}
+
+/// The key-value store the host keeps for this plugin on this route: shared
+/// by all its instances, kept across traps and hot reloads, gone when the
+/// daemon stops. See `interface kv` in `wit/plugin.wit` for the limits.
+pub mod kv {
+    pub use crate::bindings::ferry::plugin::kv::{compare_and_swap, delete, get, increment, set};
 }
 
 #[doc(hidden)]

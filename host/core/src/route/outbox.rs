@@ -31,7 +31,7 @@ use super::{Plan, Route, Settle};
 use crate::backoff::sleep_or_shutdown;
 use crate::metrics::Metrics;
 use crate::outbox::{LeaseToken, NewRecord, OutboxRecord, OutboxStore, StoreError};
-use crate::ports::{DeliveryHandle, OutboundMessage};
+use crate::ports::{DeliveryHandle, OutboundMessage, ProcessError};
 use crate::trace::DeliveryTrace;
 
 /// Records claimed per round.
@@ -244,7 +244,22 @@ impl Route {
             self.finish_failed(outbox, record, token, action, "expired", detail, stop).await;
             return;
         }
-        let message = OutboundMessage { envelope: record.envelope.clone(), address: record.address.clone() };
+        let message = match self.map_copy(binding, record.envelope.clone(), &record.address).await {
+            Ok((envelope, address)) => OutboundMessage { envelope, address },
+            Err(ProcessError::Reject(reason)) => {
+                warn!(binding = %binding.id, %reason, "header mapper refused the message");
+                let action = self.policy.on_permanent_failure;
+                self.finish_failed(outbox, record, token, action, "header_mapper", &reason, stop).await;
+                return;
+            }
+            Err(ProcessError::Retry { after, reason }) => {
+                debug!(binding = %binding.id, %reason, "header mapper asked for a retry");
+                if let Err(e) = outbox.store.release(&record, token, Timestamp::now().plus(after).as_millis()) {
+                    warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
+                }
+                return;
+            }
+        };
         match binding.sender.send(message).await {
             Ok(()) => {
                 Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]);

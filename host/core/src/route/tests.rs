@@ -9,7 +9,7 @@ use ferry_envelope::HeaderValue;
 
 use super::*;
 use crate::dlq::DeadLetter;
-use crate::ports::{DeliverySink, Processor, Sender};
+use crate::ports::{DeliverySink, HeaderMapper, Processor, Sender};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Settled {
@@ -153,14 +153,19 @@ fn harness(
     let bindings = senders
         .iter()
         .enumerate()
-        .map(|(i, s)| Binding { id: format!("b{i}"), sender: s.clone(), address: format!("out/{i}") })
+        .map(|(i, s)| Binding {
+            id: format!("b{i}"),
+            sender: s.clone(),
+            address: format!("out/{i}"),
+            header_mapper: None,
+        })
         .collect();
     let dlq = Arc::new(MemoryDlq::default());
     let route = Arc::new(Route {
         id: "r1".into(),
         source_id: "in".into(),
         receiver: Arc::new(FakeReceiver { envelopes: Mutex::new(envelopes), log: log.clone() }),
-        processors,
+        processors: processors.into(),
         bindings,
         policy,
         dlq: dlq.clone(),
@@ -426,4 +431,132 @@ async fn a_counted_source_gets_the_message_back_until_max_replay_attempts_then_d
     assert_eq!(dlq.len(), 1);
     assert_eq!(dlq[0].reason, "replay_exhausted");
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+}
+
+/// Records what it is told after each send attempt.
+#[derive(Default)]
+struct Observer {
+    outcomes: Mutex<Vec<SendOutcome>>,
+}
+
+#[async_trait]
+impl Processor for Observer {
+    fn name(&self) -> &str {
+        "observer"
+    }
+    async fn process(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
+        (envelope, Ok(Verdict::Pass))
+    }
+    fn settles(&self) -> bool {
+        true
+    }
+    async fn settled(&self, _envelope: &Envelope, outcome: &SendOutcome) {
+        self.outcomes.lock().expect("lock").push(outcome.clone());
+    }
+}
+
+#[tokio::test]
+async fn a_settling_processor_hears_every_send_attempt() {
+    let observer = Arc::new(Observer::default());
+    let h = harness(vec![env("m1"), env("m2")], vec![observer.clone()], 1, policy());
+    h.senders[0].script.lock().expect("lock").extend([
+        Err(TransportError::transient("broker down")),
+        Ok(()),
+        Err(TransportError::permanent("no such queue")),
+    ]);
+    run_until_settled(&h, 2).await;
+    let mut outcomes = observer.outcomes.lock().expect("lock").clone();
+    outcomes.sort_by_key(|o| format!("{o:?}"));
+    assert_eq!(
+        outcomes,
+        vec![
+            SendOutcome::Delivered,
+            SendOutcome::Failed("broker down".into()),
+            SendOutcome::Rejected("no such queue".into()),
+        ]
+    );
+}
+
+/// Renames `kind` to `type`, sends to `mapped/<binding>`, refuses
+/// messages with a `refuse` header and asks for a retry once on `flaky`.
+#[derive(Default)]
+struct Mapper {
+    retried: AtomicUsize,
+}
+
+#[async_trait]
+impl HeaderMapper for Mapper {
+    fn name(&self) -> &str {
+        "mapper"
+    }
+    async fn map(
+        &self,
+        mut envelope: Envelope,
+        binding: &str,
+        _address: &str,
+    ) -> (Envelope, Result<Option<String>, ProcessError>) {
+        if envelope.headers.contains_key("refuse") {
+            return (envelope, Err(ProcessError::Reject("refused by mapper".into())));
+        }
+        if envelope.headers.contains_key("flaky") && self.retried.fetch_add(1, Ordering::SeqCst) == 0 {
+            return (envelope, Err(ProcessError::Retry { after: Duration::from_millis(1), reason: "later".into() }));
+        }
+        if let Some(v) = envelope.headers.remove("kind") {
+            envelope.headers.insert("type".into(), v);
+        }
+        (envelope, Ok(Some(format!("mapped/{binding}"))))
+    }
+}
+
+#[tokio::test]
+async fn a_header_mapper_changes_only_its_bindings_copy() {
+    let mut ok = env("ok");
+    ok.set_header("kind", "temp");
+    let mut flaky = env("flaky");
+    flaky.set_header("flaky", "1");
+    let mut refused = env("refused");
+    refused.set_header("refuse", "1");
+    let mut h =
+        harness(vec![ok, flaky, refused], vec![], 2, RoutePolicy { dispatch_mode: DispatchMode::FanOut, ..policy() });
+    let route = Arc::get_mut(&mut h.route).expect("unshared");
+    route.bindings[0].header_mapper = Some(Arc::new(Mapper::default()));
+    run_until_settled(&h, 3).await;
+
+    let mapped = h.senders[0].sent.lock().expect("lock").clone();
+    let plain = h.senders[1].sent.lock().expect("lock").clone();
+    let ok_mapped = mapped.iter().find(|m| m.envelope.id == "ok").expect("ok sent through the mapper");
+    assert_eq!(ok_mapped.address, "mapped/b0");
+    assert_eq!(ok_mapped.envelope.text_header("type"), Some("temp"));
+    assert_eq!(ok_mapped.envelope.text_header("kind"), None);
+    let ok_plain = plain.iter().find(|m| m.envelope.id == "ok").expect("ok sent to b1");
+    assert_eq!(ok_plain.address, "out/1");
+    assert_eq!(ok_plain.envelope.text_header("kind"), Some("temp"), "the other binding's copy is untouched");
+    assert!(mapped.iter().any(|m| m.envelope.id == "flaky"), "a mapper retry is retried like a send");
+    assert!(!mapped.iter().any(|m| m.envelope.id == "refused"));
+    assert!(plain.iter().any(|m| m.envelope.id == "refused"));
+    let dlq = h.dlq.entries.lock().expect("lock").clone();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!((dlq[0].reason.as_str(), dlq[0].binding.as_deref()), ("header_mapper", Some("b0")));
+}
+
+struct Named(&'static str);
+
+#[async_trait]
+impl Processor for Named {
+    fn name(&self) -> &str {
+        self.0
+    }
+    async fn process(&self, mut envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
+        envelope.set_header("chain", self.0);
+        (envelope, Ok(Verdict::Pass))
+    }
+}
+
+#[test]
+fn a_swapped_chain_serves_new_loads_while_old_snapshots_stay() {
+    let chain = Chain::new(vec![Arc::new(Named("old"))]);
+    let before = chain.load();
+    chain.swap(vec![Arc::new(Named("new"))]);
+    assert_eq!(before[0].name(), "old");
+    assert_eq!(chain.load()[0].name(), "new");
 }

@@ -1,0 +1,91 @@
+//! The built-in `transform` processor: rebuilds a JSON payload from mapped
+//! fields and copies values between payload fields and headers.
+//!
+//! Config (the route's `config` table):
+//!
+//! ```toml
+//! [routes.processors.config]
+//! keep = false            # start from an empty object (default) or the input
+//! fields = [
+//!   { to = "celsius", from = "$.reading.value", type = "number" },
+//!   { to = "site", from = "$.meta['site name']", default = "unknown" },
+//!   { to = "device", from_header = "device-id" },
+//!   { to = "schema", value = 2 },
+//!   { to = "ok", from = "$.status", type = "boolean", required = true },
+//! ]
+//! headers = [ { name = "kind", from = "$.type", type = "string" } ]
+//! ```
+//!
+//! - `fields`: each sets the output field `to` (a dotted path; missing
+//!   objects are created) from exactly one source: `from` (a JSONPath-style
+//!   path into the *input* document: `$`, `.name`, `['name']`, `[index]`),
+//!   `from_header` (a header's value), or `value` (a constant).
+//! - `type`: `string`, `number`, `integer` or `boolean`; the value is
+//!   converted (`"21.5"` → 21.5, `1` → `true`, `12` → `"12"`). A value that
+//!   cannot be converted fails the message permanently.
+//! - `default`: used when the source is missing (or null). Without one, a
+//!   missing source leaves the field out, or fails the message when
+//!   `required = true`.
+//! - `headers`: each sets header `name` from `from` (a path into the input)
+//!   or `from_field` (a path into the output), with the same `type`,
+//!   `default` and `required`. Reserved `x-bridge.*` names are refused at
+//!   init.
+//! - `keep`: when true the output starts as the input document (which must
+//!   then be an object) and `fields` overwrite or add to it.
+//!
+//! A payload that is not JSON fails permanently with reason
+//! `transform: payload is not JSON: ...`.
+
+mod mapping;
+
+pub use mapping::{Output, Transform};
+
+use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict};
+
+struct TransformProcessor(Transform);
+
+fn header_json(v: HeaderValue) -> serde_json::Value {
+    match v {
+        HeaderValue::Text(s) => serde_json::Value::String(s),
+        HeaderValue::Integer(i) => i.into(),
+        HeaderValue::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into),
+        HeaderValue::Boolean(b) => b.into(),
+        HeaderValue::Time(t) => t.into(),
+        HeaderValue::Bytes(b) => serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()),
+    }
+}
+
+fn json_header(v: &serde_json::Value) -> HeaderValue {
+    match v {
+        serde_json::Value::Bool(b) => HeaderValue::Boolean(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => HeaderValue::Integer(i),
+            None => HeaderValue::Float(n.as_f64().unwrap_or(0.0)),
+        },
+        serde_json::Value::String(s) => HeaderValue::Text(s.clone()),
+        other => HeaderValue::Text(other.to_string()),
+    }
+}
+
+impl Processor for TransformProcessor {
+    fn init(config: serde_json::Value) -> Result<Self, String> {
+        Transform::from_config(config).map(TransformProcessor)
+    }
+
+    fn process(&self, msg: &Message) -> Result<Verdict, Failure> {
+        let input: serde_json::Value = serde_json::from_slice(&msg.payload())
+            .map_err(|e| Failure::Reject(format!("transform: payload is not JSON: {e}")))?;
+        let out = self
+            .0
+            .apply(&input, |name| msg.header(name).map(header_json))
+            .map_err(|e| Failure::Reject(format!("transform: {e}")))?;
+        for (name, value) in &out.headers {
+            msg.set_header(name, &json_header(value));
+        }
+        let payload = serde_json::to_vec(&out.document).map_err(|e| Failure::Reject(format!("transform: {e}")))?;
+        msg.set_payload(&payload);
+        Ok(Verdict::Pass)
+    }
+}
+
+ferry_plugin_sdk::export_processor!(TransformProcessor);
