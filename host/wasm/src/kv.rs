@@ -132,7 +132,7 @@ mod tests {
         let store = KvStore::default();
         let a = store.scope("breaker", "r1");
         let b = store.scope("breaker", "r2");
-        a.set("k", b"1".to_vec()).unwrap();
+        a.set("k", b"1".to_vec()).expect("kv");
         assert_eq!(a.get("k").as_deref(), Some(&b"1"[..]));
         assert_eq!(b.get("k"), None);
         assert_eq!(store.scope("breaker", "r1").get("k").as_deref(), Some(&b"1"[..]));
@@ -141,14 +141,14 @@ mod tests {
     #[test]
     fn compare_and_swap_and_increment() {
         let s = KvStore::default().scope("p", "r");
-        assert!(s.compare_and_swap("k", None, Some(b"a".to_vec())).unwrap());
-        assert!(!s.compare_and_swap("k", None, Some(b"b".to_vec())).unwrap());
-        assert!(s.compare_and_swap("k", Some(b"a"), None).unwrap());
+        assert!(s.compare_and_swap("k", None, Some(b"a".to_vec())).expect("kv"));
+        assert!(!s.compare_and_swap("k", None, Some(b"b".to_vec())).expect("kv"));
+        assert!(s.compare_and_swap("k", Some(b"a"), None).expect("kv"));
         assert_eq!(s.get("k"), None);
-        assert_eq!(s.increment("n", 2).unwrap(), 2);
-        assert_eq!(s.increment("n", -5).unwrap(), -3);
-        s.set("t", b"text".to_vec()).unwrap();
-        assert!(s.increment("t", 1).unwrap_err().contains("not a counter"));
+        assert_eq!(s.increment("n", 2).expect("kv"), 2);
+        assert_eq!(s.increment("n", -5).expect("kv"), -3);
+        s.set("t", b"text".to_vec()).expect("kv");
+        assert!(s.increment("t", 1).expect_err("refused").contains("not a counter"));
     }
 
     #[test]
@@ -157,13 +157,13 @@ mod tests {
         assert!(s.set(&"k".repeat(MAX_KEY_BYTES + 1), vec![]).is_err());
         assert!(s.set("big", vec![0; MAX_VALUE_BYTES + 1]).is_err());
         for i in 0..MAX_KEYS {
-            s.set(&i.to_string(), vec![]).unwrap();
+            s.set(&i.to_string(), vec![]).expect("kv");
         }
-        assert!(s.set("one-more", vec![]).unwrap_err().contains("10000 keys"));
+        assert!(s.set("one-more", vec![]).expect_err("refused").contains("10000 keys"));
         // Overwriting an existing key is still allowed at the key limit.
-        s.set("0", b"x".to_vec()).unwrap();
+        s.set("0", b"x".to_vec()).expect("kv");
         s.delete("1");
-        s.set("one-more", vec![]).unwrap();
+        s.set("one-more", vec![]).expect("kv");
         let total = s.with(|sp| sp.bytes);
         let expected: usize = s.with(|sp| sp.entries.iter().map(|(k, v)| k.len() + v.len()).sum());
         assert_eq!(total, expected);
