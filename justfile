@@ -24,6 +24,17 @@ plugins:
     cd processors && cargo build --release --target wasm32-wasip2 -p filter -p transform -p tenant -p circuitbreaker -p header-map
     for p in filter transform tenant circuitbreaker; do cp {{guest_out}}/$p.wasm plugins/$p.wasm; done
     cp {{guest_out}}/header_map.wasm plugins/header-map.wasm
+    just plugin-python plugin-js
+
+# The Python example (processors/python/redact) with componentize-py from PyPI.
+plugin-python:
+    command -v componentize-py >/dev/null || pip install --quiet 'componentize-py==0.25.1'
+    cd processors/python/redact && componentize-py -d ../../../wit -w processor componentize app -o ../../../plugins/redact.wasm
+
+# The JavaScript example (processors/js/enrich) with componentize-js from npm.
+plugin-js:
+    cd processors/js/enrich && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } && npm run --silent build
+    cp processors/js/enrich/enrich.wasm plugins/enrich.wasm
 
 # Build the test-only components into tests/plugins/.
 test-plugins:

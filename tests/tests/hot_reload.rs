@@ -220,3 +220,28 @@ async fn the_circuit_breaker_opens_holds_and_closes_across_an_instance_replaceme
     assert_eq!(daemon.terminate().code(), Some(0));
     assert!(ws.dead_letters().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compiled_components_are_cached_so_a_restart_does_not_compile_again() {
+    let src = unique("cache/src");
+    let ws = Workspace::with_plugins(&["filter"]);
+    let filter =
+        "[[routes.processors]]\nplugin = \"filter\"\nconfig = { when = [{ header = \"k\", op = \"exists\" }] }\n";
+    let config = route_config(&broker_url(), &src, &broker_url(), "x", filter, "", "");
+    ws.config(&config);
+    let first = Daemon::start(&ws, 2);
+    first.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=false"], WAIT);
+    assert_eq!(first.terminate().code(), Some(0));
+    assert!(ws.path().join("ferry-data/plugin-cache").read_dir().expect("cache dir").next().is_some(), "cached");
+
+    let second = Daemon::start(&ws, 2);
+    second.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=true"], WAIT);
+    assert_eq!(second.terminate().code(), Some(0));
+
+    // A changed file is compiled again, and the cache can be turned off.
+    std::fs::write(ws.path().join("plugins/filter.wasm"), rebuilt("filter")).expect("write");
+    ws.config(&format!("[plugins]\ncache_dir = \"\"\n{config}"));
+    let third = Daemon::start(&ws, 2);
+    third.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=false"], WAIT);
+    assert_eq!(third.terminate().code(), Some(0));
+}

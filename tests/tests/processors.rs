@@ -185,3 +185,79 @@ async fn a_processor_in_a_binding_and_a_mapper_in_a_chain_are_refused_at_start()
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("processors[0].plugin") && err.contains("not a processor"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_reaches_environment_files_and_network_only_when_granted() {
+    let (src, dst) = (unique("gr/src"), unique("gr/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]).with_env(&[("FERRY_TEST_SECRET", "s3cret")]);
+    let shared = ws.path().join("shared");
+    std::fs::create_dir_all(&shared).expect("dir");
+    std::fs::write(shared.join("note.txt"), "from the host").expect("file");
+    let route = |id: &str, grants: &str| {
+        format!(
+            r#"
+[receivers.{id}]
+type = "mqtt"
+url = "{url}"
+client_id = "{client}"
+topics = ["{src}/{id}"]
+
+[[routes]]
+id = "{id}"
+receiver = "{id}"
+[[routes.processors]]
+plugin = "hostile"
+{grants}
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/{id}/{{mqtt.message-id}}"
+"#,
+            url = broker_url(),
+            client = unique("ferry-gr"),
+        )
+    };
+    ws.config(&format!(
+        "[senders.out]\ntype = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"\n{}{}",
+        broker_url(),
+        unique("ferry-gr-out"),
+        route("bare", ""),
+        route(
+            "granted",
+            &format!(
+                "grants = {{ env = [\"FERRY_TEST_SECRET\", \"FERRY_TEST_UNSET\"], dir = \"{}\", network = true }}",
+                shared.display()
+            )
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 3);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    let mqtt_addr = broker_url().trim_start_matches("mqtt://").to_owned();
+    for route in ["bare", "granted"] {
+        for (kind, probe) in [("env", "FERRY_TEST_SECRET"), ("file", "note.txt"), ("connect", mqtt_addr.as_str())] {
+            publisher
+                .publish_with(
+                    &format!("{src}/{route}"),
+                    "{}",
+                    &[("hostile", kind), ("probe", probe), ("mqtt.message-id", kind)],
+                )
+                .await;
+        }
+    }
+    let mut reached = std::collections::BTreeMap::new();
+    for _ in 0..6 {
+        let p = sub.next(WAIT).await.expect("every probe passes");
+        reached.insert(
+            topic(&p).trim_start_matches(&format!("{dst}/")).to_owned(),
+            user_property(&p, "reached").unwrap_or("").to_owned(),
+        );
+    }
+    assert_eq!(reached["granted/env"], "ok: s3cret");
+    assert_eq!(reached["granted/file"], "ok: from the host");
+    assert_eq!(reached["granted/connect"], "ok: connected");
+    for probe in ["env", "file", "connect"] {
+        assert!(reached[&format!("bare/{probe}")].starts_with("denied"), "{probe}: {reached:?}");
+    }
+    assert_eq!(daemon.terminate().code(), Some(0));
+}

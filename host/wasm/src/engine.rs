@@ -67,6 +67,8 @@ impl PluginEngine {
         let mut cache = None;
         if let Some(dir) = cache_dir {
             std::fs::create_dir_all(dir)?;
+            // wasmtime wants an absolute directory.
+            let dir = std::path::absolute(dir)?;
             let mut cache_config = CacheConfig::new();
             cache_config.with_directory(dir);
             let c = Cache::new(cache_config)?;
