@@ -11,7 +11,7 @@ use fe2o3_amqp::types::messaging::{ApplicationProperties, Body, Message, Message
 use fe2o3_amqp::types::primitives::{SimpleValue, Symbol};
 use ferry_tests::amqp10_peer::{PeerOutcome, ScriptedTarget};
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
+use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, topic, user_property};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10, URL091};
 use ferry_tests::sqs::{self, attribute, create_queue, receive, text};
 use ferry_tests::unique;
@@ -392,4 +392,37 @@ async fn a_dropped_permanent_failure_is_rejected_into_the_queues_dead_letter_exc
     rabbit.delete_queue(&src).await;
     rabbit.delete_queue(&dead).await;
     rabbit.delete_exchange(&dlx).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_generated_id_that_fails_transiently_is_dead_lettered_as_unstable_identity_when_the_route_asks() {
+    let rabbit = Rabbit::connect().await;
+    let src = unique("bb-unstable-in");
+    rabbit.declare_queue(&src).await;
+    // The target is down for the whole test: nothing listens on this port.
+    let sender = format!(
+        "type = \"amqp091\"\nurl = \"amqp://guest:guest@127.0.0.1:{}/%2f\"\nreconnect_initial_ms = 100",
+        free_port()
+    );
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(
+        &amqp091_receiver(&src),
+        &sender,
+        "nowhere",
+        "unstable_identity = \"fail\"\nmax_replay_attempts = 1000",
+    ));
+    let daemon = Daemon::start(&ws, 1);
+    rabbit.publish("", &src, b"no id", BasicProperties::default()).await;
+    rabbit.publish("", &src, b"stable", BasicProperties::default().with_message_id("stable-1".into())).await;
+
+    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    // The message with an id gets the full budget: it keeps coming back.
+    daemon.wait_for_line(&["message_id=stable-1", "send failed, will retry"], WAIT);
+    assert!(daemon.terminate().success(), "clean shutdown");
+    let dead = ws.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "unstable_identity");
+    assert!(dead[0].to_string().contains("no message id"), "{}", dead[0]);
+    assert_eq!(rabbit.depth(&src).await, 1, "the stable message is back in its queue, the other was settled");
+    rabbit.delete_queue(&src).await;
 }

@@ -4,8 +4,11 @@
 //! 1. MQTT -> MQTT, QoS 1, 1 KiB payloads: the raw Mosquitto pub -> sub
 //!    rate, then the same load through `ferry run` with the filter plugin
 //!    (publisher -> source topic -> ferry -> target topic -> subscriber).
-//! 2. One filter call on a header, at 1 KiB and 1 MiB payloads: the
-//!    message is a host resource, so the two should cost the same.
+//! 2. One call of each built-in plugin (filter, transform, tenant,
+//!    circuitbreaker, the header-map mapper) and of the Python and
+//!    JavaScript examples, at 1 KiB and 1 MiB payloads. The message is a
+//!    host resource: plugins that read only headers should cost the same at
+//!    both sizes; those that parse the payload pay for it.
 //!
 //! 3. SQS -> MQTT and MQTT -> SQS through ferry, against the raw SDK rate
 //!    on the same SQS endpoint (moto_server in development): raw drain
@@ -33,7 +36,7 @@ use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::Rabbit;
 use ferry_tests::unique;
-use ferry_wasm::{PluginEngine, PluginLimits, WasmProcessor};
+use ferry_wasm::{PluginEngine, PluginLimits, WasmHeaderMapper, WasmProcessor};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
@@ -136,6 +139,46 @@ address = "{dst}/out"
     println!("  {:<44} {:>10.2}", "ratio ferry / raw", through / raw);
 }
 
+/// A JSON document of about `size` bytes that every payload-reading
+/// plugin below finds its fields in.
+fn json_payload(size: usize) -> Vec<u8> {
+    let head = r#"{"reading":{"value":"21"},"type":"temp","card":"4111 1111 1111 1111","customer":{"email":"a@example.com","name":"Ann"},"pad":""#;
+    let pad = size.saturating_sub(head.len() + 2);
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(head.as_bytes());
+    out.resize(head.len() + pad, b'x');
+    out.extend_from_slice(b"\"}");
+    out
+}
+
+/// One plugin to time.
+struct PluginRow {
+    label: &'static str,
+    plugin: &'static str,
+    config: serde_json::Value,
+    grants: ferry_wasm::Grants,
+    mapper: bool,
+    json: bool,
+}
+
+/// Average cost of one call, over at most 20,000 calls or about 1.5 s.
+fn time_calls(mut call: impl FnMut()) -> f64 {
+    let warm = Instant::now();
+    for _ in 0..1_000 {
+        call();
+        if warm.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+    }
+    let started = Instant::now();
+    let mut n = 0u32;
+    while n < 20_000 && (n < 20 || started.elapsed() < Duration::from_millis(1500)) {
+        call();
+        n += 1;
+    }
+    started.elapsed().as_secs_f64() * 1e9 / f64::from(n)
+}
+
 fn processor_rows() {
     let engine = match PluginEngine::new(PluginLimits::default()) {
         Ok(e) => e,
@@ -144,43 +187,133 @@ fn processor_rows() {
             return;
         }
     };
-    let path: PathBuf = ferry_tests::plugin_file("filter");
-    let plugin = match ferry_wasm::registry::load_file(&engine, &path) {
-        Ok(p) => Arc::new(p),
-        Err(e) => {
-            eprintln!("{e}");
-            return;
-        }
-    };
-    let config = serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}).to_string();
-    let processor = match WasmProcessor::new(&engine, plugin, "bench", config, Metrics::new()) {
-        Ok(p) => p,
-        Err(e) => {
-            eprintln!("{e}");
-            return;
-        }
-    };
-    let per_call = |size: usize| {
-        let mut envelope = Envelope::new("bench", vec![b'x'; size]);
-        envelope.set_header("kind", "temp");
-        for _ in 0..1_000 {
-            envelope = processor.process_blocking(envelope).0;
-        }
-        let iterations = 20_000;
-        let started = Instant::now();
-        for _ in 0..iterations {
-            let (next, verdict) = processor.process_blocking(envelope);
-            debug_assert_eq!(verdict, Ok(Verdict::Pass));
-            envelope = next;
-        }
-        started.elapsed().as_secs_f64() * 1e9 / f64::from(iterations)
-    };
-    let small = per_call(1024);
-    let large = per_call(1 << 20);
-    println!("\nOne filter call on a header (processor chain, host side included)");
-    println!("  {:<44} {:>10.0} ns/call", "1 KiB payload", small);
-    println!("  {:<44} {:>10.0} ns/call", "1 MiB payload", large);
-    println!("  {:<44} {:>10.2}", "ratio 1 MiB / 1 KiB", large / small);
+    let none = ferry_wasm::Grants::default;
+    let rows = [
+        PluginRow {
+            label: "filter (a header condition)",
+            plugin: "filter",
+            config: serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}),
+            grants: none(),
+            mapper: false,
+            json: false,
+        },
+        PluginRow {
+            label: "filter (a JSON field condition)",
+            plugin: "filter",
+            config: serde_json::json!({"when": [{"field": "reading.value", "op": "eq", "value": "21"}]}),
+            grants: none(),
+            mapper: false,
+            json: true,
+        },
+        PluginRow {
+            label: "transform (4 fields, 1 header)",
+            plugin: "transform",
+            config: serde_json::json!({
+                "fields": [
+                    {"to": "celsius", "from": "$.reading.value", "type": "number"},
+                    {"to": "kind", "from": "$.type"},
+                    {"to": "email", "from": "$.customer.email"},
+                    {"to": "device", "from_header": "device-id", "default": "?"},
+                ],
+                "headers": [{"name": "kind", "from": "$.type"}],
+            }),
+            grants: none(),
+            mapper: false,
+            json: true,
+        },
+        PluginRow {
+            label: "tenant (header, allow-list, stamp)",
+            plugin: "tenant",
+            config: serde_json::json!({"header": "org", "allow": ["acme", "globex"]}),
+            grants: ferry_wasm::Grants { tenant_id: true, ..none() },
+            mapper: false,
+            json: false,
+        },
+        PluginRow {
+            label: "circuitbreaker (closed, process only)",
+            plugin: "circuitbreaker",
+            config: serde_json::json!({"key_header": "org"}),
+            grants: none(),
+            mapper: false,
+            json: false,
+        },
+        PluginRow {
+            label: "header-map (rename prefix, set)",
+            plugin: "header-map",
+            config: serde_json::json!({"rename_prefix": [{"from": "app.", "to": "amqp10."}], "set": {"origin": "ferry"}}),
+            grants: none(),
+            mapper: true,
+            json: false,
+        },
+        PluginRow {
+            label: "redact, Python (2 JSON fields)",
+            plugin: "redact",
+            config: serde_json::json!({"fields": ["card", "customer.email"]}),
+            grants: none(),
+            mapper: false,
+            json: true,
+        },
+        PluginRow {
+            label: "enrich, JavaScript (3 headers)",
+            plugin: "enrich",
+            config: serde_json::json!({"set": {"region": "eu"}, "received_at": "at", "size": "bytes"}),
+            grants: none(),
+            mapper: false,
+            json: false,
+        },
+    ];
+    println!("\nOne plugin call (host side included: instance pool, message resource, metrics)");
+    println!("  {:<44} {:>12} {:>12} {:>8}", "plugin", "1 KiB", "1 MiB", "ratio");
+    for row in rows {
+        let path: PathBuf = ferry_tests::plugin_file(row.plugin);
+        let plugin = match ferry_wasm::registry::load_file(&engine, &path) {
+            Ok(p) => Arc::new(p),
+            Err(e) => {
+                eprintln!("  {}: {e}", row.label);
+                continue;
+            }
+        };
+        let envelope = |size: usize| {
+            let payload = if row.json { json_payload(size) } else { vec![b'x'; size] };
+            let mut e = Envelope::new("bench", payload);
+            for (k, v) in [("kind", "temp"), ("org", "acme"), ("device-id", "d1"), ("app.site", "north")] {
+                e.set_header(k, v);
+            }
+            e
+        };
+        let config = row.config.to_string();
+        let per_call: Box<dyn Fn(usize) -> f64> = if row.mapper {
+            match WasmHeaderMapper::new(&engine, plugin, "bench", config, Metrics::new()) {
+                Ok(m) => Box::new(move |size| {
+                    let original = envelope(size);
+                    time_calls(|| {
+                        let (_, result) = m.map_blocking(original.clone(), "b0", "out");
+                        debug_assert!(result.is_ok());
+                    })
+                }),
+                Err(e) => {
+                    eprintln!("  {}: {e}", row.label);
+                    continue;
+                }
+            }
+        } else {
+            match WasmProcessor::with_grants(&engine, plugin, "bench", config, row.grants, Metrics::new()) {
+                Ok(p) => Box::new(move |size| {
+                    let original = envelope(size);
+                    time_calls(|| {
+                        let (_, verdict) = p.process_blocking(original.clone());
+                        debug_assert_eq!(verdict, Ok(Verdict::Pass));
+                    })
+                }),
+                Err(e) => {
+                    eprintln!("  {}: {e}", row.label);
+                    continue;
+                }
+            }
+        };
+        let (small, large) = (per_call(1024), per_call(1 << 20));
+        println!("  {:<44} {:>9.1} µs {:>9.1} µs {:>8.1}", row.label, small / 1000.0, large / 1000.0, large / small);
+    }
 }
 
 fn sqs_messages() -> usize {

@@ -389,6 +389,21 @@ pub enum FailureAction {
     Dlq,
 }
 
+/// How a route treats a transient failure of a message with a generated id
+/// (`x-bridge.generated-id`) at a source that redelivers (SQS, AMQP).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnstableIdentity {
+    /// Release it like any other; the receiver counts its redeliveries by
+    /// a fingerprint of its content, which a redelivery keeps.
+    #[default]
+    CountContent,
+    /// Do not recycle it: fail it for good with reason `unstable_identity`
+    /// (dead-lettered or dropped per `on_permanent_failure`), as a bridge
+    /// that counts replays by id only must.
+    Fail,
+}
+
 /// `[routes.backoff]`: retry delays for transient failures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -460,6 +475,10 @@ pub struct RouteConfig {
     /// Outbox backpressure limit (shared_outbox). Default 10000.
     #[serde(default = "default_max_outbox_depth")]
     pub max_outbox_depth: usize,
+    /// What happens when a message whose id ferry generated (the source gave
+    /// none) fails transiently at a source that would get it back.
+    #[serde(default)]
+    pub unstable_identity: UnstableIdentity,
     /// Keep `x-bridge.*` headers that arrive from the source (bridge-to-bridge
     /// links you trust). Default false: they are stripped.
     #[serde(default)]

@@ -8,7 +8,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ferry_config::{DeliveryMode, DispatchMode, FailureAction};
+use ferry_config::{DeliveryMode, DispatchMode, FailureAction, UnstableIdentity};
 use ferry_envelope::{Envelope, Timestamp};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -84,6 +84,9 @@ pub struct RoutePolicy {
     /// `shared_outbox`: a binding's partition holding this many records
     /// stops the route from taking deliveries until it drains.
     pub max_outbox_depth: usize,
+    /// Transient failures of messages with generated ids at sources that
+    /// redeliver: released (counted by content) or failed for good.
+    pub unstable_identity: UnstableIdentity,
 }
 
 impl RoutePolicy {
@@ -99,6 +102,7 @@ impl RoutePolicy {
             trust_bridge_headers: c.trust_bridge_headers,
             delivery_mode: c.delivery_mode,
             max_outbox_depth: c.max_outbox_depth,
+            unstable_identity: c.unstable_identity,
         }
     }
 }
@@ -155,6 +159,9 @@ enum SourceRetry {
     Hold,
     Release(Settle),
     Exhausted(u32),
+    /// A generated id at a redelivering source, under
+    /// `unstable_identity = "fail"`.
+    Unstable,
 }
 
 /// One planned send.
@@ -449,8 +456,20 @@ impl Route {
             }
             Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
             let delay = self.policy.backoff.delay(attempt);
-            match self.source_retry(handle, delay, &last_error) {
+            match self.source_retry(&envelope, handle, delay, &last_error) {
                 SourceRetry::Release(settle) => return settle,
+                SourceRetry::Unstable => {
+                    for plan in still_pending {
+                        failures.push(BindingFailure {
+                            binding: self.bindings[plan.binding].id.clone(),
+                            address: plan.address,
+                            code: "unstable_identity",
+                            detail: format!("{UNSTABLE_IDENTITY}: {last_error}"),
+                            action: self.policy.on_permanent_failure,
+                        });
+                    }
+                    break;
+                }
                 SourceRetry::Exhausted(count) => {
                     for plan in still_pending {
                         failures.push(BindingFailure {
@@ -525,8 +544,25 @@ impl Route {
         first_seen: Timestamp,
         shutdown: &CancellationToken,
     ) -> Option<Settle> {
-        match self.source_retry(handle, delay, reason) {
+        match self.source_retry(envelope, handle, delay, reason) {
             SourceRetry::Release(settle) => return Some(settle),
+            SourceRetry::Unstable => {
+                let action = self.policy.on_permanent_failure;
+                let detail = format!("{UNSTABLE_IDENTITY}: {reason}");
+                let settle = self
+                    .fail_permanently(
+                        envelope.clone(),
+                        None,
+                        action,
+                        "unstable_identity",
+                        &detail,
+                        1,
+                        first_seen,
+                        shutdown,
+                    )
+                    .await;
+                return Some(settle);
+            }
             SourceRetry::Exhausted(count) => {
                 let action = self.policy.on_permanent_failure;
                 let settle = self
@@ -556,9 +592,21 @@ impl Route {
     /// count (SQS, AMQP) get the message back after the delay, until the
     /// count reaches `max_replay_attempts`; then it has failed for good.
     /// Sources without a count (MQTT) hold it here and retry in process.
-    fn source_retry(&self, handle: &dyn DeliveryHandle, after: Duration, reason: &str) -> SourceRetry {
+    fn source_retry(
+        &self,
+        envelope: &Envelope,
+        handle: &dyn DeliveryHandle,
+        after: Duration,
+        reason: &str,
+    ) -> SourceRetry {
         match handle.redelivery_count() {
             None => SourceRetry::Hold,
+            Some(_)
+                if self.policy.unstable_identity == UnstableIdentity::Fail
+                    && envelope.headers.contains_key(ferry_envelope::names::GENERATED_ID) =>
+            {
+                SourceRetry::Unstable
+            }
             Some(count) if count < self.policy.max_replay_attempts => {
                 SourceRetry::Release(Settle::Release { after, reason: reason.to_owned() })
             }
@@ -680,6 +728,8 @@ impl Route {
         plans
     }
 }
+
+const UNSTABLE_IDENTITY: &str = "the source gave no message id, so its redeliveries cannot be counted by id; not recycled (unstable_identity = \"fail\")";
 
 /// Tells the processors that want to know how a send attempt ended.
 async fn tell_settled(chain: &[SharedProcessor], envelope: &Envelope, outcome: &SendOutcome) {

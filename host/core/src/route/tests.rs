@@ -139,6 +139,7 @@ fn policy() -> RoutePolicy {
         trust_bridge_headers: false,
         delivery_mode: ferry_config::DeliveryMode::DirectHold,
         max_outbox_depth: 10_000,
+        unstable_identity: UnstableIdentity::CountContent,
     }
 }
 
@@ -559,4 +560,51 @@ fn a_swapped_chain_serves_new_loads_while_old_snapshots_stay() {
     chain.swap(vec![Arc::new(Named("new"))]);
     assert_eq!(before[0].name(), "old");
     assert_eq!(chain.load()[0].name(), "new");
+}
+
+#[tokio::test]
+async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_when_asked() {
+    let generated = || {
+        let mut e = env("gen-1");
+        e.set_header("test.count", HeaderValue::Integer(0));
+        e.set_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
+        e
+    };
+    let h = harness(vec![generated()], vec![], 1, policy());
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 1).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("gen-1".into())]);
+
+    let fail = RoutePolicy { unstable_identity: UnstableIdentity::Fail, ..policy() };
+    let h = harness(vec![generated()], vec![], 1, fail.clone());
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 1).await;
+    let dlq = h.dlq.entries.lock().expect("lock").clone();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].reason, "unstable_identity");
+    assert!(dlq[0].detail.contains("down"), "{}", dlq[0].detail);
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("gen-1".into())]);
+
+    // A processor's retry request goes the same way.
+    let retry =
+        Arc::new(FixedProcessor(Err(ProcessError::Retry { after: Duration::from_millis(1), reason: "busy".into() })));
+    let h = harness(vec![generated()], vec![retry], 1, fail.clone());
+    run_until_settled(&h, 1).await;
+    assert_eq!(h.dlq.entries.lock().expect("lock")[0].reason, "unstable_identity");
+
+    // A stable id at the same source is released as usual, and a source
+    // that holds messages (no count) is never affected.
+    let mut stable = env("m1");
+    stable.set_header("test.count", HeaderValue::Integer(0));
+    let h = harness(vec![stable], vec![], 1, fail.clone());
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 1).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into())]);
+    let mut held = env("gen-2");
+    held.set_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
+    let h = harness(vec![held], vec![], 1, fail);
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 1).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("gen-2".into())]);
+    assert!(h.dlq.entries.lock().expect("lock").is_empty());
 }
