@@ -184,7 +184,8 @@ async fn a_target_outage_delays_but_never_loses_a_message_even_across_a_crash() 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_plugins_fail_only_their_own_messages() {
-    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
+    let (src, dst, other) = (unique("bb/src"), unique("bb/dst"), unique("bb/other"));
+    let admin = format!("127.0.0.1:{}", free_port());
     let ws = Workspace::with_plugins(&["hostile"]);
     let mut text = config(
         &broker_url(),
@@ -195,9 +196,18 @@ async fn hostile_plugins_fail_only_their_own_messages() {
         "",
         "",
     );
-    text.insert_str(0, "[plugins]\ncall_timeout_ms = 200\nmemory_limit_mib = 16\n");
+    text.insert_str(
+        0,
+        &format!("[admin]\nlisten = \"{admin}\"\n[plugins]\ncall_timeout_ms = 200\nmemory_limit_mib = 16\n"),
+    );
+    // A second route, without plugins, on the same daemon and sender.
+    text.push_str(&format!(
+        "\n[receivers.other]\ntype = \"mqtt\"\nurl = \"{url}\"\nclient_id = \"{client}\"\ntopics = [\"{other}/#\"]\n\n[[routes]]\nid = \"r2\"\nreceiver = \"other\"\n[[routes.bindings]]\nsender = \"out\"\naddress = \"{dst}/other\"\n",
+        url = broker_url(),
+        client = unique("ferry-other"),
+    ));
     ws.config(&text);
-    let mut daemon = Daemon::start(&ws, 2);
+    let mut daemon = Daemon::start(&ws, 3);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
     let publisher = TestMqtt::connect(&broker_url()).await;
@@ -205,11 +215,26 @@ async fn hostile_plugins_fail_only_their_own_messages() {
         publisher.publish_with(&format!("{src}/{kind}"), kind, &[("hostile", kind), ("mqtt.message-id", kind)]).await;
     }
     publisher.publish_with(&format!("{src}/fine"), "fine", &[("mqtt.message-id", "fine")]).await;
+    publisher.publish_with(&format!("{other}/x"), "other", &[("mqtt.message-id", "other")]).await;
 
     let got = sub.drain(Duration::from_secs(5)).await;
-    let ids: Vec<_> = got.iter().filter_map(|p| user_property(p, "mqtt.message-id")).collect();
-    assert_eq!(ids, ["fine"], "only the well-behaved message is sent");
+    let mut ids: Vec<_> = got.iter().filter_map(|p| user_property(p, "mqtt.message-id")).collect();
+    ids.sort();
+    assert_eq!(ids, ["fine", "other"], "only the well-behaved messages are sent, on both routes");
     assert!(daemon.is_running());
+    let m = ferry_tests::http::metrics(&admin);
+    let calls = |outcome: &str| {
+        ferry_tests::http::sample(
+            &m,
+            "ferry_plugin_calls_total",
+            &format!("plugin=\"hostile\",route=\"r1\",outcome=\"{outcome}\""),
+        )
+    };
+    assert_eq!((calls("trap"), calls("deadline"), calls("pass")), (Some(3.0), Some(1.0), Some(1.0)), "{m}");
+    assert_eq!(
+        ferry_tests::http::sample(&m, "ferry_messages_dead_lettered_total", "reason=\"plugin_trap\""),
+        Some(3.0)
+    );
     assert_eq!(daemon.terminate().code(), Some(0));
     let mut reasons: Vec<(String, String)> = ws
         .dead_letters()
@@ -226,6 +251,40 @@ async fn hostile_plugins_fail_only_their_own_messages() {
             ("trap".to_owned(), "plugin_trap".to_owned()),
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_that_traps_in_init_is_refused_at_start_and_at_reload_while_routes_keep_running() {
+    let (src, dst) = (unique("bb/src"), unique("bb/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    let with = |trap: bool| {
+        config(
+            &broker_url(),
+            &src,
+            &broker_url(),
+            &format!("{dst}/out"),
+            &format!("[[routes.processors]]\nplugin = \"hostile\"\nconfig = {{ trap_in_init = {trap} }}\n"),
+            "",
+            "",
+        )
+    };
+    ws.config(&with(true));
+    let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("routes[0].processors[0].config") && err.contains("init trapped"), "{err}");
+
+    ws.config(&with(false));
+    let daemon = Daemon::start_with_args(&ws, &["--watch"], 2);
+    ws.config(&with(true));
+    daemon.signal("HUP");
+    daemon.wait_for_log("reload refused", 1, WAIT);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("{src}/x"), "still here", &[]).await;
+    assert!(sub.next(WAIT).await.is_some(), "the route kept running on the instance that initialised");
+    assert_eq!(daemon.terminate().code(), Some(0));
 }
 
 #[test]
