@@ -459,27 +459,15 @@ impl Route {
             match self.source_retry(&envelope, handle, delay, &last_error) {
                 SourceRetry::Release(settle) => return settle,
                 SourceRetry::Unstable => {
-                    for plan in still_pending {
-                        failures.push(BindingFailure {
-                            binding: self.bindings[plan.binding].id.clone(),
-                            address: plan.address,
-                            code: "unstable_identity",
-                            detail: format!("{UNSTABLE_IDENTITY}: {last_error}"),
-                            action: self.policy.on_permanent_failure,
-                        });
-                    }
+                    let detail = format!("{UNSTABLE_IDENTITY}: {last_error}");
+                    let action = self.policy.on_permanent_failure;
+                    failures.extend(self.fail_all(still_pending, "unstable_identity", &detail, action));
                     break;
                 }
                 SourceRetry::Exhausted(count) => {
-                    for plan in still_pending {
-                        failures.push(BindingFailure {
-                            binding: self.bindings[plan.binding].id.clone(),
-                            address: plan.address,
-                            code: "replay_exhausted",
-                            detail: format!("delivered {} times without success: {last_error}", count + 1),
-                            action: self.policy.on_permanent_failure,
-                        });
-                    }
+                    let detail = format!("delivered {} times without success: {last_error}", count + 1);
+                    let action = self.policy.on_permanent_failure;
+                    failures.extend(self.fail_all(still_pending, "replay_exhausted", &detail, action));
                     break;
                 }
                 SourceRetry::Hold => {}
@@ -492,15 +480,8 @@ impl Route {
                 // Stale data is not delivered late: what is still pending
                 // follows on_expired, like a message that arrived expired.
                 Metrics::inc(&self.metrics.expired, &[("route", route)]);
-                for plan in still_pending {
-                    failures.push(BindingFailure {
-                        binding: self.bindings[plan.binding].id.clone(),
-                        address: plan.address,
-                        code: "expired",
-                        detail: format!("message expired while waiting to retry: {last_error}"),
-                        action: self.policy.on_expired,
-                    });
-                }
+                let detail = format!("message expired while waiting to retry: {last_error}");
+                failures.extend(self.fail_all(still_pending, "expired", &detail, self.policy.on_expired));
                 break;
             }
             pending = still_pending;
@@ -530,6 +511,26 @@ impl Route {
             }
         }
         settle
+    }
+
+    /// The same failure for every plan still pending.
+    fn fail_all(
+        &self,
+        pending: Vec<Plan>,
+        code: &'static str,
+        detail: &str,
+        action: FailureAction,
+    ) -> Vec<BindingFailure> {
+        pending
+            .into_iter()
+            .map(|plan| BindingFailure {
+                binding: self.bindings[plan.binding].id.clone(),
+                address: plan.address,
+                code,
+                detail: detail.to_owned(),
+                action,
+            })
+            .collect()
     }
 
     /// A transient failure of the whole message: released to a source that

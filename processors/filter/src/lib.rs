@@ -26,7 +26,7 @@ mod rules;
 
 pub use rules::{Filter, Operand, Subject};
 
-use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict};
+use ferry_plugin_sdk::{Failure, Message, Processor, Verdict, header_json};
 
 struct FilterProcessor(Filter);
 
@@ -34,14 +34,7 @@ struct HostMessage<'a>(&'a Message);
 
 impl Subject for HostMessage<'_> {
     fn header(&self, name: &str) -> Option<serde_json::Value> {
-        self.0.header(name).map(|v| match v {
-            HeaderValue::Text(s) => serde_json::Value::String(s),
-            HeaderValue::Integer(i) => i.into(),
-            HeaderValue::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into),
-            HeaderValue::Boolean(b) => b.into(),
-            HeaderValue::Time(t) => t.into(),
-            HeaderValue::Bytes(b) => serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()),
-        })
+        self.0.header(name).map(header_json)
     }
 
     fn subject(&self) -> Option<String> {

@@ -71,6 +71,19 @@ impl MessageExt for Message {
     }
 }
 
+/// A header value as JSON: text as a string, numbers and booleans as
+/// themselves, a time as its milliseconds, bytes as (lossy) UTF-8 text.
+pub fn header_json(value: HeaderValue) -> serde_json::Value {
+    match value {
+        HeaderValue::Text(s) => serde_json::Value::String(s),
+        HeaderValue::Integer(i) => i.into(),
+        HeaderValue::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into),
+        HeaderValue::Boolean(b) => b.into(),
+        HeaderValue::Time(t) => t.into(),
+        HeaderValue::Bytes(b) => serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()),
+    }
+}
+
 /// Writes to the host's log, tagged with the plugin and route.
 pub mod log {
     use crate::bindings::ferry::plugin::host::{Level, log};

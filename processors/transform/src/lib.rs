@@ -40,20 +40,9 @@ mod mapping;
 
 pub use mapping::{Output, Transform};
 
-use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict};
+use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict, header_json};
 
 struct TransformProcessor(Transform);
-
-fn header_json(v: HeaderValue) -> serde_json::Value {
-    match v {
-        HeaderValue::Text(s) => serde_json::Value::String(s),
-        HeaderValue::Integer(i) => i.into(),
-        HeaderValue::Float(f) => serde_json::Number::from_f64(f).map_or(serde_json::Value::Null, Into::into),
-        HeaderValue::Boolean(b) => b.into(),
-        HeaderValue::Time(t) => t.into(),
-        HeaderValue::Bytes(b) => serde_json::Value::String(String::from_utf8_lossy(&b).into_owned()),
-    }
-}
 
 fn json_header(v: &serde_json::Value) -> HeaderValue {
     match v {
