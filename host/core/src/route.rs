@@ -346,9 +346,12 @@ impl Route {
             return Settle::Ack;
         }
         if let Some(outbox) = &self.outbox {
-            let settle = self.persist(outbox, envelope.clone(), plans, handle, trace, first_seen, shutdown).await;
-            if matches!(settle, Settle::Ack) {
-                tell_settled(&chain, &envelope, &SendOutcome::Delivered).await;
+            // Only a settling processor needs the message after it is
+            // persisted: copy it for them alone.
+            let settling = chain.iter().any(|p| p.settles()).then(|| envelope.clone());
+            let settle = self.persist(outbox, envelope, plans, handle, trace, first_seen, shutdown).await;
+            if let (Some(envelope), Settle::Ack) = (&settling, &settle) {
+                tell_settled(&chain, envelope, &SendOutcome::Delivered).await;
             }
             return settle;
         }

@@ -405,6 +405,19 @@ impl Pool {
         }
     }
 
+    /// What the guest returned, or the route-level error (and metrics
+    /// outcome) of a failure it reported or a call that did not return.
+    fn guest_result<T>(
+        &self,
+        result: Result<Result<T, bindings::Failure>, CallError>,
+    ) -> Result<T, (ProcessError, Outcome)> {
+        match result {
+            Ok(Ok(value)) => Ok(value),
+            Ok(Err(failure)) => Err(self.failure(failure)),
+            Err(e) => Err(self.call_error(e)),
+        }
+    }
+
     fn process(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
         let started = std::time::Instant::now();
         let (envelope, result) = self.invoke(envelope, |guest, store, msg| match guest {
@@ -412,18 +425,11 @@ impl Pool {
             Guest::Settling(g) => g.call_process(store, msg),
             Guest::Mapper(_) => Err(wasmtime::Error::msg("a header mapper has no `process`")),
         });
-        let (result, outcome) = match result {
-            Ok(Ok(bindings::Verdict::Pass)) => (Ok(Verdict::Pass), Outcome::Pass),
-            Ok(Ok(bindings::Verdict::Drop(reason))) => (Ok(Verdict::Drop(reason)), Outcome::Drop),
-            Ok(Ok(bindings::Verdict::Route(addresses))) => (Ok(Verdict::Route(addresses)), Outcome::Route),
-            Ok(Err(failure)) => {
-                let (e, outcome) = self.failure(failure);
-                (Err(e), outcome)
-            }
-            Err(e) => {
-                let (e, outcome) = self.call_error(e);
-                (Err(e), outcome)
-            }
+        let (result, outcome) = match self.guest_result(result) {
+            Ok(bindings::Verdict::Pass) => (Ok(Verdict::Pass), Outcome::Pass),
+            Ok(bindings::Verdict::Drop(reason)) => (Ok(Verdict::Drop(reason)), Outcome::Drop),
+            Ok(bindings::Verdict::Route(addresses)) => (Ok(Verdict::Route(addresses)), Outcome::Route),
+            Err((e, outcome)) => (Err(e), outcome),
         };
         self.record(outcome, started);
         if let Ok(Verdict::Pass | Verdict::Route(_)) = &result {
@@ -471,17 +477,10 @@ impl Pool {
             Guest::Mapper(g) => g.call_map_headers(store, msg, binding, address),
             _ => Err(wasmtime::Error::msg("a processor has no `map-headers`")),
         });
-        let (result, outcome) = match result {
-            Ok(Ok(None)) => (Ok(None), Outcome::Map),
-            Ok(Ok(Some(a))) => (Ok(Some(a)), Outcome::Route),
-            Ok(Err(failure)) => {
-                let (e, outcome) = self.failure(failure);
-                (Err(e), outcome)
-            }
-            Err(e) => {
-                let (e, outcome) = self.call_error(e);
-                (Err(e), outcome)
-            }
+        let (result, outcome) = match self.guest_result(result) {
+            Ok(None) => (Ok(None), Outcome::Map),
+            Ok(Some(a)) => (Ok(Some(a)), Outcome::Route),
+            Err((e, outcome)) => (Err(e), outcome),
         };
         self.record(outcome, started);
         (envelope, result)
