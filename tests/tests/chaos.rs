@@ -4,7 +4,10 @@
 //! reach the target at least once; duplicates are counted and reported.
 //!
 //! CI runs the reduced form (2,000 messages, 4 kills); `just chaos` runs
-//! the full one (`FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=20`).
+//! the full one (`FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=20`) and
+//! prints the duplicates per kill: what was in flight when the process
+//! died (sent but its completion not yet committed, or persisted but the
+//! source's acknowledgement not yet written).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -127,10 +130,11 @@ address = "{queue}"
         m.truncate(20);
         m
     };
+    let duplicates = total - unique_seen;
     eprintln!(
-        "chaos: {messages} messages, {kills} SIGKILLs, {} lost, {} duplicates",
+        "chaos: {messages} messages, {kills} SIGKILLs, {} lost, {duplicates} duplicates ({:.1} per kill)",
         messages - unique_seen,
-        total - unique_seen
+        duplicates as f64 / kills.max(1) as f64
     );
     if unique_seen != messages {
         let m = ferry_tests::http::metrics(&admin);

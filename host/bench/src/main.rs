@@ -19,9 +19,19 @@
 //!    prefetch) on fresh queues of the same depth, and against the raw
 //!    publish (with confirms) and consume (with acks) rates.
 //!
+//! 5. The outbox: the store's durable persist rates, and an AMQP 0-9-1
+//!    route in `direct_hold` against the same in `shared_outbox`; the store
+//!    engines (redb, fjall, and sled that redb replaced) side by side, and
+//!    with `store` their RSS and disk use after 1,000,000 records (see
+//!    [`engines`]).
+//!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
-//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox` picks groups.
+//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store` picks groups;
+//! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
+//! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
+
+mod engines;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -641,7 +651,7 @@ address = "{dst}"
 async fn store_rate(n: usize, concurrency: usize) -> f64 {
     use ferry_core::outbox::{NewRecord, OutboxStore};
     let dir = std::env::temp_dir().join(unique("ferry-bench-store"));
-    let store = ferry_store::SledStore::open(&dir).expect("open the store");
+    let store = ferry_store::RedbStore::open(&dir, ferry_store::StoreOptions::default()).expect("open the store");
     let payload = vec![b'x'; 1024];
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -689,7 +699,7 @@ async fn outbox_rows() {
         rabbit.delete_queue(q).await;
     }
 
-    println!("\nshared_outbox on sled, 1 KiB records");
+    println!("\nshared_outbox on redb, 1 KiB records");
     println!("  {:<44} {:>10.0} records/s", "durable persist, one writer", single);
     println!(
         "  {:<44} {:>10.0} records/s",
@@ -701,8 +711,26 @@ async fn outbox_rows() {
     println!("  {:<44} {:>10.2}", "ratio shared_outbox / direct_hold", outbox / direct);
 }
 
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+/// `ferry-bench --engine NAME --records N --bulk M`: one engine of the store
+/// comparison, in a process of its own (see [`engines`]).
+fn engine_child() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let Some(name) = value("--engine") else { return false };
+    let number = |flag: &str| value(flag).and_then(|v| v.parse().ok()).unwrap_or(0);
+    engines::run_child(&name, number("--records"), number("--bulk"));
+    true
+}
+
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    if engine_child() {
+        return;
+    }
     // FERRY_BENCH_ROWS=amqp,sqs runs only those groups (default: all).
     let only = std::env::var("FERRY_BENCH_ROWS").unwrap_or_default();
     let wanted = |group: &str| only.is_empty() || only.split(',').any(|g| g.trim() == group);
@@ -717,6 +745,14 @@ async fn main() {
     }
     if wanted("amqp") {
         amqp_rows().await;
+    }
+    // The store engines (issue 13): persist and claim/complete rates with
+    // the outbox rows; RSS and disk use after a bulk fill with `store`.
+    let records = env_u64("FERRY_BENCH_STORE_RATE_RECORDS", 20_000);
+    if wanted("store") {
+        engines::rows(records, env_u64("FERRY_BENCH_STORE_RECORDS", 1_000_000));
+    } else if wanted("outbox") {
+        engines::rows(records, 0);
     }
     if wanted("outbox") {
         outbox_rows().await;

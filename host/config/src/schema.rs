@@ -83,8 +83,8 @@ fn default_memory_limit_mib() -> u64 {
     64
 }
 
-/// `[admin]`
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+/// `[admin]`: the admin server, and how the process shows and ends a stall.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// `host:port` for `GET /metrics`, `/healthz` and `/readyz`, e.g.
@@ -92,6 +92,30 @@ pub struct AdminConfig {
     /// is protected otherwise: the endpoints have no authentication.
     #[serde(default)]
     pub listen: Option<String>,
+    /// A store operation running this long, or an async runtime that has
+    /// not run its heartbeat for this long, makes the daemon "stalled":
+    /// `/healthz` answers 503 and `ferry_stalled` is 1. Default 30.
+    #[serde(default = "default_stall_secs")]
+    pub stall_secs: u64,
+    /// After SIGTERM or SIGINT, how long the daemon may take to finish or
+    /// release in-flight messages; past it, it logs what was still stuck
+    /// and exits 1 (nothing acknowledged is lost: acknowledgements follow
+    /// durable writes). Default 30.
+    #[serde(default = "default_shutdown_timeout_secs")]
+    pub shutdown_timeout_secs: u64,
+}
+
+impl Default for AdminConfig {
+    fn default() -> Self {
+        Self { listen: None, stall_secs: default_stall_secs(), shutdown_timeout_secs: default_shutdown_timeout_secs() }
+    }
+}
+
+fn default_stall_secs() -> u64 {
+    30
+}
+fn default_shutdown_timeout_secs() -> u64 {
+    30
 }
 
 /// `[store]`

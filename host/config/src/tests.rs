@@ -87,6 +87,12 @@ fn invalid_fixtures_report_their_key() {
             "[admin]\nlisten = \"localhost\"\n[plugins]\ndir = \"plugins\"",
             "admin.listen",
         ),
+        ("[plugins]\ndir = \"plugins\"", "[admin]\nstall_secs = 0\n[plugins]\ndir = \"plugins\"", "admin.stall_secs"),
+        (
+            "[plugins]\ndir = \"plugins\"",
+            "[admin]\nshutdown_timeout_secs = 0\n[plugins]\ndir = \"plugins\"",
+            "admin.shutdown_timeout_secs",
+        ),
     ];
     for (from, to, path) in cases {
         assert!(VALID.contains(from), "fixture anchor {from:?} missing");

@@ -20,6 +20,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     {
         return Err(ConfigError::new("admin.listen", format!("{listen:?} is not an address like 127.0.0.1:9464")));
     }
+    if config.admin.stall_secs == 0 {
+        return Err(ConfigError::new("admin.stall_secs", "must be at least 1"));
+    }
+    if config.admin.shutdown_timeout_secs == 0 {
+        return Err(ConfigError::new("admin.shutdown_timeout_secs", "must be at least 1"));
+    }
     if config.store.path.trim().is_empty() {
         return Err(ConfigError::new("store.path", "must not be empty"));
     }

@@ -1,7 +1,7 @@
 //! The dead-letter queue: where messages go that cannot be delivered.
 //!
 //! [`DeadLetterStore`] is the port; the daemon's store (`ferry-store`, on
-//! sled) keeps the entries durably and the `ferry dlq` commands read,
+//! redb) keeps the entries durably and the `ferry dlq` commands read,
 //! replay and purge them.
 
 use async_trait::async_trait;

@@ -85,34 +85,41 @@ pub struct Persisted {
     pub duplicates: usize,
 }
 
+/// The outbox store. Every method that touches the disk is `async` and
+/// must not block the caller's thread: an implementation runs its I/O on
+/// threads of its own, so a slow or stuck disk delays the outbox but never
+/// the async workers (heartbeats, other routes, the admin server, signal
+/// handling). The cheap in-memory reads (`depth`, `oldest`, `stats`) may
+/// take a short lock.
 #[async_trait]
 pub trait OutboxStore: Send + Sync {
     /// Stores the records atomically and returns once they are durable.
     async fn persist(&self, records: Vec<NewRecord>) -> Result<Persisted, StoreError>;
     /// Takes the partition's lease for `owner`, fencing out every earlier
-    /// holder (the version grows by one).
-    fn acquire_lease(&self, partition: &str, owner: &str) -> Result<LeaseToken, StoreError>;
+    /// holder (the version grows by one); durable when it returns.
+    async fn acquire_lease(&self, partition: &str, owner: &str) -> Result<LeaseToken, StoreError>;
     /// Up to `limit` records due at `now_ms` and not claimed under this
     /// token yet, oldest first, marked as claimed by it.
-    fn claim(
+    async fn claim(
         &self,
         partition: &str,
         token: &LeaseToken,
         limit: usize,
         now_ms: i64,
     ) -> Result<Vec<OutboxRecord>, StoreError>;
-    /// Removes a record that was sent, or dead-lettered.
-    fn complete(&self, record: &OutboxRecord, token: &LeaseToken) -> Result<(), StoreError>;
+    /// Removes a record that was sent, or dead-lettered; durable when it
+    /// returns, so a crash after it does not send the record again.
+    async fn complete(&self, record: &OutboxRecord, token: &LeaseToken) -> Result<(), StoreError>;
     /// Puts a record back for another attempt at `next_attempt_ms`, counting
     /// the failure; returns the new replay count.
-    fn replay(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<u32, StoreError>;
+    async fn replay(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<u32, StoreError>;
     /// Puts a record back for `next_attempt_ms` without counting a failure
     /// (nothing was attempted: the sender had no connection).
-    fn release(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<(), StoreError>;
+    async fn release(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<(), StoreError>;
     /// Pending records in a partition.
     fn depth(&self, partition: &str) -> u64;
     /// Creation time of a partition's oldest pending record.
-    fn oldest(&self, partition: &str) -> Result<Option<i64>, StoreError>;
+    fn oldest(&self, partition: &str) -> Option<i64>;
     /// Depth and oldest record of every partition with records.
-    fn stats(&self) -> Result<Vec<PartitionStats>, StoreError>;
+    fn stats(&self) -> Vec<PartitionStats>;
 }

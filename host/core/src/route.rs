@@ -266,6 +266,7 @@ impl Route {
             let settle = self.decide(envelope, handle.as_ref(), &trace, shutdown).await;
             let outcome = settle.name();
             self.settle(handle, settle).await;
+            self.mark_progress();
             debug!(outcome, "settled");
             trace.end(outcome);
             self.metrics
@@ -276,6 +277,12 @@ impl Route {
         .instrument(span)
         .await;
         gauge.dec();
+    }
+
+    /// Records that the route moved (see `ferry_route_last_progress_seconds`).
+    fn mark_progress(&self) {
+        let now = Timestamp::now().as_millis() as f64 / 1000.0;
+        self.metrics.route_last_progress.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).set(now);
     }
 
     async fn decide(

@@ -1,5 +1,6 @@
 //! The admin HTTP server (`[admin] listen`): `GET /metrics` (Prometheus /
-//! OpenMetrics text), `GET /healthz` (the process answers) and
+//! OpenMetrics text), `GET /healthz` (200 unless the [watchdog](crate::watchdog)
+//! finds the daemon stalled: then 503, with a JSON body saying why) and
 //! `GET /readyz` (every receiver and sender connected, every route running;
 //! otherwise 503 with a JSON body naming what is not ready), and the store
 //! for the `ferry dlq` / `ferry outbox` commands while the daemon runs:
@@ -17,9 +18,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferry_config::Config;
 use ferry_core::metrics::Metrics;
-use ferry_store::SledStore;
+use ferry_store::RedbStore;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info};
+use tracing::{error, info, warn};
+
+use crate::watchdog::Watchdog;
 
 /// What must be up for `/readyz` to answer 200.
 #[derive(Clone, Debug, Default)]
@@ -38,7 +41,7 @@ pub type SharedReadiness = Arc<RwLock<Readiness>>;
 /// current config (replays go through the config's routes and senders).
 #[derive(Clone)]
 pub struct StoreAccess {
-    pub store: Arc<SledStore>,
+    pub store: Arc<RedbStore>,
     pub config: Arc<RwLock<Config>>,
     /// The running senders by name: replays use them rather than opening
     /// second connections under the same client ids.
@@ -47,6 +50,7 @@ pub struct StoreAccess {
 
 #[derive(Clone)]
 struct AdminState {
+    watchdog: Arc<Watchdog>,
     metrics: Metrics,
     readiness: SharedReadiness,
     store: StoreAccess,
@@ -56,6 +60,7 @@ struct AdminState {
 /// so `ferry run` fails at start rather than running without its endpoints.
 pub async fn serve(
     listen: SocketAddr,
+    watchdog: Arc<Watchdog>,
     metrics: Metrics,
     readiness: SharedReadiness,
     store: StoreAccess,
@@ -64,14 +69,14 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let app = Router::new()
         .route("/metrics", get(metrics_text))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/dlq", get(dlq_list))
         .route("/dlq/{id}", get(dlq_show))
         .route("/dlq/replay", post(dlq_replay))
         .route("/dlq/purge", post(dlq_purge))
         .route("/outbox/stats", get(outbox_stats))
-        .with_state(AdminState { metrics, readiness, store });
+        .with_state(AdminState { watchdog, metrics, readiness, store });
     info!(%listen, "admin server listening");
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
@@ -83,6 +88,16 @@ pub async fn serve(
 async fn metrics_text(State(state): State<AdminState>) -> Response {
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render())
         .into_response()
+}
+
+async fn health(State(state): State<AdminState>) -> Response {
+    let report = state.watchdog.check();
+    if report.stalled {
+        warn!(reasons = ?report.reasons, "/healthz: stalled");
+        json(StatusCode::SERVICE_UNAVAILABLE, &report)
+    } else {
+        json(StatusCode::OK, &report)
+    }
 }
 
 async fn ready(State(state): State<AdminState>) -> Response {
@@ -139,14 +154,14 @@ fn ids(params: &std::collections::HashMap<String, String>) -> Result<Vec<u64>, S
 async fn dlq_list(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
     let p = params(query);
     let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
-    match state.store.store.dead_letters(p.get("route").map(String::as_str), limit) {
+    match state.store.store.dead_letters(p.get("route").map(String::as_str), limit).await {
         Ok(entries) => json(StatusCode::OK, &entries),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
 
 async fn dlq_show(State(state): State<AdminState>, Path(id): Path<u64>) -> Response {
-    match state.store.store.dead_letter(id) {
+    match state.store.store.dead_letter(id).await {
         Ok(entry) => json(StatusCode::OK, &entry),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
@@ -189,7 +204,7 @@ async fn dlq_purge(State(state): State<AdminState>, RawQuery(query): RawQuery) -
 }
 
 async fn outbox_stats(State(state): State<AdminState>) -> Response {
-    match crate::dlq::stats(&state.store.store) {
+    match crate::dlq::stats(&state.store.store).await {
         Ok(report) => json(StatusCode::OK, &report),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }

@@ -2,12 +2,15 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use ferry_core::metrics::Metrics;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::watchdog::Watchdog;
 use crate::wiring::{Bridge, ReloadRequest, build_processors};
 
 /// `ferry validate`: config, plugins and each processor's `init`, without
@@ -102,6 +105,8 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
         }
     };
     let admin_listen = config.admin.listen.clone();
+    let (stall_secs, shutdown_timeout) =
+        (config.admin.stall_secs, Duration::from_secs(config.admin.shutdown_timeout_secs));
     let bridge = match Bridge::build(config, Metrics::new()).await {
         Ok(b) => b,
         Err(e) => {
@@ -112,6 +117,15 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
     };
     let shutdown = CancellationToken::new();
     let admin_stop = CancellationToken::new();
+    let watchdog = Watchdog::new(stall_secs, bridge.store(), bridge.metrics.clone(), bridge.readiness.clone());
+    if let Err(e) = watchdog.start(admin_stop.clone()) {
+        eprintln!("cannot start the watchdog thread: {e}");
+        return ExitCode::FAILURE;
+    }
+    if let Err(e) = stop_on_signals(shutdown.clone(), shutdown_timeout, watchdog.clone()) {
+        eprintln!("cannot install the SIGTERM/SIGINT handler: {e}");
+        return ExitCode::FAILURE;
+    }
     let mut admin = None;
     if let Some(listen) = &admin_listen {
         let addr = match listen.parse() {
@@ -123,6 +137,7 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
         };
         match crate::admin::serve(
             addr,
+            watchdog.clone(),
             bridge.metrics.clone(),
             bridge.readiness.clone(),
             bridge.store_access(),
@@ -145,7 +160,7 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
         warn!(dir = %dir.display(), error = %e, "cannot watch the plugin directory; reload plugins with SIGHUP");
     }
     let reload_source = watch.then(|| path.to_owned());
-    tokio::spawn(handle_signals(shutdown.clone(), reload_tx, reload_source, bridge.metrics.clone()));
+    tokio::spawn(handle_reload_signals(shutdown.clone(), reload_tx, reload_source, bridge.metrics.clone()));
     info!(routes = bridge.route_count(), watch, "ferry running");
     let clean = bridge.run(shutdown, reload_rx).await;
     admin_stop.cancel();
@@ -155,32 +170,62 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
     if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }
 
-/// SIGTERM and SIGINT stop the daemon. SIGHUP asks for a reload: of the
-/// plugins, and of the config file when `reload_source` is set (a config
-/// that does not load is refused here and nothing changes).
-async fn handle_signals(
+/// SIGTERM and SIGINT stop the daemon, handled on a thread of their own so
+/// they work even when the async runtime does not. The first one starts a
+/// clean stop (`shutdown`); if the process is still there `timeout` later,
+/// the watchdog's report says what was stuck and the process exits 1. A
+/// second signal meanwhile exits 1 at once. Either way nothing acknowledged
+/// is lost: a source message is acknowledged only after what it needs is
+/// durable, and one that was not is redelivered by its broker.
+fn stop_on_signals(shutdown: CancellationToken, timeout: Duration, watchdog: Arc<Watchdog>) -> std::io::Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    std::thread::Builder::new().name("ferry-signals".into()).spawn(move || {
+        let mut first = None;
+        for signal in signals.forever() {
+            let name = if signal == SIGTERM { "SIGTERM" } else { "SIGINT" };
+            if first.is_some() {
+                error!(signal = name, "second stop signal: exiting now without finishing in-flight messages");
+                std::process::exit(1);
+            }
+            info!(signal = name, timeout_secs = timeout.as_secs(), "shutting down");
+            first = Some(name);
+            shutdown.cancel();
+            let watchdog = watchdog.clone();
+            let _ = std::thread::Builder::new().name("ferry-shutdown-deadline".into()).spawn(move || {
+                std::thread::sleep(timeout);
+                let report = watchdog.check();
+                error!(
+                    timeout_secs = timeout.as_secs(),
+                    reasons = ?report.reasons,
+                    store_oldest_op = ?report.store_oldest_op,
+                    routes_not_moving = ?report.routes_not_moving,
+                    "shutdown did not finish in time; exiting 1 (unacknowledged messages stay with their brokers)"
+                );
+                std::process::exit(1);
+            });
+        }
+    })?;
+    Ok(())
+}
+
+/// SIGHUP asks for a reload: of the plugins, and of the config file when
+/// `reload_source` is set (a config that does not load is refused here and
+/// nothing changes). Ends with `shutdown`.
+async fn handle_reload_signals(
     shutdown: CancellationToken,
     reloads: mpsc::Sender<ReloadRequest>,
     reload_source: Option<PathBuf>,
     metrics: Metrics,
 ) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) =
-        (signal(SignalKind::terminate()), signal(SignalKind::interrupt()), signal(SignalKind::hangup()))
-    else {
-        error!("cannot install signal handlers; stop ferry with SIGKILL");
+    let Ok(mut hup) = signal(SignalKind::hangup()) else {
+        error!("cannot install the SIGHUP handler; reload by restarting ferry");
         return;
     };
     loop {
         tokio::select! {
-            _ = term.recv() => {
-                info!("SIGTERM: shutting down");
-                break;
-            }
-            _ = int.recv() => {
-                info!("SIGINT: shutting down");
-                break;
-            }
+            _ = shutdown.cancelled() => return,
             _ = hup.recv() => {
                 let request = match &reload_source {
                     None => {
@@ -200,12 +245,11 @@ async fn handle_signals(
                     },
                 };
                 if reloads.send(request).await.is_err() {
-                    break;
+                    return;
                 }
             }
         }
     }
-    shutdown.cancel();
 }
 
 #[cfg(test)]

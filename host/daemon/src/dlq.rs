@@ -1,6 +1,6 @@
 //! `ferry dlq …` and `ferry outbox stats`: the operator's view of the
-//! store. With the daemon stopped they open the store; while it runs (sled
-//! locks the store) they ask the daemon's admin server, which runs the same
+//! store. With the daemon stopped they open the store; while it runs (the
+//! store's file is locked by it) they ask the daemon's admin server, which runs the same
 //! operations here on its open store.
 
 use std::collections::BTreeMap;
@@ -13,7 +13,7 @@ use ferry_config::{Config, DispatchMode};
 use ferry_core::outbox::OutboxStore as _;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Timestamp, names};
-use ferry_store::{OpenError, SledStore, StoredDeadLetter};
+use ferry_store::{OpenError, RedbStore, StoreOptions, StoredDeadLetter};
 use serde::{Deserialize, Serialize};
 
 use crate::wiring::{start_sender, store_dir};
@@ -24,7 +24,7 @@ const CONNECT_WAIT: Duration = Duration::from_secs(15);
 /// Where the store is reached.
 enum Access {
     /// Opened here (the daemon is stopped).
-    Local(Config, Arc<SledStore>),
+    Local(Config, Arc<RedbStore>),
     /// Through a running daemon's admin server (`http://host:port`).
     Remote(String),
 }
@@ -35,7 +35,7 @@ fn open(path: &Path) -> Result<Access, ExitCode> {
         ExitCode::from(2)
     })?;
     let dir = store_dir(&config);
-    match SledStore::open(&dir) {
+    match RedbStore::open(&dir, StoreOptions::default()) {
         Ok(store) => Ok(Access::Local(config, store)),
         Err(OpenError::Locked { .. }) => match &config.admin.listen {
             Some(listen) => Ok(Access::Remote(format!("http://{listen}"))),
@@ -109,36 +109,39 @@ pub struct ReplayReport {
 #[derive(Debug, Serialize, Deserialize)]
 pub struct StatsReport {
     pub partitions: Vec<ferry_core::outbox::PartitionStats>,
-    pub dead_letters: usize,
+    pub dead_letters: u64,
 }
 
 /// The entries named by id, or all of a route's.
-pub fn select(store: &SledStore, ids: &[u64], route: Option<&str>) -> Result<Vec<StoredDeadLetter>, String> {
+pub async fn select(store: &RedbStore, ids: &[u64], route: Option<&str>) -> Result<Vec<StoredDeadLetter>, String> {
     if ids.is_empty() && route.is_none() {
         return Err("name dead letters by id, or all of a route with --route".into());
     }
     if ids.is_empty() {
-        return store.dead_letters(route, usize::MAX).map_err(|e| e.to_string());
+        return store.dead_letters(route, usize::MAX).await.map_err(|e| e.to_string());
     }
-    ids.iter()
-        .map(|id| match store.dead_letter(*id) {
-            Ok(Some(e)) => Ok(e),
-            Ok(None) => Err(format!("no dead letter {id}")),
-            Err(e) => Err(e.to_string()),
-        })
-        .collect()
+    let mut chosen = Vec::with_capacity(ids.len());
+    for id in ids {
+        match store.dead_letter(*id).await {
+            Ok(Some(e)) => chosen.push(e),
+            Ok(None) => return Err(format!("no dead letter {id}")),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(chosen)
 }
 
 /// Removes the selected entries durably; how many.
-pub async fn purge_entries(store: &SledStore, ids: &[u64], route: Option<&str>) -> Result<usize, String> {
-    let chosen = select(store, ids, route)?;
+pub async fn purge_entries(store: &RedbStore, ids: &[u64], route: Option<&str>) -> Result<usize, String> {
+    let chosen = select(store, ids, route).await?;
     let ids: Vec<u64> = chosen.iter().map(|e| e.id).collect();
     store.remove_dead_letters(&ids).await.map_err(|e| e.to_string())
 }
 
 /// Depth per outbox partition and the dead-letter count.
-pub fn stats(store: &SledStore) -> Result<StatsReport, String> {
-    Ok(StatsReport { partitions: store.stats().map_err(|e| e.to_string())?, dead_letters: store.dead_letter_count() })
+pub async fn stats(store: &RedbStore) -> Result<StatsReport, String> {
+    let dead_letters = store.dead_letter_count().await.map_err(|e| e.to_string())?;
+    Ok(StatsReport { partitions: store.stats(), dead_letters })
 }
 
 /// Sends each selected entry again through its route's binding (the one
@@ -149,13 +152,13 @@ pub fn stats(store: &SledStore) -> Result<StatsReport, String> {
 /// and closed at the end.
 pub async fn replay_entries(
     config: &Config,
-    store: &SledStore,
+    store: &RedbStore,
     ids: &[u64],
     route: Option<&str>,
     dry_run: bool,
     running: Option<BTreeMap<String, Arc<dyn Sender>>>,
 ) -> Result<ReplayReport, String> {
-    let chosen = select(store, ids, route)?;
+    let chosen = select(store, ids, route).await?;
     let metrics = ferry_core::metrics::Metrics::new();
     let borrowed = running.is_some();
     let mut senders: BTreeMap<String, Arc<dyn Sender>> = running.unwrap_or_default();
@@ -266,7 +269,7 @@ fn decode<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, E
 /// `ferry dlq list`: oldest first, as a table or JSON lines.
 pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) -> ExitCode {
     let entries: Vec<StoredDeadLetter> = match open(path) {
-        Ok(Access::Local(_, store)) => match store.dead_letters(route, limit) {
+        Ok(Access::Local(_, store)) => match store.dead_letters(route, limit).await {
             Ok(e) => e,
             Err(e) => return fail(e),
         },
@@ -310,7 +313,7 @@ pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) ->
 /// `ferry dlq show ID`: everything about one entry, with a payload preview.
 pub async fn show(path: &Path, id: u64) -> ExitCode {
     let found: Option<StoredDeadLetter> = match open(path) {
-        Ok(Access::Local(_, store)) => match store.dead_letter(id) {
+        Ok(Access::Local(_, store)) => match store.dead_letter(id).await {
             Ok(e) => e,
             Err(e) => return fail(e),
         },
@@ -406,7 +409,7 @@ pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool
 /// `ferry outbox stats`: depth and oldest record per partition.
 pub async fn outbox_stats(path: &Path) -> ExitCode {
     let report: StatsReport = match open(path) {
-        Ok(Access::Local(_, store)) => match stats(&store) {
+        Ok(Access::Local(_, store)) => match stats(&store).await {
             Ok(r) => r,
             Err(e) => return fail(e),
         },

@@ -8,6 +8,7 @@
 //! - [`plugins`]: `ferry plugins list` and `ferry plugins check`.
 //! - [`watch`]: hot reload of plugins on changes in the plugin directory.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
+//! - [`watchdog`]: whether the daemon is stuck (`/healthz`, `ferry_stalled`).
 
 pub mod admin;
 pub mod commands;
@@ -16,4 +17,5 @@ pub mod logging;
 pub mod plugins;
 pub mod telemetry;
 pub mod watch;
+pub mod watchdog;
 pub mod wiring;

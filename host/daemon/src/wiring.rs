@@ -10,7 +10,7 @@ use ferry_config::{Config, DeliveryMode, GrantsConfig, ReceiverConfig, RouteConf
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::{Binding, Outbox, Route, RoutePolicy};
-use ferry_store::SledStore;
+use ferry_store::{RedbStore, StoreOptions};
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
@@ -306,7 +306,7 @@ fn new_receiver(name: &str, r: &ReceiverConfig, route: &RouteConfig, metrics: &M
 async fn prepare(
     config: &Config,
     metrics: &Metrics,
-    store: &Arc<SledStore>,
+    store: &Arc<RedbStore>,
     running: &BTreeMap<String, RouteKey>,
     old_senders: &SenderMap,
     old_plugins: &PluginState,
@@ -431,15 +431,29 @@ async fn prepare(
     Ok(Prepared { senders, routes, kept, swaps, plugins, readiness })
 }
 
-/// The store directory: `<store.path>/sled`.
+/// The store directory: `store.path` (the file is `ferry.redb` in it).
 pub fn store_dir(config: &Config) -> std::path::PathBuf {
-    Path::new(&config.store.path).join("sled")
+    PathBuf::from(&config.store.path)
+}
+
+/// A store fault for the test suite: `FERRY_TEST_STORE_FAULT=hang:<op>`
+/// (an op as `ferry_store_op_seconds` names it) makes the store hang for
+/// good at that operation. Debug builds only; a release build ignores it.
+fn injected_fault() -> Option<ferry_store::Fault> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let spec = std::env::var("FERRY_TEST_STORE_FAULT").ok()?;
+    let name = spec.strip_prefix("hang:")?;
+    let op = ferry_store::Op::ALL.into_iter().find(|op| op.name() == name)?;
+    warn!(op = name, "FERRY_TEST_STORE_FAULT: the store will hang at this operation");
+    Some(ferry_store::Fault::Hang(op))
 }
 
 /// Warns about outbox records no running drainer will send: their route or
 /// binding is gone, or no longer `shared_outbox`. They stay in the store
 /// until a config drains them again.
-fn warn_orphaned_records(config: &Config, store: &SledStore) {
+fn warn_orphaned_records(config: &Config, store: &RedbStore) {
     use ferry_core::outbox::OutboxStore as _;
     let drained: BTreeSet<String> = config
         .routes
@@ -447,17 +461,12 @@ fn warn_orphaned_records(config: &Config, store: &SledStore) {
         .filter(|r| r.delivery_mode == DeliveryMode::SharedOutbox)
         .flat_map(|r| r.bindings.iter().map(|b| ferry_core::route::partition_of(&r.id, b.id())))
         .collect();
-    match store.stats() {
-        Ok(stats) => {
-            for p in stats.iter().filter(|p| !drained.contains(&p.partition)) {
-                warn!(
-                    partition = %p.partition,
-                    records = p.depth,
-                    "outbox records wait for a shared_outbox route and binding of this name; nothing sends them now"
-                );
-            }
-        }
-        Err(e) => warn!(error = %e, "cannot read the outbox statistics"),
+    for p in store.stats().iter().filter(|p| !drained.contains(&p.partition)) {
+        warn!(
+            partition = %p.partition,
+            records = p.depth,
+            "outbox records wait for a shared_outbox route and binding of this name; nothing sends them now"
+        );
     }
 }
 
@@ -484,7 +493,7 @@ pub struct Bridge {
     /// What `/readyz` checks; replaced by a reload.
     pub readiness: SharedReadiness,
     /// The embedded store: dead letters and the outbox.
-    store: Arc<SledStore>,
+    store: Arc<RedbStore>,
     /// The running config and senders, for the admin server's replays.
     shared_config: Arc<RwLock<Config>>,
     shared_senders: Arc<RwLock<BTreeMap<String, Arc<dyn Sender>>>>,
@@ -501,7 +510,12 @@ impl Bridge {
     /// Builds every part. Must run inside a (multi-threaded) tokio runtime:
     /// senders start connecting right away.
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
-        let store = SledStore::open(&store_dir(&config)).map_err(|e| StartError::new("store.path", e))?;
+        let options = StoreOptions { op_seconds: Some(metrics.store_op_seconds.clone()), fault: injected_fault() };
+        let dir = store_dir(&config);
+        let store = tokio::task::spawn_blocking(move || RedbStore::open(&dir, options))
+            .await
+            .map_err(|e| StartError::new("store.path", e))?
+            .map_err(|e| StartError::new("store.path", e))?;
         let prepared =
             prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
         warn_orphaned_records(&config, &store);
@@ -523,6 +537,11 @@ impl Bridge {
             ended_tx,
             ended_rx,
         })
+    }
+
+    /// The embedded store.
+    pub fn store(&self) -> Arc<RedbStore> {
+        self.store.clone()
     }
 
     /// The store and config the admin server's dead-letter endpoints use.
@@ -605,11 +624,6 @@ impl Bridge {
         }
         for (_, sender) in self.senders.values() {
             sender.close().await;
-        }
-        // Completions are not flushed one by one: flush them now, so a clean
-        // stop sends nothing twice after the next start.
-        if let Err(e) = self.store.flush().await {
-            warn!(error = %e, "cannot flush the store; some sent records may be sent again");
         }
         info!("all routes stopped");
         clean

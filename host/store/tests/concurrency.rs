@@ -5,12 +5,12 @@ use std::time::Duration;
 
 use ferry_core::outbox::{NewRecord, OutboxStore};
 use ferry_envelope::Envelope;
-use ferry_store::SledStore;
+use ferry_store::{RedbStore, StoreOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_persists_all_become_durable() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SledStore::open(dir.path()).expect("open");
+    let store = RedbStore::open(dir.path(), StoreOptions::default()).expect("open");
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..2_000 {
         let store = store.clone();

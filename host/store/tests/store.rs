@@ -1,5 +1,6 @@
-//! The sled store on a real directory: durability across reopening,
-//! duplicate suppression, lease fencing, replays and the dead-letter queue.
+//! The redb store on a real directory: durability across reopening,
+//! duplicate suppression, lease fencing, replays, the dead-letter queue,
+//! the old sled layout refused, and a hung operation seen by the tracker.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
 use ferry_core::outbox::{NewRecord, OutboxStore, StoreError};
 use ferry_envelope::{Envelope, Timestamp};
-use ferry_store::{OpenError, SledStore};
+use ferry_store::{Fault, Op, OpenError, RedbStore, StoreOptions};
 
 fn record(partition: &str, id: &str, binding: &str) -> NewRecord {
     let mut envelope = Envelope::new(id, format!("payload of {id}").into_bytes());
@@ -23,11 +24,15 @@ fn record(partition: &str, id: &str, binding: &str) -> NewRecord {
     }
 }
 
-/// Reopens after the previous handle was dropped (its flusher lets go of
-/// the directory lock shortly after).
-async fn reopen(dir: &Path) -> Arc<SledStore> {
+fn open(dir: &Path) -> Arc<RedbStore> {
+    RedbStore::open(dir, StoreOptions::default()).expect("open")
+}
+
+/// Reopens after the previous handle was dropped (its writer thread lets go
+/// of the file shortly after).
+async fn reopen(dir: &Path) -> Arc<RedbStore> {
     for _ in 0..100 {
-        match SledStore::open(dir) {
+        match RedbStore::open(dir, StoreOptions::default()) {
             Ok(s) => return s,
             Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
             Err(e) => panic!("{e}"),
@@ -39,7 +44,7 @@ async fn reopen(dir: &Path) -> Arc<SledStore> {
 #[tokio::test(flavor = "multi_thread")]
 async fn persisted_records_survive_reopening_with_their_address_apart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SledStore::open(dir.path()).expect("open");
+    let store = open(dir.path());
     let done = store.persist(vec![record("r/a", "m1", "a"), record("r/a", "m2", "a")]).await.expect("persist");
     assert_eq!((done.stored, done.duplicates), (2, 0));
     assert_eq!(store.depth("r/a"), 2);
@@ -47,18 +52,18 @@ async fn persisted_records_survive_reopening_with_their_address_apart() {
 
     let store = reopen(dir.path()).await;
     assert_eq!(store.depth("r/a"), 2, "depth is rebuilt on open");
-    let token = store.acquire_lease("r/a", "me").expect("lease");
-    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).expect("claim");
+    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(claimed.iter().map(|r| r.envelope.id.as_str()).collect::<Vec<_>>(), vec!["m1", "m2"]);
     assert_eq!(claimed[0].address, "orders.a");
     assert_eq!(claimed[0].envelope.subject.as_deref(), Some("order.created"), "the subject is untouched");
     assert_eq!(claimed[0].envelope.text_header("k"), Some("v"));
     assert_eq!(claimed[0].envelope.payload().as_ref(), b"payload of m1");
     // Claimed records are not handed out twice under the same lease.
-    assert!(store.claim("r/a", &token, 10, Timestamp::now().as_millis()).expect("claim").is_empty());
-    store.complete(&claimed[0], &token).expect("complete");
+    assert!(store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim").is_empty());
+    store.complete(&claimed[0], &token).await.expect("complete");
     assert_eq!(store.depth("r/a"), 1);
-    let stats = store.stats().expect("stats");
+    let stats = store.stats();
     assert_eq!(stats.len(), 1);
     assert_eq!((stats[0].partition.as_str(), stats[0].depth), ("r/a", 1));
     assert!(stats[0].oldest_ms.is_some());
@@ -67,15 +72,15 @@ async fn persisted_records_survive_reopening_with_their_address_apart() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pending_record_is_not_stored_twice() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SledStore::open(dir.path()).expect("open");
+    let store = open(dir.path());
     store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
     let again = store.persist(vec![record("r/a", "m1", "a"), record("r/b", "m1", "b")]).await.expect("persist");
     assert_eq!((again.stored, again.duplicates), (1, 1), "same id, other binding is a new record");
     assert_eq!((store.depth("r/a"), store.depth("r/b")), (1, 1));
     // Once completed, the same id may be stored again (a new delivery).
-    let token = store.acquire_lease("r/a", "me").expect("lease");
-    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).expect("claim");
-    store.complete(&claimed[0], &token).expect("complete");
+    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
+    store.complete(&claimed[0], &token).await.expect("complete");
     let after = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
     assert_eq!(after.stored, 1);
 }
@@ -83,48 +88,48 @@ async fn a_pending_record_is_not_stored_twice() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stale_lease_can_neither_claim_complete_nor_replay() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SledStore::open(dir.path()).expect("open");
+    let store = open(dir.path());
     store.persist(vec![record("p", "m1", "a"), record("p", "m2", "a")]).await.expect("persist");
-    let old = store.acquire_lease("p", "first").expect("lease");
-    let claimed = store.claim("p", &old, 10, Timestamp::now().as_millis()).expect("claim");
+    let old = store.acquire_lease("p", "first").await.expect("lease");
+    let claimed = store.claim("p", &old, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(claimed.len(), 2);
-    let new = store.acquire_lease("p", "second").expect("lease");
+    let new = store.acquire_lease("p", "second").await.expect("lease");
     assert_eq!(new.version, old.version + 1);
 
     let stale = |r: Result<_, StoreError>| matches!(r, Err(StoreError::StaleFencingToken { .. }));
-    assert!(stale(store.complete(&claimed[0], &old).map(|_| ())), "stale complete");
-    assert!(stale(store.replay(&claimed[0], &old, 0).map(|_| ())), "stale replay");
-    assert!(stale(store.claim("p", &old, 10, Timestamp::now().as_millis()).map(|_| ())), "stale claim");
+    assert!(stale(store.complete(&claimed[0], &old).await.map(|_| ())), "stale complete");
+    assert!(stale(store.replay(&claimed[0], &old, 0).await.map(|_| ())), "stale replay");
+    assert!(stale(store.claim("p", &old, 10, Timestamp::now().as_millis()).await.map(|_| ())), "stale claim");
     assert_eq!(store.depth("p"), 2, "nothing was completed by the stale holder");
 
     // The new holder sees records the old one claimed and never finished.
-    let mine = store.claim("p", &new, 10, Timestamp::now().as_millis()).expect("claim");
+    let mine = store.claim("p", &new, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(mine.len(), 2);
-    store.complete(&mine[0], &new).expect("complete");
-    assert_eq!(store.replay(&mine[1], &new, 0).expect("replay"), 1);
+    store.complete(&mine[0], &new).await.expect("complete");
+    assert_eq!(store.replay(&mine[1], &new, 0).await.expect("replay"), 1);
     assert_eq!(store.depth("p"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replayed_record_waits_for_its_next_attempt_and_counts() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SledStore::open(dir.path()).expect("open");
+    let store = open(dir.path());
     store.persist(vec![record("p", "m1", "a")]).await.expect("persist");
-    let token = store.acquire_lease("p", "me").expect("lease");
+    let token = store.acquire_lease("p", "me").await.expect("lease");
     let now = Timestamp::now().as_millis();
-    let first = store.claim("p", &token, 10, now).expect("claim").remove(0);
-    assert_eq!(store.replay(&first, &token, now + 60_000).expect("replay"), 1);
-    assert!(store.claim("p", &token, 10, now).expect("claim").is_empty(), "not due yet");
-    let again = store.claim("p", &token, 10, now + 60_000).expect("claim").remove(0);
+    let first = store.claim("p", &token, 10, now).await.expect("claim").remove(0);
+    assert_eq!(store.replay(&first, &token, now + 60_000).await.expect("replay"), 1);
+    assert!(store.claim("p", &token, 10, now).await.expect("claim").is_empty(), "not due yet");
+    let again = store.claim("p", &token, 10, now + 60_000).await.expect("claim").remove(0);
     assert_eq!(again.replay_count, 1);
     assert!(again.first_failure_ms.is_some());
-    assert_eq!(store.replay(&again, &token, now).expect("replay"), 2);
+    assert_eq!(store.replay(&again, &token, now).await.expect("replay"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dead_letters_are_durable_listed_and_removed() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = SledStore::open(dir.path()).expect("open");
+    let store = open(dir.path());
     for (route, id) in [("r1", "a"), ("r2", "b"), ("r1", "c")] {
         let entry = DeadLetter {
             route: route.into(),
@@ -141,11 +146,71 @@ async fn dead_letters_are_durable_listed_and_removed() {
     }
     drop(store);
     let store = reopen(dir.path()).await;
-    let r1 = store.dead_letters(Some("r1"), 10).expect("list");
+    let r1 = store.dead_letters(Some("r1"), 10).await.expect("list");
     assert_eq!(r1.iter().map(|d| d.entry.envelope.id.as_str()).collect::<Vec<_>>(), vec!["a", "c"]);
-    assert_eq!(store.dead_letters(None, 2).expect("list").len(), 2, "limit");
-    let shown = store.dead_letter(r1[0].id).expect("get").expect("exists");
+    assert_eq!(store.dead_letters(None, 2).await.expect("list").len(), 2, "limit");
+    let shown = store.dead_letter(r1[0].id).await.expect("get").expect("exists");
     assert_eq!(shown.entry.reason, "send_rejected");
     assert_eq!(store.remove_dead_letters(&[r1[0].id, 999_999]).await.expect("remove"), 1);
-    assert_eq!(store.dead_letter_count(), 2);
+    assert_eq!(store.dead_letter_count().await.expect("count"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_process_view_of_an_open_store_is_refused_as_locked() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _store = open(dir.path());
+    let second = RedbStore::open(dir.path(), StoreOptions::default());
+    assert!(matches!(second, Err(OpenError::Locked { .. })), "{:?}", second.err());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_directory_of_the_old_sled_layout_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir_all(dir.path().join("sled")).expect("mkdir");
+    std::fs::write(dir.path().join("sled").join("db"), b"old").expect("write");
+    let err = RedbStore::open(dir.path(), StoreOptions::default()).err().expect("refused");
+    let text = err.to_string();
+    assert!(matches!(err, OpenError::OldLayout { .. }), "{text}");
+    assert!(text.contains("old sled layout") && text.contains("ferry outbox stats"), "{text}");
+    assert!(!dir.path().join("ferry.redb").exists(), "nothing was created beside it");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_commit_is_seen_while_other_calls_still_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = StoreOptions { fault: Some(Fault::Hang(Op::Persist)), ..StoreOptions::default() };
+    let store = RedbStore::open(dir.path(), options).expect("open");
+    let hung = {
+        let store = store.clone();
+        tokio::spawn(async move { store.persist(vec![record("p", "m1", "a")]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stuck = store.oldest_operation().expect("an operation in flight");
+    assert!(["persist", "commit"].contains(&stuck.op), "{stuck:?}");
+    assert!(stuck.age >= Duration::from_millis(250), "{stuck:?}");
+    // The in-memory reads answer, and the runtime is free: this test runs.
+    assert_eq!(store.depth("p"), 0, "nothing was acknowledged as stored");
+    assert!(!hung.is_finished());
+    hung.abort();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn completions_are_durable_when_they_return() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let records: Vec<_> = (0..50).map(|i| record("p", &format!("m{i}"), "a")).collect();
+    store.persist(records).await.expect("persist");
+    let token = store.acquire_lease("p", "me").await.expect("lease");
+    let claimed = store.claim("p", &token, 100, Timestamp::now().as_millis()).await.expect("claim");
+    assert_eq!(claimed.len(), 50);
+    for r in &claimed[..30] {
+        store.complete(r, &token).await.expect("complete");
+    }
+    drop(store);
+    let store = reopen(dir.path()).await;
+    assert_eq!(store.depth("p"), 20, "completed records stay completed after reopening");
+    let token = store.acquire_lease("p", "me again").await.expect("lease");
+    let left = store.claim("p", &token, 100, Timestamp::now().as_millis()).await.expect("claim");
+    let ids: Vec<_> = left.iter().map(|r| r.envelope.id.clone()).collect();
+    assert_eq!(ids, (30..50).map(|i| format!("m{i}")).collect::<Vec<_>>());
 }

@@ -159,7 +159,7 @@ impl Route {
         let owner = format!("ferry-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
         let mut attempt: u32 = 0;
         let token = loop {
-            match outbox.store.acquire_lease(&partition, &owner) {
+            match outbox.store.acquire_lease(&partition, &owner).await {
                 Ok(t) => break t,
                 Err(e) => {
                     warn!(%partition, error = %e, "cannot take the outbox lease, will retry");
@@ -172,13 +172,26 @@ impl Route {
         };
         info!(route = %self.id, binding = %binding_id, lease = token.version, "outbox drainer started");
         let limit = Arc::new(Semaphore::new(self.policy.max_in_flight));
+        // Sends run concurrently (at most max_in_flight); the drainer claims
+        // again as soon as there is room, not when a whole batch is done.
+        // Unfinished sends are abandoned at stop (dropping the set aborts
+        // them): their records stay in the outbox for the next start.
+        let mut sends = JoinSet::new();
         let mut idle = MIN_POLL;
         while !stop.is_cancelled() {
             self.observe_partition(&outbox, &partition, &binding_id);
+            let room = limit.available_permits().min(CLAIM_BATCH);
+            if room == 0 {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = sends.join_next() => {}
+                }
+                continue;
+            }
             let wake = outbox.wake.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
-            let batch = match outbox.store.claim(&partition, &token, CLAIM_BATCH, Timestamp::now().as_millis()) {
+            let batch = match outbox.store.claim(&partition, &token, room, Timestamp::now().as_millis()).await {
                 Ok(batch) => batch,
                 Err(e @ StoreError::StaleFencingToken { .. }) => {
                     error!(%partition, error = %e, "outbox lease lost; this drainer stops");
@@ -194,12 +207,12 @@ impl Route {
                     _ = stop.cancelled() => break,
                     _ = &mut wake => {}
                     _ = tokio::time::sleep(idle) => {}
+                    Some(_) = sends.join_next(), if !sends.is_empty() => {}
                 }
                 idle = (idle * 2).min(MAX_POLL);
                 continue;
             }
             idle = MIN_POLL;
-            let mut sends = JoinSet::new();
             for record in batch {
                 let Ok(permit) = limit.clone().acquire_owned().await else { break };
                 let (route, outbox, token, stop) = (self.clone(), outbox.clone(), token.clone(), stop.clone());
@@ -208,13 +221,9 @@ impl Route {
                     drop(permit);
                 });
             }
-            tokio::select! {
-                // Unfinished sends are abandoned: their records stay in the
-                // outbox and are sent again after the next start.
-                _ = stop.cancelled() => break,
-                _ = async { while sends.join_next().await.is_some() {} } => {}
-            }
+            while sends.try_join_next().is_some() {}
         }
+        drop(sends);
         self.observe_partition(&outbox, &partition, &binding_id);
     }
 
@@ -222,7 +231,7 @@ impl Route {
         let labels = crate::metrics::labels(&[("route", &self.id), ("binding", binding)]);
         let depth = outbox.store.depth(partition);
         self.metrics.outbox_depth.get_or_create(&labels).set(i64::try_from(depth).unwrap_or(i64::MAX));
-        let oldest = if depth == 0 { None } else { outbox.store.oldest(partition).ok().flatten() };
+        let oldest = if depth == 0 { None } else { outbox.store.oldest(partition) };
         let age = oldest.map_or(0.0, |ms| (Timestamp::now().as_millis() - ms).max(0) as f64 / 1000.0);
         self.metrics.outbox_oldest_age.get_or_create(&labels).set(age);
     }
@@ -254,7 +263,7 @@ impl Route {
             }
             Err(ProcessError::Retry { after, reason }) => {
                 debug!(binding = %binding.id, %reason, "header mapper asked for a retry");
-                if let Err(e) = outbox.store.release(&record, token, Timestamp::now().plus(after).as_millis()) {
+                if let Err(e) = outbox.store.release(&record, token, Timestamp::now().plus(after).as_millis()).await {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
                 }
                 return;
@@ -268,7 +277,8 @@ impl Route {
                     .age_at_egress
                     .get_or_create(&crate::metrics::labels(&[("route", route), ("binding", &binding.id)]))
                     .observe(age_ms.max(0) as f64 / 1000.0);
-                if let Err(e) = outbox.store.complete(&record, token) {
+                self.mark_progress();
+                if let Err(e) = outbox.store.complete(&record, token).await {
                     warn!(binding = %binding.id, error = %e, "cannot complete an outbox record; it will be sent again");
                 }
             }
@@ -277,7 +287,7 @@ impl Route {
                 // without spending a replay.
                 debug!(binding = %binding.id, %error, "sender not connected; the record waits");
                 if let Err(e) =
-                    outbox.store.release(&record, token, Timestamp::now().plus(UNAVAILABLE_WAIT).as_millis())
+                    outbox.store.release(&record, token, Timestamp::now().plus(UNAVAILABLE_WAIT).as_millis()).await
                 {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
                 }
@@ -293,7 +303,7 @@ impl Route {
                 warn!(binding = %binding.id, address = %record.address, %error, attempts, "send failed, will retry");
                 Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
                 let next = Timestamp::now().plus(self.policy.backoff.delay(record.replay_count)).as_millis();
-                if let Err(e) = outbox.store.replay(&record, token, next) {
+                if let Err(e) = outbox.store.replay(&record, token, next).await {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
                 }
             }
@@ -335,7 +345,8 @@ impl Route {
         if matches!(settle, Settle::Release { .. }) {
             return;
         }
-        if let Err(e) = outbox.store.complete(&record, token) {
+        self.mark_progress();
+        if let Err(e) = outbox.store.complete(&record, token).await {
             warn!(error = %e, "cannot complete an outbox record");
         }
     }

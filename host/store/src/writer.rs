@@ -1,0 +1,324 @@
+//! The writer thread: every change to the store is a request to it, and it
+//! applies them in group commits.
+//!
+//! It takes the first waiting request, then every other request that is
+//! already queued (up to [`MAX_GROUP`]), applies them all in one redb write
+//! transaction, commits it with `Durability::Immediate` (on disk when
+//! `commit` returns), and only then updates the in-memory index and answers
+//! each caller. Requests that arrive while a commit runs wait for the next
+//! one, which covers all of them: a busy store pays one commit per group,
+//! not per message, and a completion rides the same commit as the persists
+//! beside it.
+//!
+//! The thread is the store's only writer and no async worker ever waits on
+//! it synchronously: callers await a oneshot answer. If a commit hangs, the
+//! outbox stops, but nothing else does, and the watchdog sees it.
+
+use std::sync::{Arc, Mutex};
+
+use ferry_core::outbox::{LeaseToken, NewRecord, OutboxRecord, Persisted, StoreError};
+use redb::{Database, ReadableDatabase, ReadableTable, Table, WriteTransaction};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::health::{Op, Tracker};
+use crate::index::{Effect, Index};
+use crate::layout::{DEAD_LETTERS, DEDUP, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode, io};
+
+/// Requests applied in one commit at most.
+pub const MAX_GROUP: usize = 4096;
+/// Requests that may wait for the writer; callers wait for room beyond it.
+pub const QUEUE: usize = 8192;
+
+/// A change to make.
+pub enum Action {
+    Persist { records: Vec<NewRecord>, created_ms: i64 },
+    AcquireLease { partition: String, owner: String },
+    Complete { partition: String, seq: u64, envelope_id: String, binding: String, version: u64 },
+    Reschedule { partition: String, seq: u64, version: u64, next_attempt_ms: i64, failed: bool, replay_count: u32 },
+    PutDeadLetter { value: Vec<u8> },
+    RemoveDeadLetters { ids: Vec<u64> },
+}
+
+impl Action {
+    pub fn op(&self) -> Op {
+        match self {
+            Action::Persist { .. } => Op::Persist,
+            Action::AcquireLease { .. } => Op::AcquireLease,
+            Action::Complete { .. } => Op::Complete,
+            Action::Reschedule { failed: true, .. } => Op::Replay,
+            Action::Reschedule { failed: false, .. } => Op::Release,
+            Action::PutDeadLetter { .. } => Op::DeadLetterPut,
+            Action::RemoveDeadLetters { .. } => Op::DeadLetterRemove,
+        }
+    }
+}
+
+/// What a change answered.
+#[derive(Debug)]
+pub enum Answer {
+    Persisted(Persisted),
+    Lease(LeaseToken),
+    Done,
+    ReplayCount(u32),
+    Removed(usize),
+}
+
+pub struct Request {
+    pub action: Action,
+    pub reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+/// A fault to inject (tests): the writer hangs for good on the first
+/// request of this kind, as a store that deadlocks inside itself would.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Hang(Op),
+}
+
+pub struct Writer {
+    pub db: Arc<Database>,
+    pub index: Arc<Mutex<Index>>,
+    pub tracker: Arc<Tracker>,
+    pub next_seq: u64,
+    pub fault: Option<Fault>,
+}
+
+struct Tables<'t> {
+    meta: Table<'t, &'static str, u64>,
+    records: Table<'t, (&'static str, u64), &'static [u8]>,
+    dedup: Table<'t, (&'static str, &'static str, &'static str), u64>,
+    leases: Table<'t, &'static str, &'static [u8]>,
+    dead_letters: Table<'t, u64, &'static [u8]>,
+}
+
+impl<'t> Tables<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self, StoreError> {
+        Ok(Self {
+            meta: txn.open_table(META).map_err(io)?,
+            records: txn.open_table(RECORDS).map_err(io)?,
+            dedup: txn.open_table(DEDUP).map_err(io)?,
+            leases: txn.open_table(LEASES).map_err(io)?,
+            dead_letters: txn.open_table(DEAD_LETTERS).map_err(io)?,
+        })
+    }
+
+    fn lease_version(&self, partition: &str) -> Result<u64, StoreError> {
+        match self.leases.get(partition).map_err(io)? {
+            Some(v) => Ok(decode::<LeaseToken>(v.value())?.version),
+            None => Ok(0),
+        }
+    }
+
+    /// A logical refusal (not a storage failure) when `version` does not
+    /// hold the partition's lease.
+    fn check_lease(&self, partition: &str, version: u64) -> Result<Result<(), StoreError>, StoreError> {
+        let current = self.lease_version(partition)?;
+        if current == version {
+            Ok(Ok(()))
+        } else {
+            Ok(Err(StoreError::StaleFencingToken { partition: partition.to_owned(), presented: version, current }))
+        }
+    }
+}
+
+impl Writer {
+    /// Serves requests until every sender is gone.
+    pub fn run(mut self, mut requests: mpsc::Receiver<Request>) {
+        while let Some(first) = requests.blocking_recv() {
+            let mut group = vec![first];
+            while group.len() < MAX_GROUP {
+                match requests.try_recv() {
+                    Ok(r) => group.push(r),
+                    Err(_) => break,
+                }
+            }
+            self.commit_group(group);
+        }
+    }
+
+    fn commit_group(&mut self, group: Vec<Request>) {
+        let tracker = self.tracker.clone();
+        let running = tracker.start(Op::Commit);
+        let first_seq = self.next_seq;
+        let (actions, replies): (Vec<Action>, Vec<_>) = group.into_iter().map(|r| (r.action, r.reply)).unzip();
+        let mut effects = Vec::new();
+        match self.write(&actions, &mut effects) {
+            Ok(answers) => {
+                {
+                    let mut index = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    for effect in effects {
+                        index.apply(effect);
+                    }
+                }
+                drop(running);
+                for (reply, answer) in replies.into_iter().zip(answers) {
+                    let _ = reply.send(answer);
+                }
+            }
+            Err(e) => {
+                // Nothing of the group is on disk: every caller hears so.
+                self.next_seq = first_seq;
+                drop(running);
+                for reply in replies {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+
+    /// Applies the actions in one transaction and commits it. The outer
+    /// error is a storage failure that sinks the whole group; each inner
+    /// result is one action's own answer.
+    fn write(
+        &mut self,
+        actions: &[Action],
+        effects: &mut Vec<Effect>,
+    ) -> Result<Vec<Result<Answer, StoreError>>, StoreError> {
+        let mut txn = self.db.begin_write().map_err(io)?;
+        txn.set_durability(redb::Durability::Immediate).map_err(io)?;
+        let mut answers = Vec::with_capacity(actions.len());
+        {
+            let mut tables = Tables::open(&txn)?;
+            let seq_before = self.next_seq;
+            for action in actions {
+                if self.fault == Some(Fault::Hang(action.op())) {
+                    hang();
+                }
+                answers.push(self.apply(&mut tables, action, effects)?);
+            }
+            if self.next_seq != seq_before {
+                tables.meta.insert(NEXT_SEQ_KEY, self.next_seq).map_err(io)?;
+            }
+        }
+        txn.commit().map_err(io)?;
+        Ok(answers)
+    }
+
+    fn take_seq(&mut self) -> u64 {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        seq
+    }
+
+    fn apply(
+        &mut self,
+        t: &mut Tables<'_>,
+        action: &Action,
+        effects: &mut Vec<Effect>,
+    ) -> Result<Result<Answer, StoreError>, StoreError> {
+        match action {
+            Action::Persist { records, created_ms } => {
+                let mut done = Persisted::default();
+                for r in records {
+                    let key = (r.partition.as_str(), r.envelope.id.as_str(), r.binding.as_str());
+                    if t.dedup.get(key).map_err(io)?.is_some() {
+                        done.duplicates += 1;
+                        continue;
+                    }
+                    let seq = self.take_seq();
+                    let record = OutboxRecord {
+                        seq,
+                        partition: r.partition.clone(),
+                        route: r.route.clone(),
+                        binding: r.binding.clone(),
+                        address: r.address.clone(),
+                        envelope: r.envelope.clone(),
+                        replay_count: 0,
+                        created_ms: *created_ms,
+                        next_attempt_ms: *created_ms,
+                        first_failure_ms: None,
+                        claimed_by: 0,
+                    };
+                    t.records.insert((r.partition.as_str(), seq), encode(&record)?.as_slice()).map_err(io)?;
+                    t.dedup.insert(key, seq).map_err(io)?;
+                    effects.push(Effect::Insert { partition: r.partition.clone(), seq, created_ms: *created_ms });
+                    done.stored += 1;
+                }
+                Ok(Ok(Answer::Persisted(done)))
+            }
+            Action::AcquireLease { partition, owner } => {
+                let version = t.lease_version(partition)? + 1;
+                let token = LeaseToken { owner: owner.clone(), version };
+                t.leases.insert(partition.as_str(), encode(&token)?.as_slice()).map_err(io)?;
+                effects.push(Effect::Lease { partition: partition.clone(), version });
+                Ok(Ok(Answer::Lease(token)))
+            }
+            Action::Complete { partition, seq, envelope_id, binding, version } => {
+                if let Err(stale) = t.check_lease(partition, *version)? {
+                    return Ok(Err(stale));
+                }
+                let existed = t.records.remove((partition.as_str(), *seq)).map_err(io)?.is_some();
+                if existed {
+                    t.dedup.remove((partition.as_str(), envelope_id.as_str(), binding.as_str())).map_err(io)?;
+                    effects.push(Effect::Remove { partition: partition.clone(), seq: *seq });
+                }
+                Ok(Ok(Answer::Done))
+            }
+            Action::Reschedule { partition, seq, version, next_attempt_ms, failed, replay_count } => {
+                if let Err(stale) = t.check_lease(partition, *version)? {
+                    return Ok(Err(stale));
+                }
+                let key = (partition.as_str(), *seq);
+                let stored = t.records.get(key).map_err(io)?.map(|v| decode::<OutboxRecord>(v.value()));
+                let Some(stored) = stored else {
+                    // Completed meanwhile: nothing to put back.
+                    return Ok(Ok(Answer::ReplayCount(*replay_count)));
+                };
+                let mut stored = stored?;
+                if *failed {
+                    stored.replay_count = stored.replay_count.saturating_add(1);
+                    stored.first_failure_ms.get_or_insert(ferry_envelope::Timestamp::now().as_millis());
+                }
+                stored.next_attempt_ms = *next_attempt_ms;
+                t.records.insert(key, encode(&stored)?.as_slice()).map_err(io)?;
+                effects.push(Effect::Reschedule {
+                    partition: partition.clone(),
+                    seq: *seq,
+                    next_attempt_ms: *next_attempt_ms,
+                });
+                Ok(Ok(Answer::ReplayCount(stored.replay_count)))
+            }
+            Action::PutDeadLetter { value } => {
+                let id = self.take_seq();
+                t.dead_letters.insert(id, value.as_slice()).map_err(io)?;
+                Ok(Ok(Answer::Done))
+            }
+            Action::RemoveDeadLetters { ids } => {
+                let mut removed = 0;
+                for id in ids {
+                    if t.dead_letters.remove(*id).map_err(io)?.is_some() {
+                        removed += 1;
+                    }
+                }
+                Ok(Ok(Answer::Removed(removed)))
+            }
+        }
+    }
+}
+
+/// Blocks this thread for good (an injected fault).
+pub fn hang() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
+
+/// Reads what the index needs from the file: every pending record and
+/// lease. Runs once, at open.
+pub fn load_index(db: &Database) -> Result<Index, StoreError> {
+    let txn = db.begin_read().map_err(io)?;
+    let mut index = Index::default();
+    let records = txn.open_table(RECORDS).map_err(io)?;
+    for item in records.iter().map_err(io)? {
+        let (key, value) = item.map_err(io)?;
+        let (partition, seq) = key.value();
+        let record: OutboxRecord = decode(value.value())?;
+        index.load_record(partition, seq, record.created_ms, record.next_attempt_ms);
+    }
+    let leases = txn.open_table(LEASES).map_err(io)?;
+    for item in leases.iter().map_err(io)? {
+        let (key, value) = item.map_err(io)?;
+        index.load_lease(key.value(), decode::<LeaseToken>(value.value())?.version);
+    }
+    Ok(index)
+}
