@@ -174,3 +174,52 @@ impl Watchdog {
             .collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admin::Readiness;
+    use ferry_core::outbox::{NewRecord, OutboxStore};
+    use ferry_store::{Fault, Op, StoreOptions};
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_hung_store_call_and_a_route_that_stopped_moving_are_reported() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let metrics = Metrics::new();
+        let options = StoreOptions { op_seconds: None, fault: Some(Fault::Hang(Op::Persist)) };
+        let store = RedbStore::open(dir.path(), options).expect("open");
+        let readiness: SharedReadiness = Arc::new(std::sync::RwLock::new(Readiness {
+            transports: Vec::new(),
+            routes: vec!["r".into(), "idle".into()],
+        }));
+        let watchdog = Watchdog::new(1, store.clone(), metrics.clone(), readiness);
+        let stop = CancellationToken::new();
+        watchdog.start(stop.clone()).expect("start");
+        assert!(!watchdog.check().stalled, "nothing is stuck yet");
+
+        metrics.in_flight.get_or_create(&ferry_core::metrics::labels(&[("route", "r")])).set(1);
+        let hung = tokio::spawn({
+            let store = store.clone();
+            async move {
+                let envelope = ferry_envelope::Envelope::new("m1", &b"x"[..]);
+                let record = NewRecord {
+                    partition: "r/b".into(),
+                    route: "r".into(),
+                    binding: "b".into(),
+                    address: "a".into(),
+                    envelope,
+                };
+                store.persist(vec![record]).await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(1300)).await;
+        let report = watchdog.check();
+        assert!(report.stalled, "{report:?}");
+        assert!(report.reasons.iter().any(|r| r.contains("store operation persist")), "{report:?}");
+        assert_eq!(report.routes_not_moving, vec!["r".to_owned()], "only the route with work is listed");
+        assert_eq!(metrics.stalled.get(), 1);
+        assert!(report.runtime_lag_seconds < 1.0, "the runtime itself is fine: {report:?}");
+        hung.abort();
+        stop.cancel();
+    }
+}

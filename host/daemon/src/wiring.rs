@@ -438,16 +438,21 @@ pub fn store_dir(config: &Config) -> std::path::PathBuf {
 
 /// A store fault for the test suite: `FERRY_TEST_STORE_FAULT=hang:<op>`
 /// (an op as `ferry_store_op_seconds` names it) makes the store hang for
-/// good at that operation. Debug builds only; a release build ignores it.
+/// good at that operation, `fail:<op>` makes every commit holding one fail.
+/// Debug builds only; a release build ignores it.
 fn injected_fault() -> Option<ferry_store::Fault> {
     if !cfg!(debug_assertions) {
         return None;
     }
     let spec = std::env::var("FERRY_TEST_STORE_FAULT").ok()?;
-    let name = spec.strip_prefix("hang:")?;
+    let (kind, name) = spec.split_once(':')?;
     let op = ferry_store::Op::ALL.into_iter().find(|op| op.name() == name)?;
-    warn!(op = name, "FERRY_TEST_STORE_FAULT: the store will hang at this operation");
-    Some(ferry_store::Fault::Hang(op))
+    warn!(fault = %spec, "FERRY_TEST_STORE_FAULT: the store will misbehave at this operation");
+    match kind {
+        "hang" => Some(ferry_store::Fault::Hang(op)),
+        "fail" => Some(ferry_store::Fault::Fail(op)),
+        _ => None,
+    }
 }
 
 /// Warns about outbox records no running drainer will send: their route or

@@ -240,6 +240,15 @@ impl RedbStore {
         .await
     }
 
+    /// A completion or reschedule that did not reach the disk leaves the
+    /// record pending: it becomes claimable again, so it is sent again
+    /// (a duplicate, never a loss) rather than stuck until a restart.
+    fn unclaim_on_failure<T>(&self, record: &OutboxRecord, result: &Result<T, StoreError>) {
+        if matches!(result, Err(StoreError::Io(_))) {
+            self.index().unclaim(&record.partition, &[record.seq]);
+        }
+    }
+
     fn index(&self) -> std::sync::MutexGuard<'_, Index> {
         self.shared.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
@@ -346,7 +355,9 @@ impl OutboxStore for RedbStore {
             binding: record.binding.clone(),
             version: token.version,
         };
-        self.change(action).await.map(|_| ())
+        let done = self.change(action).await.map(|_| ());
+        self.unclaim_on_failure(record, &done);
+        done
     }
 
     async fn replay(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<u32, StoreError> {
@@ -385,10 +396,13 @@ async fn reschedule(
         failed,
         replay_count: record.replay_count,
     };
-    match store.change(action).await? {
-        Answer::ReplayCount(n) => Ok(n),
-        other => Err(unexpected(other)),
-    }
+    let done = match store.change(action).await {
+        Ok(Answer::ReplayCount(n)) => Ok(n),
+        Ok(other) => Err(unexpected(other)),
+        Err(e) => Err(e),
+    };
+    store.unclaim_on_failure(record, &done);
+    done
 }
 
 #[async_trait]

@@ -68,11 +68,15 @@ pub struct Request {
     pub reply: oneshot::Sender<Result<Answer, StoreError>>,
 }
 
-/// A fault to inject (tests): the writer hangs for good on the first
-/// request of this kind, as a store that deadlocks inside itself would.
+/// A fault to inject (tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
+    /// The writer hangs for good on the first request of this kind, as a
+    /// store that deadlocks inside itself would.
     Hang(Op),
+    /// Every commit holding a request of this kind fails, as on a full or
+    /// failing disk.
+    Fail(Op),
 }
 
 pub struct Writer {
@@ -183,6 +187,9 @@ impl Writer {
             for action in actions {
                 if self.fault == Some(Fault::Hang(action.op())) {
                     hang();
+                }
+                if self.fault == Some(Fault::Fail(action.op())) {
+                    return Err(io("injected failure"));
                 }
                 answers.push(self.apply(&mut tables, action, effects)?);
             }

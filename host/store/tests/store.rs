@@ -214,3 +214,18 @@ async fn completions_are_durable_when_they_return() {
     let ids: Vec<_> = left.iter().map(|r| r.envelope.id.clone()).collect();
     assert_eq!(ids, (30..50).map(|i| format!("m{i}")).collect::<Vec<_>>());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completion_that_fails_to_commit_leaves_the_record_to_be_sent_again() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let options = StoreOptions { fault: Some(Fault::Fail(Op::Complete)), ..StoreOptions::default() };
+    let store = RedbStore::open(dir.path(), options).expect("open");
+    store.persist(vec![record("p", "m1", "a")]).await.expect("persist");
+    let token = store.acquire_lease("p", "me").await.expect("lease");
+    let claimed = store.claim("p", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
+    let err = store.complete(&claimed[0], &token).await.expect_err("the commit fails");
+    assert!(matches!(err, StoreError::Io(_)), "{err}");
+    assert_eq!(store.depth("p"), 1, "still pending");
+    let again = store.claim("p", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
+    assert_eq!(again.len(), 1, "claimable again, so the drainer sends it again rather than never");
+}
