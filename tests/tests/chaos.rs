@@ -4,8 +4,8 @@
 //! reach the target at least once; duplicates are counted and reported.
 //!
 //! CI runs the reduced form (2,000 messages, 4 kills); `just chaos` runs
-//! the full one (`FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=20`) and
-//! prints the duplicates per kill: what was in flight when the process
+//! the full one on the release daemon (`FERRY_CHAOS_MESSAGES=20000
+//! FERRY_CHAOS_KILLS=100`) and prints the duplicates per kill: what was in flight when the process
 //! died (sent but its completion not yet committed, or persisted but the
 //! source's acknowledgement not yet written).
 

@@ -119,3 +119,69 @@ address = "never/out"
     assert!(stderr.contains("store.path") && stderr.contains("old sled layout"), "{stderr}");
     assert!(stderr.contains("ferry outbox stats"), "it says what to do: {stderr}");
 }
+
+/// A disk that fails every persist (`fail:persist`): not a stall, a counted
+/// outcome. The message is released to RabbitMQ and redelivered, each
+/// attempt counted as a retry, until `max_replay_attempts` is used up; then
+/// it is dead-lettered with the store's error and acknowledged. `/healthz`
+/// stays 200 throughout: a failing disk is not fixed by a restart loop.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_store_that_fails_every_persist_retries_then_dead_letters_and_stays_healthy() {
+    let rabbit = Rabbit::connect().await;
+    let (src, dst) = (unique("fail-src"), unique("fail-dst"));
+    rabbit.declare_queue(&src).await;
+    rabbit.declare_queue(&dst).await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_TEST_STORE_FAULT", "fail:persist")]);
+    ws.config(&format!(
+        r#"
+[admin]
+listen = "{admin}"
+stall_secs = 1
+
+[receivers.in]
+type = "amqp091"
+url = "{URL091}"
+queue = "{src}"
+
+[senders.out]
+type = "amqp091"
+url = "{URL091}"
+
+[[routes]]
+id = "failing"
+receiver = "in"
+delivery_mode = "shared_outbox"
+max_replay_attempts = 3
+[routes.backoff]
+initial_ms = 50
+max_ms = 200
+[[routes.bindings]]
+sender = "out"
+address = "{dst}"
+"#
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let properties = BasicProperties::default().with_message_id("m-fail".into());
+    rabbit.publish("", &src, b"the disk says no", properties).await;
+    daemon.wait_for_log("message dead-lettered", 1, Duration::from_secs(30));
+    let (status, body) = get(&admin, "/healthz").expect("healthz");
+    assert_eq!(status, 200, "failing is not stuck: {body}");
+    let (_, metrics) = get(&admin, "/metrics").expect("metrics");
+    let retried = ferry_tests::http::sample(&metrics, "ferry_messages_retried_total", "reason=\"outbox\"");
+    // The first delivery and its three redeliveries each failed to persist.
+    assert_eq!(retried, Some(4.0), "each failed persist is counted:\n{metrics}");
+    assert_eq!(stalled_gauge(&metrics), Some(0.0));
+    assert!(daemon.terminate().success(), "a clean stop");
+    let dead = ws.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let entry = dead[0].to_string();
+    assert!(
+        entry.contains("replay_exhausted") && entry.contains("injected failure") && entry.contains("m-fail"),
+        "{entry}"
+    );
+    assert_eq!(rabbit.depth(&src).await, 0, "acknowledged once dead-lettered");
+    assert_eq!(rabbit.depth(&dst).await, 0, "nothing was sent");
+    rabbit.delete_queue(&src).await;
+    rabbit.delete_queue(&dst).await;
+}
