@@ -185,3 +185,39 @@ address = "{dst}"
     rabbit.delete_queue(&src).await;
     rabbit.delete_queue(&dst).await;
 }
+
+/// `timeout`, and some supervisors, signal the process and then its group:
+/// two SIGTERMs a moment apart are one request to stop cleanly, not the
+/// "second signal" that exits at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_sigterms_a_moment_apart_still_stop_cleanly() {
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+client_id = "{client}"
+topics = ["{topic}"]
+[senders.out]
+type = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+client_id = "{client}-out"
+[[routes]]
+id = "r"
+receiver = "in"
+[[routes.bindings]]
+sender = "out"
+address = "{topic}/out"
+"#,
+        client = unique("twice"),
+        topic = unique("twice/in"),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    daemon.signal("TERM");
+    let log = daemon.log.clone();
+    let status = daemon.terminate();
+    let text = log.lock().map(|l| l.join("\n")).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{text}");
+    assert!(!text.contains("second stop signal"), "{text}");
+}

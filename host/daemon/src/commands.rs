@@ -174,22 +174,27 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
 /// they work even when the async runtime does not. The first one starts a
 /// clean stop (`shutdown`); if the process is still there `timeout` later,
 /// the watchdog's report says what was stuck and the process exits 1. A
-/// second signal meanwhile exits 1 at once. Either way nothing acknowledged
+/// second signal more than a second after the first exits 1 at once (one
+/// that comes sooner is the same request: `timeout`, for one, signals the
+/// process and then its process group). Either way nothing acknowledged
 /// is lost: a source message is acknowledged only after what it needs is
 /// durable, and one that was not is redelivered by its broker.
 fn stop_on_signals(shutdown: CancellationToken, timeout: Duration, watchdog: Arc<Watchdog>) -> std::io::Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
     std::thread::Builder::new().name("ferry-signals".into()).spawn(move || {
-        let mut first = None;
+        let mut first: Option<std::time::Instant> = None;
         for signal in signals.forever() {
             let name = if signal == SIGTERM { "SIGTERM" } else { "SIGINT" };
-            if first.is_some() {
+            if let Some(at) = first {
+                if at.elapsed() < Duration::from_secs(1) {
+                    continue;
+                }
                 error!(signal = name, "second stop signal: exiting now without finishing in-flight messages");
                 std::process::exit(1);
             }
             info!(signal = name, timeout_secs = timeout.as_secs(), "shutting down");
-            first = Some(name);
+            first = Some(std::time::Instant::now());
             shutdown.cancel();
             let watchdog = watchdog.clone();
             let _ = std::thread::Builder::new().name("ferry-shutdown-deadline".into()).spawn(move || {
