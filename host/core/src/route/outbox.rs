@@ -174,8 +174,10 @@ impl Route {
         let limit = Arc::new(Semaphore::new(self.policy.max_in_flight));
         // Sends run concurrently (at most max_in_flight); the drainer claims
         // again as soon as there is room, not when a whole batch is done.
-        // Unfinished sends are abandoned at stop (dropping the set aborts
-        // them): their records stay in the outbox for the next start.
+        // At stop it claims no more and lets the sends under way finish and
+        // complete, so a clean stop sends nothing twice at the next start
+        // (a send that cannot finish is bounded by its sender's timeout, and
+        // the whole stop by admin.shutdown_timeout_secs).
         let mut sends = JoinSet::new();
         let mut idle = MIN_POLL;
         while !stop.is_cancelled() {
@@ -223,7 +225,7 @@ impl Route {
             }
             while sends.try_join_next().is_some() {}
         }
-        drop(sends);
+        while sends.join_next().await.is_some() {}
         self.observe_partition(&outbox, &partition, &binding_id);
     }
 
