@@ -1,7 +1,8 @@
 //! Helpers for tests that use real brokers and the real daemon.
 //!
 //! - [`unique`]: names with a random suffix, so tests run in parallel and
-//!   repeat without seeing each other's messages.
+//!   repeat without seeing each other's messages; [`env_or`]: sizes from
+//!   the environment.
 //! - [`mqtt`]: a plain MQTT 5 test client (publish with properties,
 //!   subscribe and collect) and a private Mosquitto that a test can stop
 //!   and restart.
@@ -28,6 +29,12 @@ use std::path::PathBuf;
 /// `prefix-<8 random hex chars>`.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// A number from the environment (a test's or benchmark's size), or
+/// `default` when it is unset or not a number.
+pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// The repository root.

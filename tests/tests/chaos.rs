@@ -16,20 +16,16 @@ use std::time::{Duration, Instant};
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt};
 use ferry_tests::rabbit::{Rabbit, URL091};
-use ferry_tests::unique;
+use ferry_tests::{env_or, unique};
 use futures_lite::StreamExt;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use rand::Rng;
 
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_in_the_middle_of_a_stream_loses_nothing() {
-    let messages = env_usize("FERRY_CHAOS_MESSAGES", 2_000);
-    let kills = env_usize("FERRY_CHAOS_KILLS", 4);
+    let messages: usize = env_or("FERRY_CHAOS_MESSAGES", 2_000);
+    let kills: usize = env_or("FERRY_CHAOS_KILLS", 4);
     // The source keeps every message for ferry's session while ferry is
     // dead (no queue limit), so a loss could only be ferry's.
     let source = PrivateMosquitto::start_with("max_queued_messages 0").await;

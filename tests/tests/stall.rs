@@ -21,20 +21,31 @@ fn stalled_gauge(metrics: &str) -> Option<f64> {
     metrics.lines().find_map(|l| l.strip_prefix("ferry_stalled ")).and_then(|v| v.trim().parse().ok())
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_hung_store_turns_healthz_503_and_sigterm_still_ends_the_daemon_without_losing_the_message() {
-    let rabbit = Rabbit::connect().await;
-    let (src, dst) = (unique("stall-src"), unique("stall-dst"));
-    rabbit.declare_queue(&src).await;
-    rabbit.declare_queue(&dst).await;
-    let admin = format!("127.0.0.1:{}", free_port());
-    let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_TEST_STORE_FAULT", "hang:persist")]);
-    ws.config(&format!(
-        r#"
+/// A `shared_outbox` route from one RabbitMQ queue to another, with an
+/// admin server, on a debug daemon whose store misbehaves as `fault` says
+/// (`FERRY_TEST_STORE_FAULT`); `admin` and `route` are extra lines for the
+/// `[admin]` table and the route.
+struct FaultyOutbox {
+    rabbit: Rabbit,
+    src: String,
+    dst: String,
+    admin: String,
+    ws: Workspace,
+}
+
+impl FaultyOutbox {
+    async fn start(fault: &str, admin_lines: &str, route_lines: &str) -> (Self, Daemon) {
+        let rabbit = Rabbit::connect().await;
+        let (src, dst) = (unique("fault-src"), unique("fault-dst"));
+        rabbit.declare_queue(&src).await;
+        rabbit.declare_queue(&dst).await;
+        let admin = format!("127.0.0.1:{}", free_port());
+        let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_TEST_STORE_FAULT", fault)]);
+        ws.config(&format!(
+            r#"
 [admin]
 listen = "{admin}"
-stall_secs = 2
-shutdown_timeout_secs = 3
+{admin_lines}
 
 [receivers.in]
 type = "amqp091"
@@ -46,24 +57,38 @@ type = "amqp091"
 url = "{URL091}"
 
 [[routes]]
-id = "stuck"
+id = "faulty"
 receiver = "in"
 delivery_mode = "shared_outbox"
+{route_lines}
 [[routes.bindings]]
 sender = "out"
 address = "{dst}"
 "#
-    ));
-    let daemon = Daemon::start(&ws, 2);
-    let (status, body) = get(&admin, "/healthz").expect("healthz");
+        ));
+        let daemon = Daemon::start(&ws, 2);
+        (Self { rabbit, src, dst, admin, ws }, daemon)
+    }
+
+    async fn delete_queues(&self) {
+        self.rabbit.delete_queue(&self.src).await;
+        self.rabbit.delete_queue(&self.dst).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_store_turns_healthz_503_and_sigterm_still_ends_the_daemon_without_losing_the_message() {
+    let (faulty, daemon) = FaultyOutbox::start("hang:persist", "stall_secs = 2\nshutdown_timeout_secs = 3", "").await;
+    let FaultyOutbox { rabbit, src, dst, admin, .. } = &faulty;
+    let (status, body) = get(admin, "/healthz").expect("healthz");
     assert_eq!(status, 200, "healthy before anything is stuck: {body}");
 
     let properties = BasicProperties::default().with_message_id("m-stuck".into());
-    rabbit.publish("", &src, b"must not be lost", properties).await;
+    rabbit.publish("", src, b"must not be lost", properties).await;
 
     let started = Instant::now();
     let body = loop {
-        let (status, body) = get(&admin, "/healthz").expect("healthz answers while the store hangs");
+        let (status, body) = get(admin, "/healthz").expect("healthz answers while the store hangs");
         if status == 503 {
             break body;
         }
@@ -71,11 +96,11 @@ address = "{dst}"
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     assert!(body.contains("store operation persist has run"), "{body}");
-    let (status, metrics) = get(&admin, "/metrics").expect("metrics answer while the store hangs");
+    let (status, metrics) = get(admin, "/metrics").expect("metrics answer while the store hangs");
     assert_eq!(status, 200);
     assert_eq!(stalled_gauge(&metrics), Some(1.0), "ferry_stalled:\n{metrics}");
     assert!(metrics.contains("ferry_store_op_seconds_bucket{"), "store timings are exported");
-    assert_eq!(get(&admin, "/readyz").expect("readyz").0, 200, "the brokers are still connected");
+    assert_eq!(get(admin, "/readyz").expect("readyz").0, 200, "the brokers are still connected");
     daemon.wait_for_log("ferry is stalled", 1, Duration::from_secs(10));
 
     let log = daemon.log.clone();
@@ -85,11 +110,10 @@ address = "{dst}"
     assert!(text.contains("shutdown did not finish in time"), "{text}");
     assert!(text.contains("persist"), "the log names what was stuck: {text}");
 
-    let back = rabbit.get(&src, Duration::from_secs(10)).await.expect("the message is back in its source queue");
+    let back = rabbit.get(src, Duration::from_secs(10)).await.expect("the message is back in its source queue");
     assert_eq!(back.delivery.data, b"must not be lost");
-    assert_eq!(rabbit.depth(&dst).await, 0, "nothing was sent");
-    rabbit.delete_queue(&src).await;
-    rabbit.delete_queue(&dst).await;
+    assert_eq!(rabbit.depth(dst).await, 0, "nothing was sent");
+    faulty.delete_queues().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -127,47 +151,15 @@ address = "never/out"
 /// stays 200 throughout: a failing disk is not fixed by a restart loop.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_store_that_fails_every_persist_retries_then_dead_letters_and_stays_healthy() {
-    let rabbit = Rabbit::connect().await;
-    let (src, dst) = (unique("fail-src"), unique("fail-dst"));
-    rabbit.declare_queue(&src).await;
-    rabbit.declare_queue(&dst).await;
-    let admin = format!("127.0.0.1:{}", free_port());
-    let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_TEST_STORE_FAULT", "fail:persist")]);
-    ws.config(&format!(
-        r#"
-[admin]
-listen = "{admin}"
-stall_secs = 1
-
-[receivers.in]
-type = "amqp091"
-url = "{URL091}"
-queue = "{src}"
-
-[senders.out]
-type = "amqp091"
-url = "{URL091}"
-
-[[routes]]
-id = "failing"
-receiver = "in"
-delivery_mode = "shared_outbox"
-max_replay_attempts = 3
-[routes.backoff]
-initial_ms = 50
-max_ms = 200
-[[routes.bindings]]
-sender = "out"
-address = "{dst}"
-"#
-    ));
-    let daemon = Daemon::start(&ws, 2);
+    let route = "max_replay_attempts = 3\n[routes.backoff]\ninitial_ms = 50\nmax_ms = 200";
+    let (faulty, daemon) = FaultyOutbox::start("fail:persist", "stall_secs = 1", route).await;
+    let FaultyOutbox { rabbit, src, dst, admin, ws } = &faulty;
     let properties = BasicProperties::default().with_message_id("m-fail".into());
-    rabbit.publish("", &src, b"the disk says no", properties).await;
+    rabbit.publish("", src, b"the disk says no", properties).await;
     daemon.wait_for_log("message dead-lettered", 1, Duration::from_secs(30));
-    let (status, body) = get(&admin, "/healthz").expect("healthz");
+    let (status, body) = get(admin, "/healthz").expect("healthz");
     assert_eq!(status, 200, "failing is not stuck: {body}");
-    let (_, metrics) = get(&admin, "/metrics").expect("metrics");
+    let (_, metrics) = get(admin, "/metrics").expect("metrics");
     let retried = ferry_tests::http::sample(&metrics, "ferry_messages_retried_total", "reason=\"outbox\"");
     // The first delivery and its three redeliveries each failed to persist.
     assert_eq!(retried, Some(4.0), "each failed persist is counted:\n{metrics}");
@@ -180,10 +172,9 @@ address = "{dst}"
         entry.contains("replay_exhausted") && entry.contains("injected failure") && entry.contains("m-fail"),
         "{entry}"
     );
-    assert_eq!(rabbit.depth(&src).await, 0, "acknowledged once dead-lettered");
-    assert_eq!(rabbit.depth(&dst).await, 0, "nothing was sent");
-    rabbit.delete_queue(&src).await;
-    rabbit.delete_queue(&dst).await;
+    assert_eq!(rabbit.depth(src).await, 0, "acknowledged once dead-lettered");
+    assert_eq!(rabbit.depth(dst).await, 0, "nothing was sent");
+    faulty.delete_queues().await;
 }
 
 /// `timeout`, and some supervisors, signal the process and then its group:

@@ -45,13 +45,13 @@ use ferry_envelope::Envelope;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::Rabbit;
-use ferry_tests::unique;
+use ferry_tests::{env_or, unique};
 use ferry_wasm::{PluginEngine, PluginLimits, WasmHeaderMapper, WasmProcessor};
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
 fn messages() -> usize {
-    std::env::var("FERRY_BENCH_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
+    env_or("FERRY_BENCH_MESSAGES", 20_000)
 }
 
 /// Most messages published but not yet received. Mosquitto drops QoS 1
@@ -327,7 +327,7 @@ fn processor_rows() {
 }
 
 fn sqs_messages() -> usize {
-    std::env::var("FERRY_BENCH_SQS_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(300)
+    env_or("FERRY_BENCH_SQS_MESSAGES", 300)
 }
 
 /// Fills a queue with `n` 1 KiB messages, ten per SendMessageBatch, four
@@ -487,7 +487,7 @@ address = "{dst}/out"
 }
 
 fn amqp_messages() -> usize {
-    std::env::var("FERRY_BENCH_AMQP_MESSAGES").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000)
+    env_or("FERRY_BENCH_AMQP_MESSAGES", 20_000)
 }
 
 /// Messages in flight for ferry (prefetch and route window) and the shovel.
@@ -711,10 +711,6 @@ async fn outbox_rows() {
     println!("  {:<44} {:>10.2}", "ratio shared_outbox / direct_hold", outbox / direct);
 }
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
 /// `ferry-bench --engine NAME --records N --bulk M`: one engine of the store
 /// comparison, in a process of its own (see [`engines`]).
 fn engine_child() -> bool {
@@ -748,9 +744,9 @@ async fn main() {
     }
     // The store engines (issue 13): persist and claim/complete rates with
     // the outbox rows; RSS and disk use after a bulk fill with `store`.
-    let records = env_u64("FERRY_BENCH_STORE_RATE_RECORDS", 20_000);
+    let records = env_or("FERRY_BENCH_STORE_RATE_RECORDS", 20_000);
     if wanted("store") {
-        engines::rows(records, env_u64("FERRY_BENCH_STORE_RECORDS", 1_000_000));
+        engines::rows(records, env_or("FERRY_BENCH_STORE_RECORDS", 1_000_000));
     } else if wanted("outbox") {
         engines::rows(records, 0);
     }

@@ -265,27 +265,30 @@ enum InitError {
 
 /// Creates the tables of a new file and checks the format of an old one;
 /// returns the next sequence number.
+fn init_failed(e: impl std::fmt::Display) -> InitError {
+    InitError::Store(io(e))
+}
+
 fn init(db: &Database) -> Result<u64, InitError> {
-    let store = |e: redb::Error| InitError::Store(io(e));
-    let txn = db.begin_write().map_err(|e| store(e.into()))?;
+    let txn = db.begin_write().map_err(init_failed)?;
     let next_seq;
     {
-        let mut meta = txn.open_table(META).map_err(|e| store(e.into()))?;
-        let format = meta.get(FORMAT_KEY).map_err(|e| store(e.into()))?.map(|v| v.value());
+        let mut meta = txn.open_table(META).map_err(init_failed)?;
+        let format = meta.get(FORMAT_KEY).map_err(init_failed)?.map(|v| v.value());
         match format {
             Some(f) if f != FORMAT => return Err(InitError::Format(f)),
             Some(_) => {}
             None => {
-                meta.insert(FORMAT_KEY, FORMAT).map_err(|e| store(e.into()))?;
+                meta.insert(FORMAT_KEY, FORMAT).map_err(init_failed)?;
             }
         }
-        next_seq = meta.get(NEXT_SEQ_KEY).map_err(|e| store(e.into()))?.map_or(1, |v| v.value());
-        txn.open_table(RECORDS).map_err(|e| store(e.into()))?;
-        txn.open_table(DEDUP).map_err(|e| store(e.into()))?;
-        txn.open_table(LEASES).map_err(|e| store(e.into()))?;
-        txn.open_table(DEAD_LETTERS).map_err(|e| store(e.into()))?;
+        next_seq = meta.get(NEXT_SEQ_KEY).map_err(init_failed)?.map_or(1, |v| v.value());
+        txn.open_table(RECORDS).map_err(init_failed)?;
+        txn.open_table(DEDUP).map_err(init_failed)?;
+        txn.open_table(LEASES).map_err(init_failed)?;
+        txn.open_table(DEAD_LETTERS).map_err(init_failed)?;
     }
-    txn.commit().map_err(|e| store(e.into()))?;
+    txn.commit().map_err(init_failed)?;
     Ok(next_seq)
 }
 
