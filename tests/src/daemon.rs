@@ -78,6 +78,11 @@ impl Workspace {
     }
 }
 
+/// `config` with an admin server on `admin` (`host:port`).
+pub fn with_admin(admin: &str, config: String) -> String {
+    format!("[admin]\nlisten = \"{admin}\"\n{config}")
+}
+
 /// A running daemon; its log lines are kept for assertions.
 pub struct Daemon {
     child: Option<Child>,

@@ -27,6 +27,11 @@ pub fn sample(metrics: &str, name: &str, labels_fragment: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// One sample's value now, 0 when it is not there yet.
+pub fn counter(addr: &str, name: &str, labels_fragment: &str) -> f64 {
+    sample(&metrics(addr), name, labels_fragment).unwrap_or(0.0)
+}
+
 /// Scrapes `/metrics`, asserting a 200.
 pub fn metrics(addr: &str) -> String {
     let (status, body) = get(addr, "/metrics").expect("scrape");

@@ -10,7 +10,8 @@
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
 //! - [`receiver`]: a transport receiver running in the background.
 //! - [`tls`]: a throwaway CA and server certificate for TLS tests.
-//! - [`sqs`]: queues of their own on the SQS endpoint (moto_server).
+//! - [`sqs`]: queues of their own on the SQS endpoint (moto_server);
+//!   [`sqs_proxy`]: a stand-in before it that fails sends or changes MD5s.
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
 //!   RabbitMQ node a test can restart.
@@ -22,6 +23,7 @@ pub mod mqtt;
 pub mod rabbit;
 pub mod receiver;
 pub mod sqs;
+pub mod sqs_proxy;
 pub mod tls;
 
 use std::path::PathBuf;

@@ -7,16 +7,12 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::http::{metrics, sample, wait_for_sample};
+use ferry_tests::daemon::{Daemon, Workspace, with_admin};
+use ferry_tests::http::{counter, metrics, sample, wait_for_sample};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, free_port, route_config, user_property};
 use ferry_tests::{plugin_file, unique};
 
 const WAIT: Duration = Duration::from_secs(15);
-
-fn with_admin(admin: &str, config: String) -> String {
-    format!("[admin]\nlisten = \"{admin}\"\n{config}")
-}
 
 /// The same component with a custom section appended: other bytes, same
 /// behaviour (a "new version" for the reload to pick up).
@@ -29,10 +25,6 @@ fn rebuilt(plugin: &str) -> Vec<u8> {
     bytes.extend(name);
     bytes.extend(payload);
     bytes
-}
-
-fn counter(admin: &str, name: &str, labels: &str) -> f64 {
-    sample(&metrics(admin), name, labels).unwrap_or(0.0)
 }
 
 async fn publish_seq(publisher: &TestMqtt, src: &str, range: std::ops::Range<u32>, gap: Duration) {

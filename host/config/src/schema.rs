@@ -507,6 +507,17 @@ pub struct RouteConfig {
     /// links you trust). Default false: they are stripped.
     #[serde(default)]
     pub trust_bridge_headers: bool,
+    /// Trusted routes: a message that has crossed more bridges than this
+    /// (`x-bridge.forwarded-hop`, counted up on every trusted hop) is
+    /// dropped as a loop and counted (`loop_detected`). Default 8.
+    #[serde(default = "default_max_hops")]
+    pub max_hops: u32,
+    /// `shared_outbox`: seconds a sent (or dead-lettered) record's
+    /// duplicate key is kept, so a source redelivery of the same message
+    /// within them is suppressed and counted rather than sent again.
+    /// Default 300 (SQS FIFO's window); 0 forgets the key at once.
+    #[serde(default = "default_dedup_window_secs")]
+    pub dedup_window_secs: u64,
     /// Processor chain, run in order.
     #[serde(default)]
     pub processors: Vec<ProcessorConfig>,
@@ -528,6 +539,12 @@ fn default_max_replay_attempts() -> u32 {
 }
 fn default_max_outbox_depth() -> usize {
     10_000
+}
+fn default_max_hops() -> u32 {
+    8
+}
+fn default_dedup_window_secs() -> u64 {
+    300
 }
 
 /// `[[routes.processors]]`
@@ -563,6 +580,11 @@ pub struct GrantsConfig {
     /// processor needs it).
     #[serde(default)]
     pub tenant_id: bool,
+    /// May set the reserved `x-bridge.ordering-key` header: the SQS FIFO
+    /// message group of a sender whose `message_group_header` is the
+    /// default (a processor that groups by device, say).
+    #[serde(default)]
+    pub ordering_key: bool,
 }
 
 fn empty_table() -> serde_json::Value {

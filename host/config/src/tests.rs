@@ -75,6 +75,7 @@ fn invalid_fixtures_report_their_key() {
             "delivery_mode = \"shared_outbox\"\nmax_outbox_depth = 0",
             "routes[0].max_outbox_depth",
         ),
+        ("delivery_mode = \"direct_hold\"", "delivery_mode = \"direct_hold\"\nmax_hops = 0", "routes[0].max_hops"),
         (
             "id = \"sensors\"\nreceiver = \"in\"\ndelivery_mode = \"direct_hold\"",
             "id = \"sen/sors\"\nreceiver = \"in\"\ndelivery_mode = \"shared_outbox\"",

@@ -223,6 +223,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         if route.delivery_mode == DeliveryMode::SharedOutbox && route.max_outbox_depth == 0 {
             return Err(ConfigError::new(format!("{key}.max_outbox_depth"), "must be at least 1"));
         }
+        if route.max_hops == 0 {
+            return Err(ConfigError::new(
+                format!("{key}.max_hops"),
+                "must be at least 1 (a message crosses this bridge)",
+            ));
+        }
         if route.max_in_flight == 0 || route.max_in_flight > usize::from(u16::MAX) {
             return Err(ConfigError::new(format!("{key}.max_in_flight"), "must be between 1 and 65535"));
         }

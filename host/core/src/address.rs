@@ -22,13 +22,13 @@ pub fn expand(template: &str, envelope: &Envelope) -> Result<String, TransportEr
         match envelope.headers.get(name) {
             Some(HeaderValue::Text(v)) => out.push_str(v),
             Some(other) => {
-                return Err(TransportError::permanent(format!(
+                return Err(TransportError::unroutable(format!(
                     "address template {template:?}: header {name:?} is {}, not text",
                     other.kind()
                 )));
             }
             None => {
-                return Err(TransportError::permanent(format!(
+                return Err(TransportError::unroutable(format!(
                     "address template {template:?}: header {name:?} is missing"
                 )));
             }

@@ -8,6 +8,8 @@ use async_trait::async_trait;
 use ferry_envelope::{Envelope, Timestamp};
 use serde::{Deserialize, Serialize};
 
+use crate::FailureReason;
+
 /// One dead-lettered message and why.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DeadLetter {
@@ -17,8 +19,8 @@ pub struct DeadLetter {
     pub binding: Option<String>,
     /// Outbound address, kept apart from the envelope's subject.
     pub address: Option<String>,
-    /// Short machine-readable reason (`expired`, `rejected`, `plugin_trap`, …).
-    pub reason: String,
+    /// Why, as metrics and `ferry dlq list` name it.
+    pub reason: FailureReason,
     /// Human-readable detail.
     pub detail: String,
     /// Attempts made before giving up.

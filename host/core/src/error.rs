@@ -1,6 +1,8 @@
 //! Failure classification. A transport decides once, where it first
 //! understands an error, whether trying again can help.
 
+use crate::failure::{Failure, FailureReason};
+
 /// Whether a failure can be cured by trying again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorClass {
@@ -19,20 +21,35 @@ pub enum ErrorClass {
 pub struct TransportError {
     pub class: ErrorClass,
     pub reason: String,
+    /// For a permanent failure whose cause has a name of its own (an
+    /// address that cannot be filled is `unroutable`); `send_rejected`
+    /// otherwise.
+    pub failure: Option<FailureReason>,
 }
 
 impl TransportError {
     pub fn transient(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Transient, reason: reason.into() }
+        Self { class: ErrorClass::Transient, reason: reason.into(), failure: None }
     }
 
     /// The client has no connection: nothing was sent.
     pub fn unavailable(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Unavailable, reason: reason.into() }
+        Self { class: ErrorClass::Unavailable, reason: reason.into(), failure: None }
     }
 
     pub fn permanent(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Permanent, reason: reason.into() }
+        Self { class: ErrorClass::Permanent, reason: reason.into(), failure: None }
+    }
+
+    /// The message names a destination that cannot be made (a missing
+    /// header in an address template, a topic with a wildcard): permanent.
+    pub fn unroutable(reason: impl Into<String>) -> Self {
+        Self { class: ErrorClass::Permanent, reason: reason.into(), failure: Some(FailureReason::Unroutable) }
+    }
+
+    /// The typed reason of a permanent failure.
+    pub fn failure(&self) -> Failure {
+        Failure::new(self.failure.unwrap_or(FailureReason::SendRejected), self.reason.clone())
     }
 
     /// Whether trying again can help (transient or unavailable).

@@ -1,31 +1,69 @@
 //! The header rules every route applies on ingress (seed 000, "What every
-//! route does"): strip reserved headers the source must not set, stamp the
-//! correlation id when missing, stamp the route and source ids.
+//! route does"; seed 002): strip reserved headers the source must not set,
+//! stamp the correlation id when missing, stamp the route and source ids,
+//! and count the hops of trusted bridge-to-bridge links.
 
-use ferry_envelope::{Envelope, names};
+use ferry_envelope::{Envelope, HeaderValue, names};
 
-/// Applies the ingress rules to a freshly received envelope.
+/// Applies the ingress rules to a freshly received envelope and returns
+/// the hop count it now carries (`x-bridge.forwarded-hop`).
 ///
-/// Receiving adapters never copy `x-bridge.*` names from publisher metadata;
-/// the only reserved headers they install are the ones they derive from the
-/// wire ([`names::ADAPTER_DERIVED`]). Everything else in the reserved
-/// namespace is removed here unless the route trusts bridge headers (a
-/// bridge-to-bridge link).
-pub fn apply_ingress_rules(env: &mut Envelope, route_id: &str, source_id: &str, trust_bridge_headers: bool) {
-    if !trust_bridge_headers {
+/// Receiving adapters hand every `x-bridge.*` header the publisher sent to
+/// the route, except the ones they derive from the wire themselves
+/// ([`names::ADAPTER_DERIVED`]), which no publisher can set. The rules here
+/// alone decide what stays:
+/// - untrusted routes strip every reserved header but the adapter-derived
+///   ones, and the message starts at hop 1;
+/// - trusted routes (`trust_bridge_headers`, a bridge-to-bridge link) keep
+///   them and count the hop up from the one the last bridge sent. A trusted
+///   `x-bridge.dedup-id` or `x-bridge.idempotency-key` becomes the identity
+///   of a message whose adapter had to generate one, so its redeliveries
+///   count again (seed 002).
+pub fn apply_ingress_rules(env: &mut Envelope, route_id: &str, source_id: &str, trust_bridge_headers: bool) -> u32 {
+    let hops = if trust_bridge_headers {
+        restore_identity(env);
+        let hops = hop_of(env).saturating_add(1);
+        // Text, so transports that carry only text headers (MQTT) keep it.
+        env.set_header(names::FORWARDED_HOP, hops.to_string());
+        hops
+    } else {
         env.headers.retain(|name, _| !names::is_reserved(name) || names::ADAPTER_DERIVED.contains(&name.as_str()));
-    }
+        1
+    };
     if !env.headers.contains_key(names::CORRELATION_ID) {
         env.set_header(names::CORRELATION_ID, uuid::Uuid::new_v4().to_string());
     }
     env.set_header(names::ROUTE_ID, route_id);
     env.set_header(names::SOURCE_ID, source_id);
+    hops
+}
+
+/// The hop count a message arrived with (0 when none or unreadable).
+fn hop_of(env: &Envelope) -> u32 {
+    match env.headers.get(names::FORWARDED_HOP) {
+        Some(HeaderValue::Text(t)) => t.trim().parse().unwrap_or(0),
+        Some(HeaderValue::Integer(n)) => u32::try_from(*n).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// A generated identity gives way to a trusted bridge's stable one.
+fn restore_identity(env: &mut Envelope) {
+    if !env.headers.contains_key(names::GENERATED_ID) {
+        return;
+    }
+    let stable = [names::DEDUP_ID, names::IDEMPOTENCY_KEY]
+        .into_iter()
+        .find_map(|name| env.text_header(name).filter(|v| !v.is_empty()).map(str::to_owned));
+    if let Some(id) = stable {
+        env.id = id;
+        env.headers.remove(names::GENERATED_ID);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_envelope::HeaderValue;
 
     fn env_with(headers: &[(&str, &str)]) -> Envelope {
         let mut e = Envelope::new("id-1", &b"x"[..]);
@@ -53,9 +91,40 @@ mod tests {
 
     #[test]
     fn trusted_routes_keep_bridge_headers() {
-        let mut e = env_with(&[("x-bridge.tenant-id", "acme")]);
+        let mut e = env_with(&[("x-bridge.tenant-id", "acme"), ("x-bridge.ordering-key", "dev-1")]);
         apply_ingress_rules(&mut e, "r1", "in", true);
         assert_eq!(e.text_header("x-bridge.tenant-id"), Some("acme"));
+        assert_eq!(e.text_header("x-bridge.ordering-key"), Some("dev-1"));
+    }
+
+    #[test]
+    fn hops_count_up_on_trusted_routes_and_start_at_one_elsewhere() {
+        let mut e = env_with(&[("x-bridge.forwarded-hop", "3")]);
+        assert_eq!(apply_ingress_rules(&mut e, "r1", "in", true), 4);
+        assert_eq!(e.text_header("x-bridge.forwarded-hop"), Some("4"));
+        let mut e = env_with(&[("x-bridge.forwarded-hop", "3")]);
+        assert_eq!(apply_ingress_rules(&mut e, "r1", "in", false), 1);
+        let mut e = env_with(&[("x-bridge.forwarded-hop", "junk")]);
+        assert_eq!(apply_ingress_rules(&mut e, "r1", "in", true), 1);
+    }
+
+    #[test]
+    fn a_trusted_dedup_id_replaces_a_generated_identity() {
+        let mut e = env_with(&[("x-bridge.idempotency-key", "idem-7")]);
+        e.headers.insert("x-bridge.generated-id".into(), HeaderValue::Boolean(true));
+        apply_ingress_rules(&mut e, "r1", "in", true);
+        assert_eq!(e.id, "idem-7");
+        assert!(!e.headers.contains_key("x-bridge.generated-id"));
+        // Untrusted: the key is stripped, the identity stays generated.
+        let mut e = env_with(&[("x-bridge.dedup-id", "d-1")]);
+        e.headers.insert("x-bridge.generated-id".into(), HeaderValue::Boolean(true));
+        apply_ingress_rules(&mut e, "r1", "in", false);
+        assert_eq!(e.id, "id-1");
+        assert!(e.headers.contains_key("x-bridge.generated-id"));
+        // A producer's own id is never replaced.
+        let mut e = env_with(&[("x-bridge.dedup-id", "d-1")]);
+        apply_ingress_rules(&mut e, "r1", "in", true);
+        assert_eq!(e.id, "id-1");
     }
 
     #[test]

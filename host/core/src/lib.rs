@@ -3,10 +3,12 @@
 //!
 //! - [`address`]: binding address templates (`orders.{region}`).
 //! - [`error`]: failures classified once as transient or permanent.
+//! - [`failure`]: the typed reason a message failed for good.
 //! - [`ports`]: the traits adapters implement — [`ports::Receiver`],
 //!   [`ports::DeliveryHandle`], [`ports::Sender`], [`ports::Processor`].
 //! - [`headers`]: the header rules every route applies on ingress.
 //! - [`backoff`]: exponential backoff with jitter.
+//! - [`clock`]: the route's time source (pausable in tests).
 //! - [`dlq`]: the dead-letter store port.
 //! - [`outbox`]: the outbox store port (`shared_outbox` delivery).
 //! - [`ledger`]: redelivery counts for sources that do not keep one.
@@ -18,8 +20,10 @@
 
 pub mod address;
 pub mod backoff;
+pub mod clock;
 pub mod dlq;
 pub mod error;
+pub mod failure;
 pub mod headers;
 pub mod ledger;
 pub mod metrics;
@@ -31,3 +35,4 @@ pub mod supervisor;
 pub mod trace;
 
 pub use error::{ErrorClass, TransportError};
+pub use failure::{Failure, FailureReason};

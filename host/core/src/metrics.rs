@@ -63,7 +63,8 @@ pub struct Metrics {
     /// Messages written to the dead-letter queue. Labels: route, reason.
     pub dead_lettered: CounterFamily,
     /// Messages acknowledged without being sent. Labels: route, reason
-    /// (`filtered`, `expired`, `permanent_failure`).
+    /// (`filtered`, `expired`, `permanent_failure`, `no_destination`,
+    /// `loop_detected`).
     pub dropped: CounterFamily,
     /// Messages found expired on arrival. Labels: route.
     pub expired: CounterFamily,
@@ -74,7 +75,8 @@ pub struct Metrics {
     /// Time a plugin call took (instance taken to verdict). Labels: plugin, route.
     pub plugin_call_seconds: HistogramFamily,
     /// Outbox records not stored again because the same (partition,
-    /// envelope id, binding) was pending (OutboxDuplicateSuppressed). Labels: route.
+    /// envelope id, binding, address) was pending or sent within the
+    /// route's dedup window (OutboxDuplicateSuppressed). Labels: route.
     pub outbox_duplicate_suppressed: CounterFamily,
     /// Times a route paused receiving because an outbox partition was full. Labels: route.
     pub outbox_backpressure: CounterFamily,

@@ -7,11 +7,13 @@
 //! - a record carries its address apart from the envelope, whose subject is
 //!   never touched;
 //! - [`OutboxStore::persist`] returns only once the records are durable, and
-//!   a (partition, envelope id, binding) that is already pending is not
-//!   stored twice;
+//!   a (partition, envelope id, binding, address) that is pending, or was
+//!   completed less than its dedup window ago, is not stored twice;
 //! - every guarded write (claim, complete, replay) checks the caller's lease
 //!   version: a stale one is refused with [`StoreError::StaleFencingToken`],
 //!   so two drainers can never both complete or replay a partition's records.
+
+use std::time::Duration;
 
 use async_trait::async_trait;
 use ferry_envelope::Envelope;
@@ -51,6 +53,26 @@ pub struct OutboxRecord {
     pub claimed_by: u64,
 }
 
+impl OutboxRecord {
+    /// A record as [`OutboxStore::persist`] stores `new`: sequence `seq`,
+    /// due at once, never tried or claimed.
+    pub fn stored(new: &NewRecord, seq: u64, created_ms: i64) -> Self {
+        Self {
+            seq,
+            partition: new.partition.clone(),
+            route: new.route.clone(),
+            binding: new.binding.clone(),
+            address: new.address.clone(),
+            envelope: new.envelope.clone(),
+            replay_count: 0,
+            created_ms,
+            next_attempt_ms: created_ms,
+            first_failure_ms: None,
+            claimed_by: 0,
+        }
+    }
+}
+
 /// Single-active ownership of a partition: the version grows with every
 /// acquisition, and only the newest may write.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,7 +103,8 @@ pub enum StoreError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Persisted {
     pub stored: usize,
-    /// Records skipped because the same (partition, id, binding) is pending.
+    /// Records skipped because the same (partition, id, binding, address)
+    /// is pending or was completed within its dedup window.
     pub duplicates: usize,
 }
 
@@ -108,8 +131,10 @@ pub trait OutboxStore: Send + Sync {
         now_ms: i64,
     ) -> Result<Vec<OutboxRecord>, StoreError>;
     /// Removes a record that was sent, or dead-lettered; durable when it
-    /// returns, so a crash after it does not send the record again.
-    async fn complete(&self, record: &OutboxRecord, token: &LeaseToken) -> Result<(), StoreError>;
+    /// returns, so a crash after it does not send the record again. Its
+    /// duplicate key is kept for `keep_key` more (zero: forgotten now), so a
+    /// source redelivery within that window is suppressed.
+    async fn complete(&self, record: &OutboxRecord, token: &LeaseToken, keep_key: Duration) -> Result<(), StoreError>;
     /// Puts a record back for another attempt at `next_attempt_ms`, counting
     /// the failure; returns the new replay count.
     async fn replay(&self, record: &OutboxRecord, token: &LeaseToken, next_attempt_ms: i64) -> Result<u32, StoreError>;

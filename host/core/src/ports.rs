@@ -9,12 +9,28 @@ use ferry_envelope::{Envelope, Timestamp};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::TransportError;
+use crate::{Failure, TransportError};
 
 /// One received message: the envelope and the transport's handle to settle it.
 pub struct Delivery {
     pub envelope: Envelope,
     pub handle: Box<dyn DeliveryHandle>,
+    /// Set when the receiver found the message damaged in a way a later
+    /// receive may cure (an SQS digest mismatch): the route retries it like
+    /// a transient failure and fails it with this reason once the source's
+    /// redelivery count reaches `max_replay_attempts`.
+    pub defect: Option<Failure>,
+}
+
+impl Delivery {
+    pub fn new(envelope: Envelope, handle: Box<dyn DeliveryHandle>) -> Self {
+        Self { envelope, handle, defect: None }
+    }
+
+    /// A delivery the route must not send on (see [`Delivery::defect`]).
+    pub fn damaged(envelope: Envelope, handle: Box<dyn DeliveryHandle>, defect: Failure) -> Self {
+        Self { envelope, handle, defect: Some(defect) }
+    }
 }
 
 /// Transport-native acknowledgement of one received message.
@@ -71,6 +87,22 @@ pub trait Receiver: Send + Sync {
 pub struct OutboundMessage {
     pub envelope: Envelope,
     pub address: String,
+    /// Earlier attempts to send this copy (0 on the first). Senders count
+    /// what they drop from a message (headers a transport cannot carry)
+    /// only on the first attempt, so a retry does not count it again.
+    pub attempt: u32,
+}
+
+impl OutboundMessage {
+    /// A first attempt.
+    pub fn new(envelope: Envelope, address: impl Into<String>) -> Self {
+        Self { envelope, address: address.into(), attempt: 0 }
+    }
+
+    /// Whether counters of what this copy loses should count it.
+    pub fn counts_losses(&self) -> bool {
+        self.attempt == 0
+    }
 }
 
 /// Sends messages to one transport.
@@ -101,7 +133,7 @@ pub enum ProcessError {
     /// Try again after the delay.
     Retry { after: Duration, reason: String },
     /// Never processable: dead-letter or drop per policy.
-    Reject(String),
+    Reject(Failure),
 }
 
 /// How one attempt to send a message to its bindings ended.

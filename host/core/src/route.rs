@@ -8,7 +8,7 @@
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use ferry_config::{DeliveryMode, DispatchMode, FailureAction, UnstableIdentity};
+use ferry_config::{DispatchMode, FailureAction, UnstableIdentity};
 use ferry_envelope::{Envelope, Timestamp};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
@@ -17,28 +17,18 @@ use tracing::{Instrument, debug, info, info_span, warn};
 
 use crate::TransportError;
 use crate::backoff::{Backoff, sleep_or_shutdown};
+use crate::clock::Clock;
 use crate::dlq::{DeadLetter, DeadLetterStore};
+use crate::failure::{Failure, FailureReason};
 use crate::headers::apply_ingress_rules;
 use crate::metrics::Metrics;
-use crate::ports::{
-    Delivery, DeliveryHandle, OutboundMessage, ProcessError, Receiver, SendOutcome, SharedHeaderMapper,
-    SharedProcessor, SharedSender, Verdict,
-};
+use crate::ports::{Delivery, DeliveryHandle, ProcessError, Receiver, SendOutcome, SharedProcessor, Verdict};
 use crate::trace::DeliveryTrace;
 
+mod binding;
 mod outbox;
+pub use binding::{Binding, SendContext, Sent};
 pub use outbox::{Outbox, partition_of};
-
-/// A concrete destination: a sender and the address to use with it.
-#[derive(Clone)]
-pub struct Binding {
-    pub id: String,
-    pub sender: SharedSender,
-    /// Transport destination (may be a template the sender expands).
-    pub address: String,
-    /// Runs on each outbound copy for this binding before it is sent.
-    pub header_mapper: Option<SharedHeaderMapper>,
-}
 
 /// A route's processor chain. A hot reload swaps in a new chain for new
 /// deliveries; each delivery keeps the chain it started with, so in-flight
@@ -80,7 +70,12 @@ pub struct RoutePolicy {
     /// is treated as permanently failed.
     pub max_replay_attempts: u32,
     pub trust_bridge_headers: bool,
-    pub delivery_mode: DeliveryMode,
+    /// Trusted routes: a message that arrives having crossed this many
+    /// bridges already is dropped as a loop (`loop_detected`).
+    pub max_hops: u32,
+    /// `shared_outbox`: how long a sent record's duplicate key is kept, so
+    /// a source redelivery after the send is suppressed too.
+    pub dedup_window: Duration,
     /// `shared_outbox`: a binding's partition holding this many records
     /// stops the route from taking deliveries until it drains.
     pub max_outbox_depth: usize,
@@ -100,7 +95,8 @@ impl RoutePolicy {
             on_permanent_failure: c.on_permanent_failure,
             max_replay_attempts: c.max_replay_attempts,
             trust_bridge_headers: c.trust_bridge_headers,
-            delivery_mode: c.delivery_mode,
+            max_hops: c.max_hops,
+            dedup_window: Duration::from_secs(c.dedup_window_secs),
             max_outbox_depth: c.max_outbox_depth,
             unstable_identity: c.unstable_identity,
         }
@@ -117,18 +113,38 @@ pub struct Route {
     pub bindings: Vec<Binding>,
     pub policy: RoutePolicy,
     pub dlq: Arc<dyn DeadLetterStore>,
-    /// The outbox, for `shared_outbox` routes.
-    pub outbox: Option<Outbox>,
+    pub mode: Mode,
     pub metrics: Metrics,
+    /// Where the route reads the time (expiry, retry schedules).
+    pub clock: Clock,
+}
+
+/// How a route delivers (`delivery_mode`); the route dispatches on it.
+#[derive(Clone)]
+pub enum Mode {
+    /// The source message is held until every binding accepted its copy.
+    DirectHold,
+    /// The copies are made durable in the outbox, then the source is
+    /// acknowledged; drainers send them.
+    SharedOutbox(Outbox),
+}
+
+/// A message, or one binding's copy of it, that failed for good.
+struct Failed {
+    envelope: Envelope,
+    /// The binding and address, when the failure was at a binding.
+    at: Option<(String, String)>,
+    failure: Failure,
+    action: FailureAction,
+    attempts: u32,
+    first_failure: Timestamp,
 }
 
 /// A send that failed for good at one binding.
 struct BindingFailure {
     binding: String,
     address: String,
-    /// Short reason code for the DLQ and metrics.
-    code: &'static str,
-    detail: String,
+    failure: Failure,
     action: FailureAction,
 }
 
@@ -170,6 +186,15 @@ struct Plan {
     address: String,
 }
 
+/// What every step of one delivery needs beside the message.
+struct Attempt<'a> {
+    handle: &'a dyn DeliveryHandle,
+    trace: &'a DeliveryTrace,
+    /// When the route first saw the message.
+    first_seen: Timestamp,
+    shutdown: &'a CancellationToken,
+}
+
 impl Route {
     /// Runs the route until `shutdown` fires, then stops taking deliveries,
     /// lets in-flight ones finish (or releases them unacknowledged if they
@@ -186,7 +211,7 @@ impl Route {
         let running = self.metrics.route_running.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).clone();
         let drainers_stop = CancellationToken::new();
         let mut drainers = JoinSet::new();
-        if let Some(outbox) = self.outbox.clone() {
+        if let Mode::SharedOutbox(outbox) = &self.mode {
             for index in 0..self.bindings.len() {
                 drainers.spawn(self.clone().drain(outbox.clone(), index, drainers_stop.clone()));
             }
@@ -247,7 +272,7 @@ impl Route {
 
     /// Handles one delivery from arrival to ack or release.
     pub async fn handle(&self, delivery: Delivery, shutdown: &CancellationToken) {
-        let Delivery { mut envelope, handle } = delivery;
+        let Delivery { mut envelope, handle, defect } = delivery;
         let span = info_span!(
             "delivery",
             route = %self.id,
@@ -262,8 +287,24 @@ impl Route {
         gauge.inc();
         let arrived = std::time::Instant::now();
         async {
-            apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
-            let settle = self.decide(envelope, handle.as_ref(), &trace, shutdown).await;
+            let hops = apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
+            let attempt = Attempt { handle: handle.as_ref(), trace: &trace, first_seen: self.clock.now(), shutdown };
+            let settle = if hops > self.policy.max_hops {
+                warn!(
+                    hops,
+                    max_hops = self.policy.max_hops,
+                    "message crossed more bridges than max_hops; dropped as a loop"
+                );
+                Metrics::inc(
+                    &self.metrics.dropped,
+                    &[("route", route), ("reason", FailureReason::LoopDetected.as_str())],
+                );
+                Settle::Ack
+            } else if let Some(defect) = defect {
+                self.refuse_damaged(envelope, defect, &attempt).await
+            } else {
+                self.decide(envelope, &attempt).await
+            };
             let outcome = settle.name();
             self.settle(handle, settle).await;
             self.mark_progress();
@@ -281,33 +322,51 @@ impl Route {
 
     /// Records that the route moved (see `ferry_route_last_progress_seconds`).
     fn mark_progress(&self) {
-        let now = Timestamp::now().as_millis() as f64 / 1000.0;
+        let now = Timestamp::now().as_millis() as f64 / 1000.0; // wall time, for the metric
         self.metrics.route_last_progress.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).set(now);
     }
 
-    async fn decide(
-        &self,
-        envelope: Envelope,
-        handle: &dyn DeliveryHandle,
-        trace: &DeliveryTrace,
-        shutdown: &CancellationToken,
-    ) -> Settle {
+    /// The labels, metrics and trace a binding's send needs.
+    fn send_context<'a>(&'a self, trace: &'a DeliveryTrace) -> SendContext<'a> {
+        SendContext { route: &self.id, metrics: &self.metrics, trace }
+    }
+
+    /// A message the receiver found damaged (see [`Delivery::defect`]): given
+    /// back to the source with the route's backoff until its redelivery
+    /// count reaches `max_replay_attempts`, then failed for good with the
+    /// defect as its reason. It is never sent on.
+    async fn refuse_damaged(&self, envelope: Envelope, defect: Failure, at: &Attempt<'_>) -> Settle {
+        Metrics::inc(&self.metrics.retried, &[("route", &self.id), ("reason", defect.reason.as_str())]);
+        let count = at.handle.redelivery_count().unwrap_or(0);
+        if count < self.policy.max_replay_attempts {
+            let after = self.policy.backoff.delay(count);
+            debug!(%defect, count, ?after, "damaged message given back to the source");
+            return Settle::Release { after, reason: defect.to_string() };
+        }
+        let failed = Failed {
+            envelope,
+            at: None,
+            failure: defect,
+            action: self.policy.on_permanent_failure,
+            attempts: count.saturating_add(1),
+            first_failure: at.first_seen,
+        };
+        self.fail_permanently(failed, at.shutdown).await
+    }
+
+    async fn decide(&self, envelope: Envelope, at: &Attempt<'_>) -> Settle {
         let route = self.id.as_str();
-        let first_seen = Timestamp::now();
-        if envelope.is_expired_at(first_seen) {
+        if envelope.is_expired_at(at.first_seen) {
             Metrics::inc(&self.metrics.expired, &[("route", route)]);
-            return self
-                .fail_permanently(
-                    envelope,
-                    None,
-                    self.policy.on_expired,
-                    "expired",
-                    "message expired before delivery",
-                    1,
-                    first_seen,
-                    shutdown,
-                )
-                .await;
+            let failed = Failed {
+                envelope,
+                at: None,
+                failure: Failure::new(FailureReason::Expired, "message expired before delivery"),
+                action: self.policy.on_expired,
+                attempts: 1,
+                first_failure: at.first_seen,
+            };
+            return self.fail_permanently(failed, at.shutdown).await;
         }
 
         // The chain runs again from the ingress copy after a retry request.
@@ -321,25 +380,21 @@ impl Route {
                     Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "filtered")]);
                     return Settle::Ack;
                 }
-                Err((env, ProcessError::Reject(reason))) => {
-                    let (code, detail) = split_reason(&reason);
-                    return self
-                        .fail_permanently(
-                            env,
-                            None,
-                            self.policy.on_permanent_failure,
-                            code,
-                            detail,
-                            attempt + 1,
-                            first_seen,
-                            shutdown,
-                        )
-                        .await;
+                Err((env, ProcessError::Reject(failure))) => {
+                    let failed = Failed {
+                        envelope: env,
+                        at: None,
+                        failure,
+                        action: self.policy.on_permanent_failure,
+                        attempts: attempt + 1,
+                        first_failure: at.first_seen,
+                    };
+                    return self.fail_permanently(failed, at.shutdown).await;
                 }
                 Err((env, ProcessError::Retry { after, reason })) => {
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
                     debug!(%reason, ?after, "processor asked for a retry");
-                    if let Some(settle) = self.retry_later(&env, handle, after, &reason, first_seen, shutdown).await {
+                    if let Some(settle) = self.retry_later(&env, after, &reason, at).await {
                         return settle;
                     }
                     attempt = attempt.saturating_add(1);
@@ -352,109 +407,55 @@ impl Route {
             Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
             return Settle::Ack;
         }
-        if let Some(outbox) = &self.outbox {
-            // Only a settling processor needs the message after it is
-            // persisted: copy it for them alone.
-            let settling = chain.iter().any(|p| p.settles()).then(|| envelope.clone());
-            let settle = self.persist(outbox, envelope, plans, handle, trace, first_seen, shutdown).await;
-            if let (Some(envelope), Settle::Ack) = (&settling, &settle) {
-                tell_settled(&chain, envelope, &SendOutcome::Delivered).await;
-            }
-            return settle;
-        }
-        self.dispatch(&chain, envelope, plans, handle, trace, first_seen, shutdown).await
-    }
-
-    /// The copy for `binding` as its header mapper leaves it, and the
-    /// address to send it to.
-    async fn map_copy(
-        &self,
-        binding: &Binding,
-        envelope: Envelope,
-        address: &str,
-    ) -> Result<(Envelope, String), ProcessError> {
-        let Some(mapper) = &binding.header_mapper else { return Ok((envelope, address.to_owned())) };
-        match mapper.map(envelope, &binding.id, address).await {
-            (env, Ok(None)) => Ok((env, address.to_owned())),
-            (env, Ok(Some(chosen))) => Ok((env, chosen)),
-            (_, Err(e)) => Err(e),
+        match &self.mode {
+            // Settling processors hear each send's outcome from the drainer.
+            Mode::SharedOutbox(outbox) => self.persist(outbox, envelope, plans, at).await,
+            Mode::DirectHold => self.dispatch(&chain, envelope, plans, at).await,
         }
     }
 
     /// Sends to every planned binding, retrying transient failures, and
     /// dead-letters (or drops) the bindings that failed for good.
-    #[allow(clippy::too_many_arguments)]
     async fn dispatch(
         &self,
         chain: &[SharedProcessor],
         envelope: Envelope,
         mut pending: Vec<Plan>,
-        handle: &dyn DeliveryHandle,
-        trace: &DeliveryTrace,
-        first_seen: Timestamp,
-        shutdown: &CancellationToken,
+        at: &Attempt<'_>,
     ) -> Settle {
         let route = self.id.as_str();
         let planned = pending.len();
         let mut failures = Vec::new();
         let mut attempt: u32 = 0;
+        let cx = self.send_context(at.trace);
+        // Attempts before this delivery (a source's redeliveries) count too.
+        let earlier = at.handle.redelivery_count().unwrap_or(0);
         loop {
             let mut still_pending = Vec::new();
             let mut last_error = String::new();
             let failed_before = failures.len();
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
-                let (mut outbound, address) = match self.map_copy(binding, envelope.clone(), &plan.address).await {
-                    Ok(mapped) => mapped,
-                    Err(ProcessError::Retry { reason, .. }) => {
-                        warn!(binding = %binding.id, %reason, "header mapper asked for a retry");
+                match binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(attempt)).await {
+                    Sent::Accepted => {}
+                    Sent::Unavailable(reason) | Sent::Transient { reason, .. } => {
+                        warn!(binding = %binding.id, address = %plan.address, error = %reason, attempt, "send failed, will retry");
                         last_error = reason;
                         still_pending.push(plan);
-                        continue;
                     }
-                    Err(ProcessError::Reject(reason)) => {
-                        warn!(binding = %binding.id, %reason, "header mapper refused the message");
+                    Sent::Failed(failure) => {
+                        warn!(binding = %binding.id, address = %plan.address, %failure, "send failed permanently");
                         failures.push(BindingFailure {
                             binding: binding.id.clone(),
                             address: plan.address,
-                            code: "header_mapper",
-                            detail: reason,
-                            action: self.policy.on_permanent_failure,
-                        });
-                        continue;
-                    }
-                };
-                let send_trace = trace.send(&binding.id, &address, &mut outbound);
-                let result = binding.sender.send(OutboundMessage { envelope: outbound, address }).await;
-                send_trace.end(result.as_ref().err());
-                match result {
-                    Ok(()) => {
-                        Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]);
-                        let age_ms = Timestamp::now().as_millis().saturating_sub(envelope.created_at.as_millis());
-                        self.metrics
-                            .age_at_egress
-                            .get_or_create(&crate::metrics::labels(&[("route", route), ("binding", &binding.id)]))
-                            .observe(age_ms.max(0) as f64 / 1000.0);
-                    }
-                    Err(error) if error.is_transient() => {
-                        warn!(binding = %binding.id, address = %plan.address, %error, attempt, "send failed, will retry");
-                        last_error = error.reason;
-                        still_pending.push(plan);
-                    }
-                    Err(error) => {
-                        warn!(binding = %binding.id, address = %plan.address, %error, "send failed permanently");
-                        failures.push(BindingFailure {
-                            binding: binding.id.clone(),
-                            address: plan.address,
-                            code: "send_rejected",
-                            detail: error.reason,
+                            failure,
                             action: self.policy.on_permanent_failure,
                         });
                     }
                 }
             }
             let outcome = if let Some(f) = failures.get(failed_before) {
-                SendOutcome::Rejected(f.detail.clone())
+                SendOutcome::Rejected(f.failure.detail.clone())
             } else if !still_pending.is_empty() {
                 SendOutcome::Failed(last_error.clone())
             } else {
@@ -466,32 +467,33 @@ impl Route {
             }
             Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
             let delay = self.policy.backoff.delay(attempt);
-            match self.source_retry(&envelope, handle, delay, &last_error) {
+            match self.source_retry(&envelope, at.handle, delay, &last_error) {
                 SourceRetry::Release(settle) => return settle,
                 SourceRetry::Unstable => {
-                    let detail = format!("{UNSTABLE_IDENTITY}: {last_error}");
-                    let action = self.policy.on_permanent_failure;
-                    failures.extend(self.fail_all(still_pending, "unstable_identity", &detail, action));
+                    let failure =
+                        Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {last_error}"));
+                    failures.extend(self.fail_all(still_pending, &failure, self.policy.on_permanent_failure));
                     break;
                 }
                 SourceRetry::Exhausted(count) => {
                     let detail = format!("delivered {} times without success: {last_error}", count + 1);
-                    let action = self.policy.on_permanent_failure;
-                    failures.extend(self.fail_all(still_pending, "replay_exhausted", &detail, action));
+                    let failure = Failure::new(FailureReason::ReplayExhausted, detail);
+                    failures.extend(self.fail_all(still_pending, &failure, self.policy.on_permanent_failure));
                     break;
                 }
                 SourceRetry::Hold => {}
             }
-            if !sleep_or_shutdown(delay, shutdown).await {
+            if !sleep_or_shutdown(delay, at.shutdown).await {
                 return Settle::Release { after: delay, reason: last_error };
             }
             attempt = attempt.saturating_add(1);
-            if envelope.is_expired_at(Timestamp::now()) {
+            if envelope.is_expired_at(self.clock.now()) {
                 // Stale data is not delivered late: what is still pending
                 // follows on_expired, like a message that arrived expired.
                 Metrics::inc(&self.metrics.expired, &[("route", route)]);
                 let detail = format!("message expired while waiting to retry: {last_error}");
-                failures.extend(self.fail_all(still_pending, "expired", &detail, self.policy.on_expired));
+                let failure = Failure::new(FailureReason::Expired, detail);
+                failures.extend(self.fail_all(still_pending, &failure, self.policy.on_expired));
                 break;
             }
             pending = still_pending;
@@ -501,19 +503,16 @@ impl Route {
         // and it was dropped, not kept in the DLQ.
         let every_binding_failed = failures.len() == planned;
         let mut settle = Settle::Ack;
-        for failure in failures {
-            let outcome = self
-                .fail_permanently(
-                    envelope.clone(),
-                    Some((failure.binding, failure.address)),
-                    failure.action,
-                    failure.code,
-                    &failure.detail,
-                    attempt + 1,
-                    first_seen,
-                    shutdown,
-                )
-                .await;
+        for f in failures {
+            let failed = Failed {
+                envelope: envelope.clone(),
+                at: Some((f.binding, f.address)),
+                failure: f.failure,
+                action: f.action,
+                attempts: attempt + 1,
+                first_failure: at.first_seen,
+            };
+            let outcome = self.fail_permanently(failed, at.shutdown).await;
             match outcome {
                 Settle::Release { .. } => settle = outcome,
                 Settle::Reject(_) if every_binding_failed && matches!(settle, Settle::Ack) => settle = outcome,
@@ -524,20 +523,13 @@ impl Route {
     }
 
     /// The same failure for every plan still pending.
-    fn fail_all(
-        &self,
-        pending: Vec<Plan>,
-        code: &'static str,
-        detail: &str,
-        action: FailureAction,
-    ) -> Vec<BindingFailure> {
+    fn fail_all(&self, pending: Vec<Plan>, failure: &Failure, action: FailureAction) -> Vec<BindingFailure> {
         pending
             .into_iter()
             .map(|plan| BindingFailure {
                 binding: self.bindings[plan.binding].id.clone(),
                 address: plan.address,
-                code,
-                detail: detail.to_owned(),
+                failure: failure.clone(),
                 action,
             })
             .collect()
@@ -549,54 +541,32 @@ impl Route {
     async fn retry_later(
         &self,
         envelope: &Envelope,
-        handle: &dyn DeliveryHandle,
         delay: Duration,
         reason: &str,
-        first_seen: Timestamp,
-        shutdown: &CancellationToken,
+        at: &Attempt<'_>,
     ) -> Option<Settle> {
-        match self.source_retry(envelope, handle, delay, reason) {
+        let (failure, attempts) = match self.source_retry(envelope, at.handle, delay, reason) {
             SourceRetry::Release(settle) => return Some(settle),
             SourceRetry::Unstable => {
-                let action = self.policy.on_permanent_failure;
-                let detail = format!("{UNSTABLE_IDENTITY}: {reason}");
-                let settle = self
-                    .fail_permanently(
-                        envelope.clone(),
-                        None,
-                        action,
-                        "unstable_identity",
-                        &detail,
-                        1,
-                        first_seen,
-                        shutdown,
-                    )
-                    .await;
-                return Some(settle);
+                (Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {reason}")), 1)
             }
-            SourceRetry::Exhausted(count) => {
-                let action = self.policy.on_permanent_failure;
-                let settle = self
-                    .fail_permanently(
-                        envelope.clone(),
-                        None,
-                        action,
-                        "replay_exhausted",
-                        reason,
-                        count + 1,
-                        first_seen,
-                        shutdown,
-                    )
-                    .await;
-                return Some(settle);
+            SourceRetry::Exhausted(count) => (Failure::new(FailureReason::ReplayExhausted, reason), count + 1),
+            SourceRetry::Hold => {
+                if sleep_or_shutdown(delay, at.shutdown).await {
+                    return None;
+                }
+                return Some(Settle::Release { after: delay, reason: reason.to_owned() });
             }
-            SourceRetry::Hold => {}
-        }
-        if sleep_or_shutdown(delay, shutdown).await {
-            None
-        } else {
-            Some(Settle::Release { after: delay, reason: reason.to_owned() })
-        }
+        };
+        let failed = Failed {
+            envelope: envelope.clone(),
+            at: None,
+            failure,
+            action: self.policy.on_permanent_failure,
+            attempts,
+            first_failure: at.first_seen,
+        };
+        Some(self.fail_permanently(failed, at.shutdown).await)
     }
 
     /// How a transient failure is retried. Sources that redeliver with a
@@ -625,47 +595,38 @@ impl Route {
         }
     }
 
-    /// Dead-letters or drops a message per `action`. A dead letter that
+    /// Dead-letters or drops a message per its action. A dead letter that
     /// cannot be stored is retried; if the route stops meanwhile the source
     /// message is released, never acknowledged.
-    #[allow(clippy::too_many_arguments)]
-    async fn fail_permanently(
-        &self,
-        envelope: Envelope,
-        binding: Option<(String, String)>,
-        action: FailureAction,
-        reason: &str,
-        detail: &str,
-        attempts: u32,
-        first_failure: Timestamp,
-        shutdown: &CancellationToken,
-    ) -> Settle {
+    async fn fail_permanently(&self, failed: Failed, shutdown: &CancellationToken) -> Settle {
         let route = self.id.as_str();
+        let Failed { envelope, at, failure, action, attempts, first_failure } = failed;
+        let reason = failure.reason.as_str();
         match action {
             FailureAction::Drop => {
-                warn!(%reason, %detail, "message dropped");
-                let label = if reason == "expired" { "expired" } else { "permanent_failure" };
+                warn!(reason, detail = %failure.detail, "message dropped");
+                let label = if failure.reason == FailureReason::Expired { "expired" } else { "permanent_failure" };
                 Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
-                Settle::Reject(format!("{reason}: {detail}"))
+                Settle::Reject(failure.to_string())
             }
             FailureAction::Dlq => {
-                let (binding, address) = binding.unzip();
+                let (binding, address) = at.unzip();
                 let entry = DeadLetter {
                     route: self.id.clone(),
                     binding,
                     address,
-                    reason: reason.to_owned(),
-                    detail: detail.to_owned(),
+                    reason: failure.reason,
+                    detail: failure.detail,
                     attempts,
                     first_failure,
-                    last_failure: Timestamp::now(),
+                    last_failure: self.clock.now(),
                     envelope,
                 };
                 let mut attempt = 0;
                 loop {
                     match self.dlq.put(entry.clone()).await {
                         Ok(()) => {
-                            warn!(%reason, %detail, "message dead-lettered");
+                            warn!(reason, detail = %entry.detail, "message dead-lettered");
                             Metrics::inc(&self.metrics.dead_lettered, &[("route", route), ("reason", reason)]);
                             return Settle::Ack;
                         }
@@ -722,16 +683,23 @@ impl Route {
         Ok(ChainOutcome::Continue(env, routed))
     }
 
+    /// One plan per chosen binding and address. A processor's route verdict
+    /// replaces the bindings' own addresses; the same address named twice
+    /// is one plan.
     fn plan(&self, routed: Option<Vec<String>>) -> Vec<Plan> {
         let chosen = match self.policy.dispatch_mode {
             DispatchMode::Single => 0..self.bindings.len().min(1),
             DispatchMode::FanOut => 0..self.bindings.len(),
         };
-        let mut plans = Vec::new();
+        let mut plans: Vec<Plan> = Vec::new();
         for binding in chosen {
             match &routed {
                 Some(addresses) => {
-                    plans.extend(addresses.iter().map(|a| Plan { binding, address: a.clone() }));
+                    for address in addresses {
+                        if !plans.iter().any(|p| p.binding == binding && p.address == *address) {
+                            plans.push(Plan { binding, address: address.clone() });
+                        }
+                    }
                 }
                 None => plans.push(Plan { binding, address: self.bindings[binding].address.clone() }),
             }
@@ -754,17 +722,5 @@ enum ChainOutcome {
     Dropped(String),
 }
 
-/// Splits `code: detail` reasons (as the plugin host reports traps) into a
-/// short code for metrics and the full text.
-fn split_reason(reason: &str) -> (&str, &str) {
-    match reason.split_once(": ") {
-        Some((code, _)) if !code.is_empty() && code.chars().all(|c| c.is_ascii_lowercase() || c == '_') => {
-            (code, reason)
-        }
-        _ => ("rejected", reason),
-    }
-}
-
-/// Sleeps; false when shutdown came first.
 #[cfg(test)]
 mod tests;

@@ -95,6 +95,32 @@ impl DeliveryTrace {
     }
 
     /// Ends the span with the delivery's outcome (`ack`, `reject`, `release`).
+    /// The context a stored copy resumes from: the trace context in its
+    /// headers (an outbox record or a dead letter carries the delivery's),
+    /// without a span of its own. Sends under it are children of the
+    /// delivery that stored the copy.
+    pub fn resume(envelope: &Envelope) -> Self {
+        if TRACER.get().is_none() {
+            return Self { cx: None };
+        }
+        let parent = TraceContextPropagator::new().extract(&HeaderExtractor::new(envelope));
+        if !parent.span().span_context().is_valid() {
+            return Self { cx: None };
+        }
+        Self { cx: Some(parent) }
+    }
+
+    /// Writes this delivery's context into a copy that is stored to be sent
+    /// later (an outbox record), so the send is part of this trace.
+    pub fn inject(&self, stored: &mut Envelope) {
+        let Some(cx) = &self.cx else { return };
+        let mut injector = HeaderInjector { envelope: stored, state_written: false };
+        TraceContextPropagator::new().inject_context(cx, &mut injector);
+        if !injector.state_written {
+            stored.headers.remove(TRACESTATE);
+        }
+    }
+
     pub fn end(self, outcome: &str) {
         if let Some(cx) = self.cx {
             let span = cx.span();

@@ -38,14 +38,15 @@ pub struct Readiness {
 pub type SharedReadiness = Arc<RwLock<Readiness>>;
 
 /// What the dead-letter endpoints work on: the daemon's open store and its
-/// current config (replays go through the config's routes and senders).
+/// current config (replays go through the running routes' bindings).
 #[derive(Clone)]
 pub struct StoreAccess {
     pub store: Arc<RedbStore>,
     pub config: Arc<RwLock<Config>>,
-    /// The running senders by name: replays use them rather than opening
+    /// The running routes' bindings: a replay sends through them (header
+    /// mapper, sender, span and metrics of a first send), not through
     /// second connections under the same client ids.
-    pub senders: Arc<RwLock<std::collections::BTreeMap<String, Arc<dyn ferry_core::ports::Sender>>>>,
+    pub bindings: Arc<RwLock<crate::wiring::RouteBindings>>,
 }
 
 #[derive(Clone)]
@@ -178,13 +179,15 @@ async fn dlq_replay(State(state): State<AdminState>, RawQuery(query): RawQuery) 
         Ok(c) => c.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
     };
-    let senders = match state.store.senders.read() {
+    let bindings = match state.store.bindings.read() {
         Ok(s) => s.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
     };
     info!(?ids, route = ?p.get("route"), dry_run, "dead-letter replay requested");
     let route = p.get("route").map(String::as_str);
-    match crate::dlq::replay_entries(&config, &state.store.store, &ids, route, dry_run, Some(senders)).await {
+    match crate::dlq::replay_entries(&config, &state.store.store, &ids, route, dry_run, Some(bindings), &state.metrics)
+        .await
+    {
         Ok(report) => json(StatusCode::OK, &report),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }

@@ -3,20 +3,21 @@
 //! store's file is locked by it) they ask the daemon's admin server, which runs the same
 //! operations here on its open store.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
 use ferry_config::{Config, DispatchMode};
+use ferry_core::metrics::Metrics;
 use ferry_core::outbox::OutboxStore as _;
-use ferry_core::ports::{OutboundMessage, Sender};
-use ferry_envelope::{Timestamp, names};
+use ferry_core::route::{Binding, SendContext, Sent};
+use ferry_core::trace::DeliveryTrace;
+use ferry_envelope::{Envelope, Timestamp, names};
 use ferry_store::{OpenError, RedbStore, StoreOptions, StoredDeadLetter};
 use serde::{Deserialize, Serialize};
 
-use crate::wiring::{start_sender, store_dir};
+use crate::wiring::{RouteBindings, StandaloneBindings, store_dir};
 
 /// How long a replay waits for a sender to connect.
 const CONNECT_WAIT: Duration = Duration::from_secs(15);
@@ -147,21 +148,23 @@ pub async fn stats(store: &RedbStore) -> Result<StatsReport, String> {
 /// Sends each selected entry again through its route's binding (the one
 /// that failed, or the route's bindings when the failure was before
 /// dispatch) with a fresh id and `x-bridge.causation-id` naming the
-/// original; an entry every send accepted is removed. A running daemon
-/// passes its own senders (`running`); otherwise senders are started here
-/// and closed at the end.
+/// original; an entry every send accepted is removed. The send is the
+/// binding's own ([`Binding::deliver`]): its header mapper, address, span
+/// and metrics, as at a first send. A running daemon passes its routes'
+/// bindings (`running`); otherwise they are built here from the config and
+/// their senders closed at the end.
 pub async fn replay_entries(
     config: &Config,
     store: &RedbStore,
     ids: &[u64],
     route: Option<&str>,
     dry_run: bool,
-    running: Option<BTreeMap<String, Arc<dyn Sender>>>,
+    running: Option<RouteBindings>,
+    metrics: &Metrics,
 ) -> Result<ReplayReport, String> {
     let chosen = select(store, ids, route).await?;
-    let metrics = ferry_core::metrics::Metrics::new();
-    let borrowed = running.is_some();
-    let mut senders: BTreeMap<String, Arc<dyn Sender>> = running.unwrap_or_default();
+    let mut standalone = running.is_none().then(|| StandaloneBindings::new(config, metrics.clone()));
+    let mut routes: RouteBindings = running.unwrap_or_default();
     let mut report = ReplayReport::default();
     for StoredDeadLetter { id, entry } in chosen {
         let Some(route) = config.routes.iter().find(|r| r.id == entry.route) else {
@@ -169,12 +172,29 @@ pub async fn replay_entries(
             report.failed += 1;
             continue;
         };
-        let bindings: Vec<_> = match &entry.binding {
+        if !routes.contains_key(&route.id) {
+            let built = match standalone.as_mut() {
+                Some(s) if !dry_run => s.route(&route.id).map_err(|e| e.to_string()),
+                _ if dry_run => Ok(Vec::new()),
+                _ => Err(format!("route {:?} is not running", route.id)),
+            };
+            match built {
+                Ok(b) => {
+                    routes.insert(route.id.clone(), b);
+                }
+                Err(e) => {
+                    report.lines.push(format!("{id}: {e}; kept"));
+                    report.failed += 1;
+                    continue;
+                }
+            }
+        }
+        let wanted: Vec<&ferry_config::BindingConfig> = match &entry.binding {
             Some(b) => route.bindings.iter().filter(|x| x.id() == b).collect(),
             None if route.dispatch_mode == DispatchMode::Single => route.bindings.iter().take(1).collect(),
             None => route.bindings.iter().collect(),
         };
-        if bindings.is_empty() {
+        if wanted.is_empty() {
             report.lines.push(format!("{id}: binding {:?} is not in route {:?}; kept", entry.binding, route.id));
             report.failed += 1;
             continue;
@@ -183,47 +203,38 @@ pub async fn replay_entries(
         envelope.id = uuid::Uuid::new_v4().to_string();
         envelope.set_header(names::CAUSATION_ID, entry.envelope.id.clone());
         let mut all_sent = true;
-        for binding in bindings {
-            let address = entry.address.clone().unwrap_or_else(|| binding.address.clone());
+        for wanted in wanted {
+            let address = entry.address.clone().unwrap_or_else(|| wanted.address.clone());
             if dry_run {
                 report.lines.push(format!(
                     "{id}: would send {} to {} ({address:?}) as {}",
                     entry.envelope.id,
-                    binding.id(),
+                    wanted.id(),
                     envelope.id
                 ));
                 continue;
             }
-            let sender = match senders.get(&binding.sender) {
-                Some(s) => s.clone(),
-                None => {
-                    let started = config
-                        .senders
-                        .get(&binding.sender)
-                        .ok_or_else(|| format!("sender {:?} is not in the config", binding.sender))
-                        .and_then(|cfg| start_sender(&binding.sender, cfg, &metrics).map_err(|e| e.to_string()));
-                    match started {
-                        Ok(s) => {
-                            senders.insert(binding.sender.clone(), s.clone());
-                            s
-                        }
-                        Err(e) => {
-                            report.lines.push(format!("{id}: {e}; kept"));
-                            all_sent = false;
-                            continue;
-                        }
-                    }
-                }
+            let Some(binding) = routes.get(&route.id).and_then(|b| b.iter().find(|b| b.id == wanted.id())) else {
+                report.lines.push(format!(
+                    "{id}: binding {:?} of route {:?} is not running; kept",
+                    wanted.id(),
+                    route.id
+                ));
+                all_sent = false;
+                continue;
             };
-            match send_when_connected(sender.as_ref(), OutboundMessage { envelope: envelope.clone(), address }).await {
-                Ok(()) => report.lines.push(format!(
-                    "{id}: sent {} to {} as {}",
-                    entry.envelope.id,
-                    binding.id(),
-                    envelope.id
-                )),
-                Err(e) => {
-                    report.lines.push(format!("{id}: {} refused: {e}; kept", binding.id()));
+            let trace = DeliveryTrace::resume(&envelope);
+            let cx = SendContext { route: &route.id, metrics, trace: &trace };
+            match deliver_when_connected(binding, cx, &envelope, &address).await {
+                Sent::Accepted => {
+                    report.lines.push(format!("{id}: sent {} to {} as {}", entry.envelope.id, binding.id, envelope.id))
+                }
+                Sent::Unavailable(e) | Sent::Transient { reason: e, .. } => {
+                    report.lines.push(format!("{id}: {} failed: {e}; kept", binding.id));
+                    all_sent = false;
+                }
+                Sent::Failed(f) => {
+                    report.lines.push(format!("{id}: {} refused: {f}; kept", binding.id));
                     all_sent = false;
                 }
             }
@@ -240,21 +251,21 @@ pub async fn replay_entries(
             report.failed += 1;
         }
     }
-    if !borrowed {
-        for sender in senders.values() {
+    if let Some(standalone) = standalone {
+        for sender in standalone.senders.values() {
             sender.close().await;
         }
     }
     Ok(report)
 }
 
-/// Sends once the sender has a connection (a fresh client is still
-/// connecting), giving up after [`CONNECT_WAIT`].
-async fn send_when_connected(sender: &dyn Sender, msg: OutboundMessage) -> Result<(), ferry_core::TransportError> {
+/// Delivers once the binding's sender has a connection (a fresh client is
+/// still connecting), giving up after [`CONNECT_WAIT`].
+async fn deliver_when_connected(binding: &Binding, cx: SendContext<'_>, envelope: &Envelope, address: &str) -> Sent {
     let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
     loop {
-        match sender.send(msg.clone()).await {
-            Err(e) if e.is_unavailable() && tokio::time::Instant::now() < deadline => {
+        match binding.deliver(cx, envelope.clone(), address, 0).await {
+            Sent::Unavailable(_) if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other,
@@ -380,13 +391,15 @@ pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
 /// `ferry dlq replay`: see [`replay_entries`].
 pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool) -> ExitCode {
     let report: ReplayReport = match open(path) {
-        Ok(Access::Local(config, store)) => match replay_entries(&config, &store, ids, route, dry_run, None).await {
-            Ok(r) => r,
-            Err(e) => {
-                eprintln!("{e}");
-                return ExitCode::from(2);
+        Ok(Access::Local(config, store)) => {
+            match replay_entries(&config, &store, ids, route, dry_run, None, &Metrics::new()).await {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
             }
-        },
+        }
         Ok(Access::Remote(base)) => {
             let q = query(&[
                 ("ids", join_ids(ids)),

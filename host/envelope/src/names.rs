@@ -49,6 +49,14 @@ pub fn is_reserved(name: &str) -> bool {
     name.starts_with(RESERVED_PREFIX)
 }
 
+/// Whether a receiving adapter derives this header from the wire itself
+/// (see [`ADAPTER_DERIVED`]): it never copies a publisher's header of
+/// this name. Every other `x-bridge.*` header a publisher sent is handed to
+/// the route, whose header rules alone decide whether it stays.
+pub fn is_adapter_derived(name: &str) -> bool {
+    ADAPTER_DERIVED.contains(&name)
+}
+
 /// Whether a header is private bookkeeping (see [`PRIVATE`]).
 pub fn is_private(name: &str) -> bool {
     PRIVATE.contains(&name)

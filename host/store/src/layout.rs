@@ -4,12 +4,18 @@
 //! | --- | --- | --- |
 //! | `meta` | `"format"`, `"next_seq"` | `u64` |
 //! | `records` | `(partition, seq)` | MessagePack [`OutboxRecord`](ferry_core::outbox::OutboxRecord) |
-//! | `dedup` | `(partition, envelope id, binding)` | seq of the pending record |
+//! | `dedup_keys` | `(partition, envelope id, binding, address)` | kept until (ms; `i64::MAX` while pending) |
+//! | `dedup_expiry` | `(kept until, partition, envelope id, binding, address)` | `()` |
 //! | `leases` | partition | MessagePack [`LeaseToken`](ferry_core::outbox::LeaseToken) |
 //! | `dead_letters` | id | MessagePack [`DeadLetter`](ferry_core::dlq::DeadLetter) |
 //!
 //! Records and dead letters share one sequence (`next_seq`), so every id
 //! the store hands out is unique and grows with time.
+//!
+//! A duplicate key is held while its record is pending and, once the record
+//! completes, for the route's `dedup_window_secs`; `dedup_expiry` orders the
+//! completed keys by the time they may go, so the writer removes expired
+//! ones without scanning the rest.
 
 use ferry_core::outbox::StoreError;
 use redb::TableDefinition;
@@ -17,13 +23,19 @@ use serde::{Deserialize, Serialize};
 
 pub const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 pub const RECORDS: TableDefinition<(&str, u64), &[u8]> = TableDefinition::new("records");
-pub const DEDUP: TableDefinition<(&str, &str, &str), u64> = TableDefinition::new("dedup");
+pub const DEDUP: TableDefinition<(&str, &str, &str, &str), i64> = TableDefinition::new("dedup_keys");
+pub const DEDUP_EXPIRY: TableDefinition<(i64, &str, &str, &str, &str), ()> = TableDefinition::new("dedup_expiry");
+/// The duplicate-key table of format 1, keyed without the address.
+pub const DEDUP_V1: &str = "dedup";
+/// `dedup_keys` value while the record is pending.
+pub const PENDING: i64 = i64::MAX;
 pub const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
 pub const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
 
-/// `meta["format"]`: the layout above. A file with another number is
-/// refused rather than misread.
-pub const FORMAT: u64 = 1;
+/// `meta["format"]`: the layout above. A file of format 1 (duplicate keys
+/// without the address, forgotten at completion) is upgraded at open; any
+/// other number is refused rather than misread.
+pub const FORMAT: u64 = 2;
 pub const FORMAT_KEY: &str = "format";
 pub const NEXT_SEQ_KEY: &str = "next_seq";
 

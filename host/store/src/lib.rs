@@ -32,6 +32,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
@@ -52,7 +53,9 @@ pub use writer::Fault;
 
 use health::Tracker;
 use index::Index;
-use layout::{DEAD_LETTERS, DEDUP, FORMAT, FORMAT_KEY, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode, io};
+use layout::{
+    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, FORMAT, FORMAT_KEY, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode, io,
+};
 use writer::{Action, Answer, Request, Writer};
 
 /// A dead letter with the id the CLI names it by.
@@ -135,8 +138,14 @@ impl RedbStore {
         });
         let (requests, rx) = mpsc::channel(writer::QUEUE);
         let stopped = shared.writer_stopped.clone();
-        let writer =
-            Writer { db, index: shared.index.clone(), tracker: shared.tracker.clone(), next_seq, fault: options.fault };
+        let writer = Writer {
+            db,
+            index: shared.index.clone(),
+            tracker: shared.tracker.clone(),
+            next_seq,
+            fault: options.fault,
+            swept: None,
+        };
         std::thread::Builder::new()
             .name("ferry-store".into())
             .spawn(move || {
@@ -276,6 +285,10 @@ fn init(db: &Database) -> Result<u64, InitError> {
         let mut meta = txn.open_table(META).map_err(init_failed)?;
         let format = meta.get(FORMAT_KEY).map_err(init_failed)?.map(|v| v.value());
         match format {
+            Some(1) => {
+                upgrade_from_v1(&txn)?;
+                meta.insert(FORMAT_KEY, FORMAT).map_err(init_failed)?;
+            }
             Some(f) if f != FORMAT => return Err(InitError::Format(f)),
             Some(_) => {}
             None => {
@@ -285,11 +298,28 @@ fn init(db: &Database) -> Result<u64, InitError> {
         next_seq = meta.get(NEXT_SEQ_KEY).map_err(init_failed)?.map_or(1, |v| v.value());
         txn.open_table(RECORDS).map_err(init_failed)?;
         txn.open_table(DEDUP).map_err(init_failed)?;
+        txn.open_table(DEDUP_EXPIRY).map_err(init_failed)?;
         txn.open_table(LEASES).map_err(init_failed)?;
         txn.open_table(DEAD_LETTERS).map_err(init_failed)?;
     }
     txn.commit().map_err(init_failed)?;
     Ok(next_seq)
+}
+
+/// Format 1 kept duplicate keys without the address: they are rebuilt from
+/// the pending records (completed keys were not kept then).
+fn upgrade_from_v1(txn: &redb::WriteTransaction) -> Result<(), InitError> {
+    let old: redb::TableDefinition<(&str, &str, &str), u64> = redb::TableDefinition::new(layout::DEDUP_V1);
+    txn.delete_table(old).map_err(init_failed)?;
+    let records = txn.open_table(RECORDS).map_err(init_failed)?;
+    let mut keys = txn.open_table(DEDUP).map_err(init_failed)?;
+    for item in records.iter().map_err(init_failed)? {
+        let (_, value) = item.map_err(init_failed)?;
+        let r: OutboxRecord = decode(value.value()).map_err(InitError::Store)?;
+        let key = (r.partition.as_str(), r.envelope.id.as_str(), r.binding.as_str(), r.address.as_str());
+        keys.insert(key, layout::PENDING).map_err(init_failed)?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -350,13 +380,15 @@ impl OutboxStore for RedbStore {
         read
     }
 
-    async fn complete(&self, record: &OutboxRecord, token: &LeaseToken) -> Result<(), StoreError> {
+    async fn complete(&self, record: &OutboxRecord, token: &LeaseToken, keep_key: Duration) -> Result<(), StoreError> {
         let action = Action::Complete {
             partition: record.partition.clone(),
             seq: record.seq,
             envelope_id: record.envelope.id.clone(),
             binding: record.binding.clone(),
+            address: record.address.clone(),
             version: token.version,
+            keep_key,
         };
         let done = self.change(action).await.map(|_| ());
         self.unclaim_on_failure(record, &done);

@@ -15,6 +15,7 @@
 //! outbox stops, but nothing else does, and the watchdog sees it.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ferry_core::outbox::{LeaseToken, NewRecord, OutboxRecord, Persisted, StoreError};
 use redb::{Database, ReadableDatabase, ReadableTable, Table, WriteTransaction};
@@ -22,21 +23,53 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::health::{Op, Tracker};
 use crate::index::{Effect, Index};
-use crate::layout::{DEAD_LETTERS, DEDUP, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode, io};
+use crate::layout::{
+    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, LEASES, META, NEXT_SEQ_KEY, PENDING, RECORDS, decode, encode, io,
+};
 
 /// Requests applied in one commit at most.
 pub const MAX_GROUP: usize = 4096;
 /// Requests that may wait for the writer; callers wait for room beyond it.
 pub const QUEUE: usize = 8192;
+/// How often the writer removes expired duplicate keys, and how many at most
+/// per commit (the rest wait for the next sweep).
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+const SWEEP_MAX: usize = 65_536;
 
 /// A change to make.
 pub enum Action {
-    Persist { records: Vec<NewRecord>, created_ms: i64 },
-    AcquireLease { partition: String, owner: String },
-    Complete { partition: String, seq: u64, envelope_id: String, binding: String, version: u64 },
-    Reschedule { partition: String, seq: u64, version: u64, next_attempt_ms: i64, failed: bool, replay_count: u32 },
-    PutDeadLetter { value: Vec<u8> },
-    RemoveDeadLetters { ids: Vec<u64> },
+    Persist {
+        records: Vec<NewRecord>,
+        created_ms: i64,
+    },
+    AcquireLease {
+        partition: String,
+        owner: String,
+    },
+    Complete {
+        partition: String,
+        seq: u64,
+        envelope_id: String,
+        binding: String,
+        address: String,
+        version: u64,
+        /// How long the duplicate key outlives the record.
+        keep_key: Duration,
+    },
+    Reschedule {
+        partition: String,
+        seq: u64,
+        version: u64,
+        next_attempt_ms: i64,
+        failed: bool,
+        replay_count: u32,
+    },
+    PutDeadLetter {
+        value: Vec<u8>,
+    },
+    RemoveDeadLetters {
+        ids: Vec<u64>,
+    },
 }
 
 impl Action {
@@ -85,12 +118,15 @@ pub struct Writer {
     pub tracker: Arc<Tracker>,
     pub next_seq: u64,
     pub fault: Option<Fault>,
+    /// When expired duplicate keys were last removed.
+    pub swept: Option<Instant>,
 }
 
 struct Tables<'t> {
     meta: Table<'t, &'static str, u64>,
     records: Table<'t, (&'static str, u64), &'static [u8]>,
-    dedup: Table<'t, (&'static str, &'static str, &'static str), u64>,
+    dedup: Table<'t, (&'static str, &'static str, &'static str, &'static str), i64>,
+    dedup_expiry: Table<'t, (i64, &'static str, &'static str, &'static str, &'static str), ()>,
     leases: Table<'t, &'static str, &'static [u8]>,
     dead_letters: Table<'t, u64, &'static [u8]>,
 }
@@ -101,6 +137,7 @@ impl<'t> Tables<'t> {
             meta: txn.open_table(META).map_err(io)?,
             records: txn.open_table(RECORDS).map_err(io)?,
             dedup: txn.open_table(DEDUP).map_err(io)?,
+            dedup_expiry: txn.open_table(DEDUP_EXPIRY).map_err(io)?,
             leases: txn.open_table(LEASES).map_err(io)?,
             dead_letters: txn.open_table(DEAD_LETTERS).map_err(io)?,
         })
@@ -196,6 +233,10 @@ impl Writer {
             if self.next_seq != seq_before {
                 tables.meta.insert(NEXT_SEQ_KEY, self.next_seq).map_err(io)?;
             }
+            if self.swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
+                self.swept = Some(Instant::now());
+                sweep_expired_keys(&mut tables, ferry_envelope::Timestamp::now().as_millis())?;
+            }
         }
         txn.commit().map_err(io)?;
         Ok(answers)
@@ -217,27 +258,23 @@ impl Writer {
             Action::Persist { records, created_ms } => {
                 let mut done = Persisted::default();
                 for r in records {
-                    let key = (r.partition.as_str(), r.envelope.id.as_str(), r.binding.as_str());
-                    if t.dedup.get(key).map_err(io)?.is_some() {
-                        done.duplicates += 1;
-                        continue;
+                    let key = (r.partition.as_str(), r.envelope.id.as_str(), r.binding.as_str(), r.address.as_str());
+                    let kept = t.dedup.get(key).map_err(io)?.map(|v| v.value());
+                    match kept {
+                        Some(until) if until > *created_ms => {
+                            done.duplicates += 1;
+                            continue;
+                        }
+                        // Past its window, not swept yet: the key is free.
+                        Some(until) => {
+                            t.dedup_expiry.remove((until, key.0, key.1, key.2, key.3)).map_err(io)?;
+                        }
+                        None => {}
                     }
                     let seq = self.take_seq();
-                    let record = OutboxRecord {
-                        seq,
-                        partition: r.partition.clone(),
-                        route: r.route.clone(),
-                        binding: r.binding.clone(),
-                        address: r.address.clone(),
-                        envelope: r.envelope.clone(),
-                        replay_count: 0,
-                        created_ms: *created_ms,
-                        next_attempt_ms: *created_ms,
-                        first_failure_ms: None,
-                        claimed_by: 0,
-                    };
+                    let record = OutboxRecord::stored(r, seq, *created_ms);
                     t.records.insert((r.partition.as_str(), seq), encode(&record)?.as_slice()).map_err(io)?;
-                    t.dedup.insert(key, seq).map_err(io)?;
+                    t.dedup.insert(key, PENDING).map_err(io)?;
                     effects.push(Effect::Insert { partition: r.partition.clone(), seq, created_ms: *created_ms });
                     done.stored += 1;
                 }
@@ -250,13 +287,20 @@ impl Writer {
                 effects.push(Effect::Lease { partition: partition.clone(), version });
                 Ok(Ok(Answer::Lease(token)))
             }
-            Action::Complete { partition, seq, envelope_id, binding, version } => {
+            Action::Complete { partition, seq, envelope_id, binding, address, version, keep_key } => {
                 if let Err(stale) = t.check_lease(partition, *version)? {
                     return Ok(Err(stale));
                 }
                 let existed = t.records.remove((partition.as_str(), *seq)).map_err(io)?.is_some();
                 if existed {
-                    t.dedup.remove((partition.as_str(), envelope_id.as_str(), binding.as_str())).map_err(io)?;
+                    let key = (partition.as_str(), envelope_id.as_str(), binding.as_str(), address.as_str());
+                    if keep_key.is_zero() {
+                        t.dedup.remove(key).map_err(io)?;
+                    } else {
+                        let until = ferry_envelope::Timestamp::now().plus(*keep_key).as_millis();
+                        t.dedup.insert(key, until).map_err(io)?;
+                        t.dedup_expiry.insert((until, key.0, key.1, key.2, key.3), ()).map_err(io)?;
+                    }
                     effects.push(Effect::Remove { partition: partition.clone(), seq: *seq });
                 }
                 Ok(Ok(Answer::Done))
@@ -301,6 +345,26 @@ impl Writer {
             }
         }
     }
+}
+
+/// Removes up to [`SWEEP_MAX`] duplicate keys whose window ended before
+/// `now_ms`.
+fn sweep_expired_keys(t: &mut Tables<'_>, now_ms: i64) -> Result<(), StoreError> {
+    let mut expired = Vec::new();
+    for item in t.dedup_expiry.range(..(now_ms, "", "", "", "")).map_err(io)?.take(SWEEP_MAX) {
+        let (key, _) = item.map_err(io)?;
+        let (until, p, id, b, a) = key.value();
+        expired.push((until, p.to_owned(), id.to_owned(), b.to_owned(), a.to_owned()));
+    }
+    for (until, p, id, b, a) in &expired {
+        t.dedup_expiry.remove((*until, p.as_str(), id.as_str(), b.as_str(), a.as_str())).map_err(io)?;
+        let key = (p.as_str(), id.as_str(), b.as_str(), a.as_str());
+        // A key persisted again since is pending (or kept anew): leave it.
+        if t.dedup.get(key).map_err(io)?.is_some_and(|v| v.value() == *until) {
+            t.dedup.remove(key).map_err(io)?;
+        }
+    }
+    Ok(())
 }
 
 /// Blocks this thread for good (an injected fault).

@@ -61,7 +61,7 @@ async fn persisted_records_survive_reopening_with_their_address_apart() {
     assert_eq!(claimed[0].envelope.payload().as_ref(), b"payload of m1");
     // Claimed records are not handed out twice under the same lease.
     assert!(store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim").is_empty());
-    store.complete(&claimed[0], &token).await.expect("complete");
+    store.complete(&claimed[0], &token, Duration::ZERO).await.expect("complete");
     assert_eq!(store.depth("r/a"), 1);
     let stats = store.stats();
     assert_eq!(stats.len(), 1);
@@ -77,12 +77,61 @@ async fn a_pending_record_is_not_stored_twice() {
     let again = store.persist(vec![record("r/a", "m1", "a"), record("r/b", "m1", "b")]).await.expect("persist");
     assert_eq!((again.stored, again.duplicates), (1, 1), "same id, other binding is a new record");
     assert_eq!((store.depth("r/a"), store.depth("r/b")), (1, 1));
-    // Once completed, the same id may be stored again (a new delivery).
+    // Completed with no dedup window, the same id may be stored again.
     let token = store.acquire_lease("r/a", "me").await.expect("lease");
     let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
-    store.complete(&claimed[0], &token).await.expect("complete");
+    store.complete(&claimed[0], &token, Duration::ZERO).await.expect("complete");
     let after = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
     assert_eq!(after.stored, 1);
+}
+
+/// Two addresses of one binding (a route verdict naming both) are two
+/// records, not a duplicate: the key holds the address.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_binding_two_addresses_are_two_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    let mut to_b = record("r/a", "m1", "a");
+    to_b.address = "orders.b".into();
+    let done = store.persist(vec![record("r/a", "m1", "a"), to_b.clone()]).await.expect("persist");
+    assert_eq!((done.stored, done.duplicates), (2, 0));
+    let again = store.persist(vec![record("r/a", "m1", "a"), to_b]).await.expect("persist");
+    assert_eq!((again.stored, again.duplicates), (0, 2));
+    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
+    let mut addresses: Vec<_> = claimed.iter().map(|r| r.address.as_str()).collect();
+    addresses.sort_unstable();
+    assert_eq!(addresses, vec!["orders.a", "orders.b"]);
+}
+
+/// A sent record's key outlives it for the dedup window, across a reopen,
+/// and is free again once the window passed (and swept).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_completed_key_suppresses_redeliveries_for_its_window() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = open(dir.path());
+    store.persist(vec![record("r/a", "m1", "a"), record("r/a", "m2", "a")]).await.expect("persist");
+    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
+    store.complete(&claimed[0], &token, Duration::from_secs(3600)).await.expect("complete");
+    store.complete(&claimed[1], &token, Duration::from_millis(300)).await.expect("complete");
+    assert_eq!(store.depth("r/a"), 0);
+    let again = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
+    assert_eq!((again.stored, again.duplicates), (0, 1), "sent within the window: suppressed");
+    drop(store);
+
+    let store = reopen(dir.path()).await;
+    let again = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
+    assert_eq!(again.duplicates, 1, "the window survives a restart");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let later = store.persist(vec![record("r/a", "m2", "a")]).await.expect("persist");
+    assert_eq!((later.stored, later.duplicates), (1, 0), "past its window the key is free");
+    // A sweep ran in that commit; m2's fresh key must have survived it.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let other = store.persist(vec![record("r/b", "x", "b")]).await.expect("persist");
+    assert_eq!(other.stored, 1);
+    let dup = store.persist(vec![record("r/a", "m2", "a")]).await.expect("persist");
+    assert_eq!(dup.duplicates, 1, "the pending m2 is still a duplicate after a sweep");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -97,7 +146,7 @@ async fn a_stale_lease_can_neither_claim_complete_nor_replay() {
     assert_eq!(new.version, old.version + 1);
 
     let stale = |r: Result<_, StoreError>| matches!(r, Err(StoreError::StaleFencingToken { .. }));
-    assert!(stale(store.complete(&claimed[0], &old).await.map(|_| ())), "stale complete");
+    assert!(stale(store.complete(&claimed[0], &old, Duration::ZERO).await.map(|_| ())), "stale complete");
     assert!(stale(store.replay(&claimed[0], &old, 0).await.map(|_| ())), "stale replay");
     assert!(stale(store.claim("p", &old, 10, Timestamp::now().as_millis()).await.map(|_| ())), "stale claim");
     assert_eq!(store.depth("p"), 2, "nothing was completed by the stale holder");
@@ -105,7 +154,7 @@ async fn a_stale_lease_can_neither_claim_complete_nor_replay() {
     // The new holder sees records the old one claimed and never finished.
     let mine = store.claim("p", &new, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(mine.len(), 2);
-    store.complete(&mine[0], &new).await.expect("complete");
+    store.complete(&mine[0], &new, Duration::ZERO).await.expect("complete");
     assert_eq!(store.replay(&mine[1], &new, 0).await.expect("replay"), 1);
     assert_eq!(store.depth("p"), 1);
 }
@@ -135,7 +184,7 @@ async fn dead_letters_are_durable_listed_and_removed() {
             route: route.into(),
             binding: Some("out".into()),
             address: Some("addr".into()),
-            reason: "send_rejected".into(),
+            reason: ferry_core::FailureReason::SendRejected,
             detail: "no".into(),
             attempts: 1,
             first_failure: Timestamp::now(),
@@ -150,7 +199,7 @@ async fn dead_letters_are_durable_listed_and_removed() {
     assert_eq!(r1.iter().map(|d| d.entry.envelope.id.as_str()).collect::<Vec<_>>(), vec!["a", "c"]);
     assert_eq!(store.dead_letters(None, 2).await.expect("list").len(), 2, "limit");
     let shown = store.dead_letter(r1[0].id).await.expect("get").expect("exists");
-    assert_eq!(shown.entry.reason, "send_rejected");
+    assert_eq!(shown.entry.reason, ferry_core::FailureReason::SendRejected);
     assert_eq!(store.remove_dead_letters(&[r1[0].id, 999_999]).await.expect("remove"), 1);
     assert_eq!(store.dead_letter_count().await.expect("count"), 2);
 }
@@ -204,7 +253,7 @@ async fn completions_are_durable_when_they_return() {
     let claimed = store.claim("p", &token, 100, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(claimed.len(), 50);
     for r in &claimed[..30] {
-        store.complete(r, &token).await.expect("complete");
+        store.complete(r, &token, Duration::ZERO).await.expect("complete");
     }
     drop(store);
     let store = reopen(dir.path()).await;
@@ -223,9 +272,40 @@ async fn a_completion_that_fails_to_commit_leaves_the_record_to_be_sent_again() 
     store.persist(vec![record("p", "m1", "a")]).await.expect("persist");
     let token = store.acquire_lease("p", "me").await.expect("lease");
     let claimed = store.claim("p", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
-    let err = store.complete(&claimed[0], &token).await.expect_err("the commit fails");
+    let err = store.complete(&claimed[0], &token, Duration::ZERO).await.expect_err("the commit fails");
     assert!(matches!(err, StoreError::Io(_)), "{err}");
     assert_eq!(store.depth("p"), 1, "still pending");
     let again = store.claim("p", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(again.len(), 1, "claimable again, so the drainer sends it again rather than never");
+}
+
+/// A file of format 1 (duplicate keys without the address) is upgraded at
+/// open: its pending records keep their keys, now with the address.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_format_1_file_is_upgraded_with_its_pending_keys() {
+    use ferry_core::outbox::OutboxRecord;
+    use ferry_store::layout::{self, META, RECORDS};
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let db = redb::Database::create(dir.path().join(layout::FILE_NAME)).expect("create");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert(layout::FORMAT_KEY, 1).expect("format");
+            meta.insert(layout::NEXT_SEQ_KEY, 2).expect("seq");
+            let stored = OutboxRecord::stored(&record("r/a", "m1", "a"), 1, Timestamp::now().as_millis());
+            let mut records = txn.open_table(RECORDS).expect("records");
+            records.insert(("r/a", 1), layout::encode(&stored).expect("encode").as_slice()).expect("record");
+            let old: redb::TableDefinition<(&str, &str, &str), u64> = redb::TableDefinition::new(layout::DEDUP_V1);
+            txn.open_table(old).expect("dedup").insert(("r/a", "m1", "a"), 1).expect("key");
+        }
+        txn.commit().expect("commit");
+    }
+    let store = reopen(dir.path()).await;
+    assert_eq!(store.depth("r/a"), 1);
+    let again = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
+    assert_eq!((again.stored, again.duplicates), (0, 1), "the pending key survived the upgrade");
+    let mut other = record("r/a", "m1", "a");
+    other.address = "orders.other".into();
+    assert_eq!(store.persist(vec![other]).await.expect("persist").stored, 1, "another address is another record");
 }

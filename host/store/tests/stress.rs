@@ -14,14 +14,14 @@ use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ferry_config::{DeliveryMode, DispatchMode, FailureAction, UnstableIdentity};
+use ferry_config::{DispatchMode, FailureAction, UnstableIdentity};
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use ferry_core::dlq::DeadLetterStore;
 use ferry_core::metrics::Metrics;
 use ferry_core::outbox::OutboxStore;
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, OutboundMessage, Receiver, Sender};
-use ferry_core::route::{Binding, Outbox, Route, RoutePolicy};
+use ferry_core::route::{Binding, Mode, Outbox, Route, RoutePolicy};
 use ferry_envelope::Envelope;
 use ferry_store::{RedbStore, StoreOptions};
 use tokio_util::sync::CancellationToken;
@@ -71,7 +71,7 @@ impl Receiver for FloodReceiver {
         for index in 0..self.n {
             let envelope = Envelope::new(format!("m-{index}"), payload.clone());
             let handle = Box::new(Handle { index, log: self.log.clone() });
-            if sink.send(Delivery { envelope, handle }).await.is_err() {
+            if sink.send(Delivery::new(envelope, handle)).await.is_err() {
                 break;
             }
         }
@@ -148,13 +148,15 @@ async fn shared_outbox_fan_out_under_full_load_loses_nothing_and_never_stalls() 
             on_permanent_failure: FailureAction::Dlq,
             max_replay_attempts: 50,
             trust_bridge_headers: false,
-            delivery_mode: DeliveryMode::SharedOutbox,
+            max_hops: 8,
+            dedup_window: Duration::from_secs(300),
             max_outbox_depth: 5_000,
             unstable_identity: UnstableIdentity::CountContent,
         },
         dlq: store.clone() as Arc<dyn DeadLetterStore>,
-        outbox: Some(Outbox::new(store.clone())),
+        mode: Mode::SharedOutbox(Outbox::new(store.clone())),
         metrics: metrics.clone(),
+        clock: ferry_core::clock::Clock::System,
     });
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(route.clone().run(shutdown.clone()));

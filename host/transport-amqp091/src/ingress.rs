@@ -10,7 +10,7 @@
 //! | `timestamp` (seconds) | creation time and `amqp091.timestamp` (a time) |
 //! | `expiration` (ms, relative) | expiry (receive time + ms) and `amqp091.expiration` |
 //! | `priority`, `delivery_mode` | `amqp091.priority`, `amqp091.delivery-mode` (numbers) |
-//! | headers table | headers with types kept: strings text (bytes when not UTF-8), numbers, booleans, timestamps as times, byte arrays as bytes; names starting `x-bridge.` or `amqp091.` dropped; nested tables, arrays, decimals and voids dropped and counted |
+//! | headers table | headers with types kept: strings text (bytes when not UTF-8), numbers, booleans, timestamps as times, byte arrays as bytes; names starting `amqp091.` and the `x-bridge.*` names the adapter derives itself dropped (other `x-bridge.*` names go to the route, whose header rules decide); nested tables, arrays, decimals and voids dropped and counted |
 
 use bytes::Bytes;
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
@@ -108,7 +108,7 @@ pub fn to_envelope(
         {
             delivery_count = u32::try_from(n).ok();
         }
-        if names::is_reserved(name) || name.starts_with(PREFIX) {
+        if names::is_adapter_derived(name) || name.starts_with(PREFIX) {
             continue;
         }
         match from_amqp(value) {
@@ -224,7 +224,8 @@ mod tests {
         assert_eq!(e.headers.get("at"), Some(&HeaderValue::Time(Timestamp(7_000))));
         assert_eq!(e.headers.get("raw"), Some(&HeaderValue::Bytes(Bytes::from_static(&[1, 2]))));
         assert_eq!(e.headers.get("bin"), Some(&HeaderValue::Bytes(Bytes::from_static(&[0xff, 0xfe]))));
-        assert!(!e.headers.contains_key("x-bridge.route-id"));
+        // Handed to the route, whose header rules decide.
+        assert_eq!(e.text_header("x-bridge.route-id"), Some("spoof"));
         assert_eq!(i.dropped_headers, 1, "x-death (an array) has no envelope form");
     }
 

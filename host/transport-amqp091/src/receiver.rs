@@ -152,7 +152,7 @@ impl Amqp091Receiver {
             ledger: self.ledger.clone(),
             broker_count: ingress.delivery_count,
         };
-        Some(Delivery { envelope: ingress.envelope, handle: Box::new(handle) })
+        Some(Delivery::new(ingress.envelope, Box::new(handle)))
     }
 }
 

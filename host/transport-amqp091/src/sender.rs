@@ -100,7 +100,8 @@ impl Sender for Amqp091Sender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         let address = ferry_core::address::expand(&msg.address, &msg.envelope)?;
         let publish = to_publish(&msg.envelope, &address, &self.config, Timestamp::now())?;
-        if publish.dropped_headers > 0 {
+        // Counted once per message and binding, not on every retry.
+        if publish.dropped_headers > 0 && msg.counts_losses() {
             self.metrics
                 .amqp_header_dropped
                 .get_or_create(&ferry_core::metrics::labels(&[

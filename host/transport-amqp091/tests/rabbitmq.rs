@@ -162,7 +162,7 @@ async fn sender_confirms_maps_and_classifies_unroutable_and_missing_exchanges() 
     e.set_header("lang", "en");
     e.set_header("n", HeaderValue::Integer(7));
     e.set_header("x-bridge.route-id", "private");
-    send_when_connected(&sender, OutboundMessage { envelope: e.clone(), address: q.clone() }).await.expect("confirmed");
+    send_when_connected(&sender, OutboundMessage::new(e.clone(), q.clone())).await.expect("confirmed");
     let got = rabbit.get(&q, WAIT).await.expect("message arrived");
     let p = &got.delivery.properties;
     assert_eq!(p.message_id().as_ref().map(ShortString::as_str), Some("env-1"));
@@ -179,19 +179,19 @@ async fn sender_confirms_maps_and_classifies_unroutable_and_missing_exchanges() 
     let mut routed = e.clone();
     routed.set_header("amqp091.exchange", x.clone());
     routed.set_header("kind", "by-content");
-    sender.send(OutboundMessage { envelope: routed, address: "{kind}".into() }).await.expect("routed by content");
+    sender.send(OutboundMessage::new(routed, "{kind}")).await.expect("routed by content");
     assert!(rabbit.get(&q, WAIT).await.is_some());
 
-    let unroutable = sender.send(OutboundMessage { envelope: e.clone(), address: ferry_tests::unique("nobody") }).await;
+    let unroutable = sender.send(OutboundMessage::new(e.clone(), ferry_tests::unique("nobody"))).await;
     let err = unroutable.expect_err("mandatory publish with no queue");
     assert!(!err.is_transient() && err.reason.contains("unroutable"), "{err}");
 
     let mut missing = e.clone();
     missing.set_header("amqp091.exchange", ferry_tests::unique("no-such-exchange"));
-    let err = sender.send(OutboundMessage { envelope: missing, address: q.clone() }).await.expect_err("404");
+    let err = sender.send(OutboundMessage::new(missing, q.clone())).await.expect_err("404");
     assert!(!err.is_transient(), "{err}");
     // The channel the broker closed is replaced.
-    send_when_connected(&sender, OutboundMessage { envelope: e, address: q.clone() }).await.expect("works again");
+    send_when_connected(&sender, OutboundMessage::new(e, q.clone())).await.expect("works again");
     assert!(rabbit.get(&q, WAIT).await.is_some());
     sender.close().await;
     rabbit.delete_queue(&q).await;

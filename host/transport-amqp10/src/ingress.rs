@@ -154,7 +154,7 @@ pub fn to_envelope(message: &Message<Body<Value>>, max_bytes: usize, now: Timest
 
     if let Some(app) = &message.application_properties {
         for (name, value) in app.0.iter() {
-            if names::is_reserved(name) || name.starts_with(PREFIX) {
+            if names::is_adapter_derived(name) || name.starts_with(PREFIX) {
                 continue;
             }
             match simple_value(value) {
@@ -336,7 +336,8 @@ mod tests {
         assert_eq!(e.text_header("bin"), Some("dead"));
         assert_eq!(e.text_header("id"), Some(uuid.to_string().as_str()));
         assert_eq!(e.headers.get("when"), Some(&HeaderValue::Time(Timestamp(9))));
-        assert!(!e.headers.contains_key("x-bridge.tenant-id"));
+        // Handed to the route, whose header rules decide.
+        assert_eq!(e.text_header("x-bridge.tenant-id"), Some("evil"));
         assert!(!e.headers.contains_key("amqp10.subject"));
         assert_eq!(i.dropped_headers, 1);
     }

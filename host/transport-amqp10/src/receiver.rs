@@ -189,7 +189,7 @@ impl Amqp10Receiver {
                     ledger: self.ledger.clone(),
                     delivery_count: ingress.delivery_count,
                 };
-                Some(Delivery { envelope: ingress.envelope, handle: Box::new(handle) })
+                Some(Delivery::new(ingress.envelope, Box::new(handle)))
             }
             Err(poison) => {
                 self.reject_poison(link, info, poison.label(), &poison.describe()).await;

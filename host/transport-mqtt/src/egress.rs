@@ -51,10 +51,10 @@ pub fn resolve_topic(
     };
     let topic = ferry_core::address::expand(template, envelope)?;
     if topic.is_empty() {
-        return Err(TransportError::permanent(format!("topic template {template:?} gave an empty topic")));
+        return Err(TransportError::unroutable(format!("topic template {template:?} gave an empty topic")));
     }
     if topic.contains(['+', '#', '\u{0}']) {
-        return Err(TransportError::permanent(format!(
+        return Err(TransportError::unroutable(format!(
             "topic {topic:?} contains a wildcard or NUL; cannot publish to it"
         )));
     }

@@ -98,7 +98,7 @@ pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) 
                 }
             }
             GENERATED_ID_PROPERTY | TOPIC | QOS | RETAINED => {}
-            k if names::is_reserved(k) => {}
+            k if names::is_adapter_derived(k) => {}
             _ if !is_safe(key) || !is_safe(value) => dropped_headers += 1,
             _ => {
                 envelope.headers.insert(key.clone(), HeaderValue::Text(value.clone()));
@@ -111,7 +111,9 @@ pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) 
     envelope.set_header(RETAINED, HeaderValue::Boolean(publish.retain));
 
     let mut correlation_identity = None;
-    if let Some(data) = props.and_then(|p| p.correlation_data.as_ref()) {
+    // Zero-length Correlation Data names nothing: it is treated as absent,
+    // not as one identity every such publish would share.
+    if let Some(data) = props.and_then(|p| p.correlation_data.as_ref()).filter(|d| !d.is_empty()) {
         match std::str::from_utf8(data) {
             Ok(text) if is_safe(text) && !text.is_empty() => {
                 envelope.set_header(names::CORRELATION_ID, text);
@@ -182,7 +184,8 @@ mod tests {
         assert_eq!(i.envelope.text_header("mqtt.topic"), Some("sensors/a"));
         assert_eq!(i.envelope.headers.get("mqtt.qos"), Some(&HeaderValue::Integer(1)));
         assert_eq!(i.envelope.headers.get("mqtt.retained"), Some(&HeaderValue::Boolean(true)));
-        assert!(!i.envelope.headers.contains_key("x-bridge.route-id"));
+        // Handed to the route, whose header rules decide (and stamp their own).
+        assert_eq!(i.envelope.text_header("x-bridge.route-id"), Some("x"));
         assert_eq!(i.dropped_headers, 0, "anti-spoof drops are not counted");
     }
 
@@ -234,6 +237,15 @@ mod tests {
         assert_eq!(i.envelope.id, "mqtt-bin:AJ__");
         assert_eq!(i.envelope.text_header("x-bridge.correlation-data"), Some("AJ__"));
         assert_eq!(decode_correlation_data("AJ__").as_deref(), Some(&[0u8, 159, 255][..]));
+
+        let mut empty = props(&[]);
+        empty.correlation_data = Some(Bytes::new());
+        let e1 = to_envelope(&publish(empty.clone(), b"x"), 1024, Timestamp(0)).expect("ok");
+        let e2 = to_envelope(&publish(empty, b"x"), 1024, Timestamp(0)).expect("ok");
+        assert_ne!(e1.envelope.id, e2.envelope.id, "empty correlation data is no identity");
+        assert!(!e1.envelope.id.starts_with("mqtt-bin:"));
+        assert_eq!(e1.envelope.headers.get("x-bridge.generated-id"), Some(&HeaderValue::Boolean(true)));
+        assert!(!e1.envelope.headers.contains_key("x-bridge.correlation-data"));
 
         let a = to_envelope(&publish(props(&[]), b"same"), 1024, Timestamp(0)).expect("ok");
         let b = to_envelope(&publish(props(&[]), b"same"), 1024, Timestamp(0)).expect("ok");

@@ -82,7 +82,7 @@ impl MqttReceiver {
                 }
                 let handle =
                     MqttDeliveryHandle { client: client.clone(), publish: Some(publish), alive: alive.clone() };
-                Some(Delivery { envelope: ingress.envelope, handle: Box::new(handle) })
+                Some(Delivery::new(ingress.envelope, Box::new(handle)))
             }
             Err(poison) => {
                 warn!(receiver, reason = poison.label(), "poison publish dropped");

@@ -122,19 +122,20 @@ impl Sender for MqttSender {
         let shared = &self.shared;
         let topic = resolve_topic(&msg.address, shared.config.default_topic.as_deref(), &msg.envelope)?;
         let publish = to_publish(&msg.envelope, topic, Timestamp::now())?;
-        if publish.non_text_dropped > 0 {
-            shared
-                .metrics
-                .mqtt_non_string_header_dropped
-                .get_or_create(&ferry_core::metrics::labels(&[("sender", &shared.name)]))
-                .inc_by(u64::from(publish.non_text_dropped));
-        }
         let conn = shared
             .current
             .lock()
             .ok()
             .and_then(|c| c.clone())
             .ok_or_else(|| TransportError::unavailable(format!("mqtt sender {} is not connected", shared.name)))?;
+        // Counted once per message and binding, not on every retry.
+        if publish.non_text_dropped > 0 && msg.counts_losses() {
+            shared
+                .metrics
+                .mqtt_non_string_header_dropped
+                .get_or_create(&ferry_core::metrics::labels(&[("sender", &shared.name)]))
+                .inc_by(u64::from(publish.non_text_dropped));
+        }
         let limit = conn.max_packet.load(Ordering::Relaxed);
         if limit > 0 && publish.packet_size() > limit as usize {
             // A packet over the broker's limit would only break the

@@ -16,17 +16,17 @@ use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use ferry_config::SqsReceiverConfig;
-use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
+use ferry_core::{Failure, FailureReason, TransportError};
 use ferry_envelope::Timestamp;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::client::{QueueTarget, classify, client, queue_url};
-use crate::ingress::{IngressError, receive_count, to_envelope};
+use crate::ingress::{IngressError, check_digests, convert, receive_count};
 
 /// Longest visibility SQS allows, in seconds.
 const MAX_VISIBILITY: i32 = 43_200;
@@ -155,15 +155,18 @@ impl SqsReceiver {
             return true;
         };
         let handle = SqsDeliveryHandle::start(queue.clone(), receipt, receive_count(&message));
-        match to_envelope(&message, self.config.sns_unwrap, Timestamp::now()) {
-            Ok(envelope) => sink.send(Delivery { envelope, handle: Box::new(handle) }).await.is_ok(),
+        let envelope = convert(&message, self.config.sns_unwrap, Timestamp::now());
+        let delivery = match check_digests(&message) {
+            Ok(()) => Delivery::new(envelope, Box::new(handle)),
+            // The route gives it back with its backoff, and dead-letters it
+            // (md5_mismatch) once the receive count reaches max_replay_attempts.
             Err(IngressError::Md5Mismatch(why)) => {
-                warn!(receiver = %self.name, message_id = message.message_id().unwrap_or("-"), %why, "MD5 mismatch; leaving the message on the queue");
+                warn!(receiver = %self.name, message_id = message.message_id().unwrap_or("-"), %why, "MD5 mismatch; the message is not sent on");
                 Metrics::inc(&self.metrics.sqs_md5_mismatch, &[("receiver", &self.name)]);
-                let _ = Box::new(handle).release(Duration::ZERO, &why).await;
-                true
+                Delivery::damaged(envelope, Box::new(handle), Failure::new(FailureReason::Md5Mismatch, why))
             }
-        }
+        };
+        sink.send(delivery).await.is_ok()
     }
 }
 

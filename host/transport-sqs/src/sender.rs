@@ -125,7 +125,8 @@ impl SqsSender {
             )));
         }
         let selection = select(envelope, body.len(), self.config.max_message_bytes);
-        if selection.dropped > 0 {
+        // Counted once per message and binding, not on every retry.
+        if selection.dropped > 0 && msg.counts_losses() {
             self.metrics
                 .sqs_dropped_attributes
                 .get_or_create(&labels(&[("sender", &self.name)]))

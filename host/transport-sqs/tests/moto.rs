@@ -60,7 +60,7 @@ async fn sqs_sender_keeps_trace_headers_first_when_over_ten_attributes() {
     e.set_header("count", HeaderValue::Integer(4));
     e.set_header("blob", HeaderValue::Bytes(vec![0u8, 1, 2].into()));
     assert_eq!(e.headers.len(), 14);
-    sender.send(OutboundMessage { envelope: e, address: String::new() }).await.expect("sent, MD5s verified");
+    sender.send(OutboundMessage::new(e, String::new())).await.expect("sent, MD5s verified");
 
     let got = receive(&client, &url, Duration::from_secs(2)).await;
     assert_eq!(got.len(), 1);
@@ -102,15 +102,14 @@ async fn the_byte_budget_holds_with_a_body_near_max_message_bytes() {
     let mut e = Envelope::new("m", vec![b'x'; 4000]);
     e.set_header("a-large", "y".repeat(200));
     e.set_header("b-small", "s");
-    sender.send(OutboundMessage { envelope: e, address: String::new() }).await.expect("sent");
+    sender.send(OutboundMessage::new(e, String::new())).await.expect("sent");
     let got = receive(&client, &url, Duration::from_secs(2)).await;
     assert_eq!(got[0].body().map(str::len), Some(4000), "the body is never cut");
     assert_eq!(attribute(&got[0], "b-small"), Some("s"));
     assert_eq!(attribute(&got[0], "a-large"), None);
 
     let too_big = Envelope::new("m2", vec![b'x'; 5000]);
-    let err =
-        sender.send(OutboundMessage { envelope: too_big, address: String::new() }).await.expect_err("over budget");
+    let err = sender.send(OutboundMessage::new(too_big, String::new())).await.expect_err("over budget");
     assert!(!err.is_transient());
 }
 
@@ -123,7 +122,7 @@ async fn a_batch_returns_one_result_per_message_and_one_bad_entry_fails_alone() 
     let msgs: Vec<OutboundMessage> = (0..10)
         .map(|i| {
             let payload = if i == 4 { vec![0xffu8, 0xfe] } else { format!("m{i}").into_bytes() };
-            OutboundMessage { envelope: Envelope::new(format!("id{i}"), payload), address: String::new() }
+            OutboundMessage::new(Envelope::new(format!("id{i}"), payload), String::new())
         })
         .collect();
     let results = sender.send_batch(&msgs).await.expect("batch dispatched");
@@ -148,13 +147,13 @@ async fn fifo_sends_keep_group_order_and_deduplicate_by_subject_and_identity() {
         let mut e = Envelope::new(format!("id{i}"), format!("{i}").into_bytes());
         e.subject = Some("tick".into());
         e.set_header("x-bridge.ordering-key", "g1");
-        sender.send(OutboundMessage { envelope: e, address: String::new() }).await.expect("sent");
+        sender.send(OutboundMessage::new(e, String::new())).await.expect("sent");
     }
     // The same identity and subject again: SQS drops the duplicate.
     let mut again = Envelope::new("id3", &b"3"[..]);
     again.subject = Some("tick".into());
     again.set_header("x-bridge.ordering-key", "g1");
-    sender.send(OutboundMessage { envelope: again, address: String::new() }).await.expect("sent");
+    sender.send(OutboundMessage::new(again, String::new())).await.expect("sent");
     assert_eq!(depth(&client, &url).await.0, 8, "the duplicate was dropped by its deduplication id");
 
     let bodies = sqs::consume_bodies(&client, &url, 8, 20).await;
@@ -178,7 +177,8 @@ async fn receiver_maps_acks_releases_and_counts_receives() {
     assert_eq!(e.subject.as_deref(), Some("order.created"));
     assert_eq!(e.text_header("Subject"), Some("order.created"));
     assert_eq!(e.text_header("kind"), Some("temp"));
-    assert!(!e.headers.contains_key("x-bridge.tenant-id"));
+    // Handed to the route, whose header rules strip it unless trusted.
+    assert_eq!(e.text_header("x-bridge.tenant-id"), Some("spoof"));
     assert_eq!(e.headers.get("sqs.ApproximateReceiveCount"), Some(&HeaderValue::Integer(1)));
     assert!(matches!(e.headers.get("sqs.SentTimestamp"), Some(HeaderValue::Time(_))));
     assert_eq!(d.handle.redelivery_count(), Some(0));

@@ -64,9 +64,10 @@ pub struct HostState {
     pub plugin: String,
     pub route: String,
     pub kv: KvScope,
-    /// Whether this plugin may set `x-bridge.tenant-id` (a processor whose
-    /// route grants it; never a header mapper).
-    pub may_set_tenant: bool,
+    /// The reserved headers this plugin may set (`x-bridge.tenant-id`,
+    /// `x-bridge.ordering-key`: a processor whose route grants them; never
+    /// a header mapper).
+    pub reserved_grants: Grants,
 }
 
 impl HostState {
@@ -93,7 +94,11 @@ impl HostState {
             plugin: plugin.to_owned(),
             route: route.to_owned(),
             kv,
-            may_set_tenant: grants.tenant_id,
+            reserved_grants: Grants {
+                tenant_id: grants.tenant_id,
+                ordering_key: grants.ordering_key,
+                ..Grants::default()
+            },
         })
     }
 
@@ -160,9 +165,9 @@ impl ferry::plugin::types::HostMessage for HostState {
 
     fn set_header(&mut self, msg: Resource<MessageState>, name: String, value: HeaderValue) -> wasmtime::Result<()> {
         let plugin = self.plugin.clone();
-        let may_set_tenant = self.may_set_tenant;
+        let granted = self.reserved_grants.may_set(&name);
         let m = self.message(&msg)?;
-        if names::is_reserved(&name) && !(may_set_tenant && name == names::TENANT_ID) {
+        if names::is_reserved(&name) && !granted {
             m.refused_reserved += 1;
             warn!(%plugin, header = %name, "plugin may not set reserved headers; ignored");
         } else {

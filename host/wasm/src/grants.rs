@@ -21,9 +21,17 @@ pub struct Grants {
     pub network: bool,
     /// May set the reserved `x-bridge.tenant-id` header (processors only).
     pub tenant_id: bool,
+    /// May set the reserved `x-bridge.ordering-key` header (processors only).
+    pub ordering_key: bool,
 }
 
 impl Grants {
+    /// Whether these grants let a processor set the reserved header `name`.
+    pub fn may_set(&self, name: &str) -> bool {
+        (self.tenant_id && name == ferry_envelope::names::TENANT_ID)
+            || (self.ordering_key && name == ferry_envelope::names::ORDERING_KEY)
+    }
+
     /// The WASI context these grants describe.
     pub fn wasi_ctx(&self) -> wasmtime::Result<WasiCtx> {
         let mut builder = WasiCtx::builder();

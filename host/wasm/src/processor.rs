@@ -13,6 +13,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{HeaderMapper, ProcessError, Processor, SendOutcome, Verdict};
+use ferry_core::{Failure, FailureReason};
 use ferry_envelope::{Envelope, names};
 use tracing::warn;
 use wasmtime::Store;
@@ -164,7 +165,10 @@ impl Processor for WasmProcessor {
             Ok(result) => result,
             Err(e) => (
                 backup,
-                Err(ProcessError::Reject(format!("plugin_trap: plugin {} host task failed: {e}", self.name()))),
+                Err(ProcessError::Reject(Failure::new(
+                    FailureReason::PluginTrap,
+                    format!("plugin {} host task failed: {e}", self.name()),
+                ))),
             ),
         }
     }
@@ -233,7 +237,10 @@ impl HeaderMapper for WasmHeaderMapper {
             Ok(result) => result,
             Err(e) => (
                 backup,
-                Err(ProcessError::Reject(format!("plugin_trap: plugin {} host task failed: {e}", self.name()))),
+                Err(ProcessError::Reject(Failure::new(
+                    FailureReason::PluginTrap,
+                    format!("plugin {} host task failed: {e}", self.name()),
+                ))),
             ),
         }
     }
@@ -381,13 +388,13 @@ impl Pool {
     fn call_error(&self, e: CallError) -> (ProcessError, Outcome) {
         let plugin = self.plugin.name.as_str();
         match e {
-            CallError::Unavailable(e) => (ProcessError::Reject(format!("plugin_unavailable: {e}")), Outcome::Reject),
+            CallError::Unavailable(e) => (reject(FailureReason::PluginUnavailable, e.to_string()), Outcome::Reject),
             CallError::Host(reason) => (ProcessError::Retry { after: Duration::from_secs(1), reason }, Outcome::Retry),
             CallError::Trap { deadline: true, detail } => {
-                (ProcessError::Reject(format!("plugin_deadline: plugin {plugin}: {detail}")), Outcome::Deadline)
+                (reject(FailureReason::PluginDeadline, format!("plugin {plugin}: {detail}")), Outcome::Deadline)
             }
             CallError::Trap { deadline: false, detail } => {
-                (ProcessError::Reject(format!("plugin_trap: plugin {plugin}: {detail}")), Outcome::Trap)
+                (reject(FailureReason::PluginTrap, format!("plugin {plugin}: {detail}")), Outcome::Trap)
             }
         }
     }
@@ -400,7 +407,7 @@ impl Pool {
                 (ProcessError::Retry { after, reason: format!("{plugin}: {}", r.reason) }, Outcome::Retry)
             }
             bindings::Failure::Reject(reason) => {
-                (ProcessError::Reject(format!("plugin_rejected: plugin {plugin}: {reason}")), Outcome::Reject)
+                (reject(FailureReason::PluginRejected, format!("plugin {plugin}: {reason}")), Outcome::Reject)
             }
         }
     }
@@ -498,4 +505,9 @@ fn describe_trap(e: &wasmtime::Error, timeout: Duration) -> String {
         // The first line of the chain is the trap; the backtrace follows.
         format!("{e:#}").lines().next().unwrap_or("trap").to_owned()
     }
+}
+
+/// A refusal for good with its typed reason.
+fn reject(reason: FailureReason, detail: String) -> ProcessError {
+    ProcessError::Reject(Failure::new(reason, detail))
 }

@@ -29,7 +29,8 @@
 //! - `headers`: each sets header `name` from `from` (a path into the input)
 //!   or `from_field` (a path into the output), with the same `type`,
 //!   `default` and `required`. Reserved `x-bridge.*` names are refused at
-//!   init.
+//!   init, but for `x-bridge.ordering-key` (the SQS FIFO message group by
+//!   default), which the route must grant: `grants = { ordering_key = true }`.
 //! - `keep`: when true the output starts as the input document (which must
 //!   then be an object) and `fields` overwrite or add to it.
 //!
@@ -40,7 +41,7 @@ mod mapping;
 
 pub use mapping::{Output, Transform};
 
-use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict, header_json};
+use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict, header_json, names};
 
 struct TransformProcessor(Transform);
 
@@ -69,7 +70,15 @@ impl Processor for TransformProcessor {
             .apply(&input, |name| msg.header(name).map(header_json))
             .map_err(|e| Failure::Reject(format!("transform: {e}")))?;
         for (name, value) in &out.headers {
-            msg.set_header(name, &json_header(value));
+            let value = json_header(value);
+            msg.set_header(name, &value);
+            // The host ignores a reserved header the route did not grant:
+            // refuse rather than send the message without it.
+            if name == names::ORDERING_KEY && msg.header(name).as_ref() != Some(&value) {
+                return Err(Failure::Reject(format!(
+                    "transform: the route must grant this processor ordering_key to set {name}"
+                )));
+            }
         }
         let payload = serde_json::to_vec(&out.document).map_err(|e| Failure::Reject(format!("transform: {e}")))?;
         msg.set_payload(&payload);

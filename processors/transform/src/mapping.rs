@@ -2,6 +2,9 @@
 //! unit tested natively.
 
 use serde::Deserialize;
+
+/// The one reserved header a transform may set (with the route's grant).
+pub const ORDERING_KEY: &str = "x-bridge.ordering-key";
 use serde_json::{Map, Value};
 
 #[derive(Debug, Deserialize)]
@@ -266,8 +269,12 @@ impl Transform {
         let mut headers = Vec::new();
         for (i, h) in raw.headers.into_iter().enumerate() {
             let target = format!("headers[{i}] ({})", h.name);
-            if h.name.is_empty() || h.name.to_ascii_lowercase().starts_with("x-bridge.") {
-                return Err(format!("{target}: a header name must be given and may not be a reserved x-bridge.* name"));
+            let reserved = h.name.to_ascii_lowercase().starts_with("x-bridge.");
+            if h.name.is_empty() || (reserved && h.name != ORDERING_KEY) {
+                return Err(format!(
+                    "{target}: a header name must be given and may not be a reserved x-bridge.* name \
+                     (but for {ORDERING_KEY}, with the route's ordering_key grant)"
+                ));
             }
             let source = match (h.from, h.from_field) {
                 (Some(p), None) => Source::Input(parse_path(&p).map_err(|e| format!("{target}: {e}"))?),
@@ -375,6 +382,12 @@ mod tests {
         assert_eq!(run(bad, json!({"n": "many"})).unwrap_err(), "n: cannot make \"many\" a number");
         let frac = json!({"fields": [{"to": "n", "from": "$.n", "type": "integer"}]});
         assert!(run(frac, json!({"n": 1.5})).is_err());
+    }
+
+    #[test]
+    fn the_ordering_key_is_the_one_reserved_header_a_transform_may_name() {
+        let t = Transform::from_config(json!({"keep": true, "headers": [{"name": ORDERING_KEY, "from": "$.device"}]}));
+        assert!(t.is_ok(), "{:?}", t.err());
     }
 
     #[test]

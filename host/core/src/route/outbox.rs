@@ -2,16 +2,19 @@
 //! source, and let one drainer per binding send them.
 //!
 //! - **Persist**: one record per plan, keyed (partition, envelope id,
-//!   binding) with the address kept apart; the source is acknowledged only
-//!   after the store says the records are durable. A record already pending
-//!   is not stored twice: the duplicate is acknowledged and counted on
-//!   `ferry_outbox_duplicate_suppressed_total`.
+//!   binding, address): a route verdict naming two addresses makes two
+//!   records. The source is acknowledged only after the store says every
+//!   record is durable. A key already pending, or sent less than
+//!   `dedup_window_secs` ago, is not stored twice: the duplicate is
+//!   acknowledged and counted on `ferry_outbox_duplicate_suppressed_total`.
 //! - **Backpressure**: while a binding's partition holds `max_outbox_depth`
 //!   records, the route takes no delivery (nothing is acknowledged or
 //!   dropped; the source keeps them).
 //! - **Drain**: the drainer takes the partition's lease (fencing out any
 //!   earlier holder), claims due records in batches, sends them, and
-//!   completes each one sent. A transient failure puts the record back with
+//!   completes each one sent, through the same [`Binding::deliver`] as a
+//!   direct send; settling processors (a circuit breaker) hear each send's
+//!   real outcome. A transient failure puts the record back with
 //!   one more replay and the route's backoff; a permanent failure, an expiry
 //!   or more than `max_replay_attempts` replays dead-letters (or drops) it
 //!   and then completes it. Polling backs off while the partition is empty
@@ -20,18 +23,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_config::FailureAction;
 use ferry_envelope::{Envelope, Timestamp};
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::{Plan, Route, Settle};
+use super::{Attempt, Binding, Failed, Mode, Plan, Route, Sent, Settle, tell_settled};
 use crate::backoff::sleep_or_shutdown;
+use crate::failure::{Failure, FailureReason};
 use crate::metrics::Metrics;
 use crate::outbox::{LeaseToken, NewRecord, OutboxRecord, OutboxStore, StoreError};
-use crate::ports::{DeliveryHandle, OutboundMessage, ProcessError};
+use crate::ports::SendOutcome;
 use crate::trace::DeliveryTrace;
 
 /// Records claimed per round.
@@ -64,30 +67,26 @@ pub fn partition_of(route: &str, binding: &str) -> String {
 
 impl Route {
     /// Persists one record per plan and acknowledges once they are durable.
-    #[allow(clippy::too_many_arguments)]
     pub(super) async fn persist(
         &self,
         outbox: &Outbox,
         envelope: Envelope,
         plans: Vec<Plan>,
-        handle: &dyn DeliveryHandle,
-        trace: &DeliveryTrace,
-        first_seen: Timestamp,
-        shutdown: &CancellationToken,
+        at: &Attempt<'_>,
     ) -> Settle {
         let route = self.id.as_str();
+        let mut stored = envelope.clone();
+        at.trace.inject(&mut stored);
         let records: Vec<NewRecord> = plans
             .into_iter()
             .map(|plan| {
                 let binding = &self.bindings[plan.binding];
-                let mut outbound = envelope.clone();
-                trace.send(&binding.id, &plan.address, &mut outbound).end(None);
                 NewRecord {
                     partition: partition_of(route, &binding.id),
                     route: self.id.clone(),
                     binding: binding.id.clone(),
                     address: plan.address,
-                    envelope: outbound,
+                    envelope: stored.clone(),
                 }
             })
             .collect();
@@ -97,7 +96,7 @@ impl Route {
                 Ok(done) => {
                     debug!(stored = done.stored, "persisted to the outbox");
                     if done.duplicates > 0 {
-                        debug!(duplicates = done.duplicates, "already in the outbox; acknowledged");
+                        debug!(duplicates = done.duplicates, "already in the outbox or sent lately; acknowledged");
                         self.metrics
                             .outbox_duplicate_suppressed
                             .get_or_create(&crate::metrics::labels(&[("route", route)]))
@@ -113,9 +112,7 @@ impl Route {
                     let delay = self.policy.backoff.delay(attempt);
                     warn!(error = %reason, attempt, "cannot persist to the outbox, will retry");
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "outbox")]);
-                    if let Some(settle) =
-                        self.retry_later(&envelope, handle, delay, &reason, first_seen, shutdown).await
-                    {
+                    if let Some(settle) = self.retry_later(&envelope, delay, &reason, at).await {
                         return settle;
                     }
                     attempt = attempt.saturating_add(1);
@@ -127,7 +124,7 @@ impl Route {
     /// Waits while any of the route's partitions is at `max_outbox_depth`;
     /// false when shutdown came first.
     pub(super) async fn wait_for_outbox_room(&self, shutdown: &CancellationToken) -> bool {
-        let Some(outbox) = &self.outbox else { return true };
+        let Mode::SharedOutbox(outbox) = &self.mode else { return true };
         let max = self.policy.max_outbox_depth as u64;
         let mut paused = false;
         loop {
@@ -193,7 +190,7 @@ impl Route {
             let wake = outbox.wake.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
-            let batch = match outbox.store.claim(&partition, &token, room, Timestamp::now().as_millis()).await {
+            let batch = match outbox.store.claim(&partition, &token, room, self.clock.now().as_millis()).await {
                 Ok(batch) => batch,
                 Err(e @ StoreError::StaleFencingToken { .. }) => {
                     error!(%partition, error = %e, "outbox lease lost; this drainer stops");
@@ -234,7 +231,7 @@ impl Route {
         let depth = outbox.store.depth(partition);
         self.metrics.outbox_depth.get_or_create(&labels).set(i64::try_from(depth).unwrap_or(i64::MAX));
         let oldest = if depth == 0 { None } else { outbox.store.oldest(partition) };
-        let age = oldest.map_or(0.0, |ms| (Timestamp::now().as_millis() - ms).max(0) as f64 / 1000.0);
+        let age = oldest.map_or(0.0, |ms| (self.clock.now().as_millis() - ms).max(0) as f64 / 1000.0);
         self.metrics.outbox_oldest_age.get_or_create(&labels).set(age);
     }
 
@@ -246,109 +243,106 @@ impl Route {
         token: &LeaseToken,
         stop: &CancellationToken,
     ) {
-        let binding = &self.bindings[index];
+        let binding: &Binding = &self.bindings[index];
         let route = self.id.as_str();
-        if record.envelope.is_expired_at(Timestamp::now()) {
+        if record.envelope.is_expired_at(self.clock.now()) {
             Metrics::inc(&self.metrics.expired, &[("route", route)]);
-            let action = self.policy.on_expired;
-            let detail = "message expired in the outbox";
-            self.finish_failed(outbox, record, token, action, "expired", detail, stop).await;
+            let failure = Failure::new(FailureReason::Expired, "message expired in the outbox");
+            self.finish_failed(outbox, record, token, failure, stop).await;
             return;
         }
-        let message = match self.map_copy(binding, record.envelope.clone(), &record.address).await {
-            Ok((envelope, address)) => OutboundMessage { envelope, address },
-            Err(ProcessError::Reject(reason)) => {
-                warn!(binding = %binding.id, %reason, "header mapper refused the message");
-                let action = self.policy.on_permanent_failure;
-                self.finish_failed(outbox, record, token, action, "header_mapper", &reason, stop).await;
-                return;
-            }
-            Err(ProcessError::Retry { after, reason }) => {
-                debug!(binding = %binding.id, %reason, "header mapper asked for a retry");
-                if let Err(e) = outbox.store.release(&record, token, Timestamp::now().plus(after).as_millis()).await {
-                    warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
-                }
-                return;
-            }
-        };
-        match binding.sender.send(message).await {
-            Ok(()) => {
-                Metrics::inc(&self.metrics.sent, &[("route", route), ("binding", &binding.id)]);
-                let age_ms = Timestamp::now().as_millis().saturating_sub(record.envelope.created_at.as_millis());
-                self.metrics
-                    .age_at_egress
-                    .get_or_create(&crate::metrics::labels(&[("route", route), ("binding", &binding.id)]))
-                    .observe(age_ms.max(0) as f64 / 1000.0);
+        let trace = DeliveryTrace::resume(&record.envelope);
+        let cx = self.send_context(&trace);
+        let sent = binding.deliver(cx, record.envelope.clone(), &record.address, record.replay_count).await;
+        self.tell_chain(&record.envelope, &sent).await;
+        match sent {
+            Sent::Accepted => {
                 self.mark_progress();
-                if let Err(e) = outbox.store.complete(&record, token).await {
+                if let Err(e) = outbox.store.complete(&record, token, self.policy.dedup_window).await {
                     warn!(binding = %binding.id, error = %e, "cannot complete an outbox record; it will be sent again");
                 }
             }
-            Err(error) if error.is_unavailable() => {
+            Sent::Unavailable(reason) => {
                 // Nothing was sent: the record waits for the connection
                 // without spending a replay.
-                debug!(binding = %binding.id, %error, "sender not connected; the record waits");
-                if let Err(e) =
-                    outbox.store.release(&record, token, Timestamp::now().plus(UNAVAILABLE_WAIT).as_millis()).await
-                {
+                debug!(binding = %binding.id, %reason, "sender not connected; the record waits");
+                let next = self.clock.now().plus(UNAVAILABLE_WAIT).as_millis();
+                if let Err(e) = outbox.store.release(&record, token, next).await {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
                 }
             }
-            Err(error) if error.is_transient() => {
+            Sent::Transient { after: Some(after), reason } => {
+                // The header mapper asked for a delay: not a failed send.
+                debug!(binding = %binding.id, %reason, ?after, "header mapper asked for a retry");
+                if let Err(e) = outbox.store.release(&record, token, self.clock.now().plus(after).as_millis()).await {
+                    warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
+                }
+            }
+            Sent::Transient { after: None, reason } => {
                 let attempts = record.replay_count.saturating_add(1);
                 if attempts > self.policy.max_replay_attempts {
-                    let detail = format!("sent {attempts} times without success: {}", error.reason);
-                    let action = self.policy.on_permanent_failure;
-                    self.finish_failed(outbox, record, token, action, "replay_exhausted", &detail, stop).await;
+                    let detail = format!("sent {attempts} times without success: {reason}");
+                    let failure = Failure::new(FailureReason::ReplayExhausted, detail);
+                    self.finish_failed(outbox, record, token, failure, stop).await;
                     return;
                 }
-                warn!(binding = %binding.id, address = %record.address, %error, attempts, "send failed, will retry");
+                warn!(binding = %binding.id, address = %record.address, error = %reason, attempts, "send failed, will retry");
                 Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
-                let next = Timestamp::now().plus(self.policy.backoff.delay(record.replay_count)).as_millis();
+                let next = self.clock.now().plus(self.policy.backoff.delay(record.replay_count)).as_millis();
                 if let Err(e) = outbox.store.replay(&record, token, next).await {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
                 }
             }
-            Err(error) => {
-                warn!(binding = %binding.id, address = %record.address, %error, "send failed permanently");
-                let action = self.policy.on_permanent_failure;
-                self.finish_failed(outbox, record, token, action, "send_rejected", &error.reason, stop).await;
+            Sent::Failed(failure) => {
+                warn!(binding = %binding.id, address = %record.address, %failure, "send failed permanently");
+                self.finish_failed(outbox, record, token, failure, stop).await;
             }
         }
+    }
+
+    /// Tells the route's settling processors (a circuit breaker) how a
+    /// drainer's send ended, as a direct send would.
+    async fn tell_chain(&self, envelope: &Envelope, sent: &Sent) {
+        let chain = self.processors.load();
+        if !chain.iter().any(|p| p.settles()) {
+            return;
+        }
+        let outcome = match sent {
+            Sent::Accepted => SendOutcome::Delivered,
+            Sent::Unavailable(reason) | Sent::Transient { reason, .. } => SendOutcome::Failed(reason.clone()),
+            Sent::Failed(failure) => SendOutcome::Rejected(failure.detail.clone()),
+        };
+        tell_settled(&chain, envelope, &outcome).await;
     }
 
     /// Dead-letters (or drops) a record the way a route fails any message,
     /// then completes it. When the drainer stops before a dead letter could
     /// be written, the record stays in the outbox for the next start.
-    #[allow(clippy::too_many_arguments)]
     async fn finish_failed(
         &self,
         outbox: &Outbox,
         record: OutboxRecord,
         token: &LeaseToken,
-        action: FailureAction,
-        reason: &str,
-        detail: &str,
+        failure: Failure,
         stop: &CancellationToken,
     ) {
-        let first_failure = record.first_failure_ms.map_or_else(Timestamp::now, Timestamp);
-        let settle = self
-            .fail_permanently(
-                record.envelope.clone(),
-                Some((record.binding.clone(), record.address.clone())),
-                action,
-                reason,
-                detail,
-                record.replay_count.saturating_add(1),
-                first_failure,
-                stop,
-            )
-            .await;
-        if matches!(settle, Settle::Release { .. }) {
+        let action = match failure.reason {
+            FailureReason::Expired => self.policy.on_expired,
+            _ => self.policy.on_permanent_failure,
+        };
+        let failed = Failed {
+            envelope: record.envelope.clone(),
+            at: Some((record.binding.clone(), record.address.clone())),
+            failure,
+            action,
+            attempts: record.replay_count.saturating_add(1),
+            first_failure: record.first_failure_ms.map_or_else(|| self.clock.now(), Timestamp),
+        };
+        if matches!(self.fail_permanently(failed, stop).await, Settle::Release { .. }) {
             return;
         }
         self.mark_progress();
-        if let Err(e) = outbox.store.complete(&record, token).await {
+        if let Err(e) = outbox.store.complete(&record, token, self.policy.dedup_window).await {
             warn!(error = %e, "cannot complete an outbox record");
         }
     }

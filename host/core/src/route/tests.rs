@@ -9,7 +9,7 @@ use ferry_envelope::HeaderValue;
 
 use super::*;
 use crate::dlq::DeadLetter;
-use crate::ports::{DeliverySink, HeaderMapper, Processor, Sender};
+use crate::ports::{DeliverySink, HeaderMapper, OutboundMessage, Processor, Sender};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Settled {
@@ -62,7 +62,7 @@ impl Receiver for FakeReceiver {
                 _ => None,
             });
             let handle = Box::new(FakeHandle { id: envelope.id.clone(), log: self.log.clone(), count });
-            if sink.send(Delivery { envelope, handle }).await.is_err() {
+            if sink.send(Delivery::new(envelope, handle)).await.is_err() {
                 break;
             }
         }
@@ -137,7 +137,8 @@ fn policy() -> RoutePolicy {
         on_permanent_failure: FailureAction::Dlq,
         max_replay_attempts: 5,
         trust_bridge_headers: false,
-        delivery_mode: ferry_config::DeliveryMode::DirectHold,
+        max_hops: 8,
+        dedup_window: Duration::from_secs(300),
         max_outbox_depth: 10_000,
         unstable_identity: UnstableIdentity::CountContent,
     }
@@ -170,8 +171,9 @@ fn harness(
         bindings,
         policy,
         dlq: dlq.clone(),
-        outbox: None,
+        mode: Mode::DirectHold,
         metrics: Metrics::new(),
+        clock: crate::clock::Clock::tokio(),
     });
     Harness { route, log, senders, dlq }
 }
@@ -196,7 +198,7 @@ fn env(id: &str) -> Envelope {
     e
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn direct_hold_acks_only_after_the_send_and_keeps_the_subject() {
     let h = harness(vec![env("m1")], vec![], 1, policy());
     run_until_settled(&h, 1).await;
@@ -212,7 +214,7 @@ async fn direct_hold_acks_only_after_the_send_and_keeps_the_subject() {
     assert!(text.contains("ferry_message_age_at_egress_seconds_count{route=\"r1\",binding=\"b0\"} 1"), "{text}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn transient_send_failures_are_retried_before_the_ack() {
     let h = harness(vec![env("m1")], vec![], 1, policy());
     h.senders[0]
@@ -227,7 +229,7 @@ async fn transient_send_failures_are_retried_before_the_ack() {
     assert_eq!(Metrics::count(&h.route.metrics.retried, &[("route", "r1"), ("reason", "send")]), 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn shutdown_during_a_retry_releases_instead_of_acking() {
     let mut p = policy();
     p.backoff.initial = Duration::from_secs(60);
@@ -247,7 +249,7 @@ async fn shutdown_during_a_retry_releases_instead_of_acking() {
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into())]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn permanent_failure_dead_letters_with_binding_and_address_then_acks() {
     let h = harness(vec![env("m1")], vec![], 1, policy());
     h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::permanent("topic too long")));
@@ -257,11 +259,11 @@ async fn permanent_failure_dead_letters_with_binding_and_address_then_acks() {
     assert_eq!(dlq[0].binding.as_deref(), Some("b0"));
     assert_eq!(dlq[0].address.as_deref(), Some("out/0"));
     assert_eq!(dlq[0].envelope.subject.as_deref(), Some("order.created"));
-    assert_eq!(dlq[0].reason, "send_rejected");
+    assert_eq!(dlq[0].reason, FailureReason::SendRejected);
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn processor_drop_acks_without_sending_or_dead_lettering() {
     let drop: SharedProcessor = Arc::new(FixedProcessor(Ok(Verdict::Drop("not temp".into()))));
     let h = harness(vec![env("m1")], vec![drop], 1, policy());
@@ -272,18 +274,19 @@ async fn processor_drop_acks_without_sending_or_dead_lettering() {
     assert_eq!(Metrics::count(&h.route.metrics.dropped, &[("route", "r1"), ("reason", "filtered")]), 1);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn processor_reject_goes_to_the_dlq_with_its_reason_code() {
-    let reject: SharedProcessor = Arc::new(FixedProcessor(Err(ProcessError::Reject("plugin_trap: boom".into()))));
+    let reject: SharedProcessor =
+        Arc::new(FixedProcessor(Err(ProcessError::Reject(Failure::new(FailureReason::PluginTrap, "boom")))));
     let h = harness(vec![env("m1")], vec![reject], 1, policy());
     run_until_settled(&h, 1).await;
     let dlq = h.dlq.entries.lock().expect("lock").clone();
     assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].reason, "plugin_trap");
+    assert_eq!(dlq[0].reason, FailureReason::PluginTrap);
     assert!(dlq[0].binding.is_none());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn routed_addresses_replace_binding_addresses_but_not_the_subject() {
     let route: SharedProcessor = Arc::new(FixedProcessor(Ok(Verdict::Route(vec!["a/1".into(), "a/2".into()]))));
     let mut p = policy();
@@ -298,7 +301,7 @@ async fn routed_addresses_replace_binding_addresses_but_not_the_subject() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn fan_out_retries_only_the_binding_that_failed() {
     let mut p = policy();
     p.dispatch_mode = DispatchMode::FanOut;
@@ -310,7 +313,7 @@ async fn fan_out_retries_only_the_binding_that_failed() {
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn single_dispatch_uses_only_the_first_binding() {
     let h = harness(vec![env("m1")], vec![], 2, policy());
     run_until_settled(&h, 1).await;
@@ -318,7 +321,7 @@ async fn single_dispatch_uses_only_the_first_binding() {
     assert!(h.senders[1].sent.lock().expect("lock").is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn expired_messages_follow_on_expired() {
     let mut expired = env("old");
     expired.expires_at = Some(Timestamp(1));
@@ -327,7 +330,7 @@ async fn expired_messages_follow_on_expired() {
     let h = harness(vec![expired.clone()], vec![], 1, p);
     run_until_settled(&h, 1).await;
     assert!(h.senders[0].sent.lock().expect("lock").is_empty());
-    assert_eq!(h.dlq.entries.lock().expect("lock")[0].reason, "expired");
+    assert_eq!(h.dlq.entries.lock().expect("lock")[0].reason, FailureReason::Expired);
 
     let h = harness(vec![expired], vec![], 1, policy());
     run_until_settled(&h, 1).await;
@@ -336,7 +339,7 @@ async fn expired_messages_follow_on_expired() {
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Rejected("old".into())], "dropped = refused at the source");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dropped_permanent_failure_rejects_the_source_only_when_no_binding_got_it() {
     let mut p = policy();
     p.on_permanent_failure = FailureAction::Drop;
@@ -355,7 +358,7 @@ async fn a_dropped_permanent_failure_rejects_the_source_only_when_no_binding_got
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn spoofed_reserved_headers_never_reach_the_sender() {
     let mut e = env("m1");
     e.set_header("x-bridge.tenant-id", "spoof");
@@ -368,7 +371,7 @@ async fn spoofed_reserved_headers_never_reach_the_sender() {
     assert!(sent[0].envelope.headers.contains_key("x-bridge.correlation-id"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn max_in_flight_bounds_concurrent_handling() {
     struct Slow {
         now: AtomicUsize,
@@ -396,7 +399,7 @@ async fn max_in_flight_bounds_concurrent_handling() {
     assert!((2..=4).contains(&peak), "peak {peak}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_message_that_expires_while_waiting_to_retry_follows_on_expired() {
     let mut e = env("m1");
     e.expires_at = Some(Timestamp::now().plus(Duration::from_millis(150)));
@@ -407,13 +410,13 @@ async fn a_message_that_expires_while_waiting_to_retry_follows_on_expired() {
     run_until_settled(&h, 1).await;
     let dlq = h.dlq.entries.lock().expect("lock").clone();
     assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].reason, "expired");
+    assert_eq!(dlq[0].reason, FailureReason::Expired);
     assert_eq!(dlq[0].binding.as_deref(), Some("b0"));
     assert!(h.senders[0].sent.lock().expect("lock").is_empty());
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_counted_source_gets_the_message_back_until_max_replay_attempts_then_dlq() {
     let mut first = env("m1");
     first.set_header("test.count", HeaderValue::Integer(1));
@@ -430,7 +433,7 @@ async fn a_counted_source_gets_the_message_back_until_max_replay_attempts_then_d
     run_until_settled(&h, 1).await;
     let dlq = h.dlq.entries.lock().expect("lock").clone();
     assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].reason, "replay_exhausted");
+    assert_eq!(dlq[0].reason, FailureReason::ReplayExhausted);
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
 }
 
@@ -456,7 +459,7 @@ impl Processor for Observer {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_settling_processor_hears_every_send_attempt() {
     let observer = Arc::new(Observer::default());
     let h = harness(vec![env("m1"), env("m2")], vec![observer.clone()], 1, policy());
@@ -497,7 +500,10 @@ impl HeaderMapper for Mapper {
         _address: &str,
     ) -> (Envelope, Result<Option<String>, ProcessError>) {
         if envelope.headers.contains_key("refuse") {
-            return (envelope, Err(ProcessError::Reject("refused by mapper".into())));
+            return (
+                envelope,
+                Err(ProcessError::Reject(Failure::new(FailureReason::PluginRejected, "refused by mapper"))),
+            );
         }
         if envelope.headers.contains_key("flaky") && self.retried.fetch_add(1, Ordering::SeqCst) == 0 {
             return (envelope, Err(ProcessError::Retry { after: Duration::from_millis(1), reason: "later".into() }));
@@ -509,7 +515,7 @@ impl HeaderMapper for Mapper {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_header_mapper_changes_only_its_bindings_copy() {
     let mut ok = env("ok");
     ok.set_header("kind", "temp");
@@ -562,7 +568,7 @@ fn a_swapped_chain_serves_new_loads_while_old_snapshots_stay() {
     assert_eq!(chain.load()[0].name(), "new");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_when_asked() {
     let generated = || {
         let mut e = env("gen-1");
@@ -581,7 +587,7 @@ async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_w
     run_until_settled(&h, 1).await;
     let dlq = h.dlq.entries.lock().expect("lock").clone();
     assert_eq!(dlq.len(), 1);
-    assert_eq!(dlq[0].reason, "unstable_identity");
+    assert_eq!(dlq[0].reason, FailureReason::UnstableIdentity);
     assert!(dlq[0].detail.contains("down"), "{}", dlq[0].detail);
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("gen-1".into())]);
 
@@ -590,7 +596,7 @@ async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_w
         Arc::new(FixedProcessor(Err(ProcessError::Retry { after: Duration::from_millis(1), reason: "busy".into() })));
     let h = harness(vec![generated()], vec![retry], 1, fail.clone());
     run_until_settled(&h, 1).await;
-    assert_eq!(h.dlq.entries.lock().expect("lock")[0].reason, "unstable_identity");
+    assert_eq!(h.dlq.entries.lock().expect("lock")[0].reason, FailureReason::UnstableIdentity);
 
     // A stable id at the same source is released as usual, and a source
     // that holds messages (no count) is never affected.

@@ -1,0 +1,96 @@
+//! A binding and the one way a copy of a message is sent to it.
+//!
+//! [`Binding::deliver`] is the only send path: direct dispatch, the outbox
+//! drainer and `ferry dlq replay` all call it, so a copy gets the same
+//! header mapper, address, span, metrics and classification whichever path
+//! sends it.
+
+use std::time::Duration;
+
+use ferry_envelope::{Envelope, Timestamp};
+use tracing::{debug, warn};
+
+use crate::failure::{Failure, FailureReason};
+use crate::metrics::Metrics;
+use crate::ports::{OutboundMessage, ProcessError, SharedHeaderMapper, SharedSender};
+use crate::trace::DeliveryTrace;
+
+/// A concrete destination: a sender and the address to use with it.
+#[derive(Clone)]
+pub struct Binding {
+    pub id: String,
+    pub sender: SharedSender,
+    /// Transport destination (may be a template the sender expands).
+    pub address: String,
+    /// Runs on each outbound copy for this binding before it is sent.
+    pub header_mapper: Option<SharedHeaderMapper>,
+}
+
+/// How one attempt to send a binding's copy ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// The target accepted it.
+    Accepted,
+    /// Nothing was attempted: the sender has no connection. Not a failure
+    /// of the message; it does not use up a replay.
+    Unavailable(String),
+    /// Try again later: `after` when the header mapper named a delay.
+    Transient { after: Option<Duration>, reason: String },
+    /// Never deliverable to this binding.
+    Failed(Failure),
+}
+
+/// Who is sending, for labels and logs.
+#[derive(Clone, Copy)]
+pub struct SendContext<'a> {
+    pub route: &'a str,
+    pub metrics: &'a Metrics,
+    pub trace: &'a DeliveryTrace,
+}
+
+impl Binding {
+    /// Maps the copy with the header mapper, sends it, and counts and traces
+    /// the send. `attempt` counts earlier attempts of this copy (0 on the
+    /// first), so what a sender drops from it is counted once.
+    pub async fn deliver(&self, cx: SendContext<'_>, envelope: Envelope, address: &str, attempt: u32) -> Sent {
+        let created = envelope.created_at;
+        let (mut outbound, address) = match &self.header_mapper {
+            None => (envelope, address.to_owned()),
+            Some(mapper) => match mapper.map(envelope, &self.id, address).await {
+                (env, Ok(None)) => (env, address.to_owned()),
+                (env, Ok(Some(chosen))) => (env, chosen),
+                (_, Err(ProcessError::Retry { after, reason })) => {
+                    debug!(binding = %self.id, %reason, "header mapper asked for a retry");
+                    return Sent::Transient { after: Some(after), reason };
+                }
+                (_, Err(ProcessError::Reject(failure))) => {
+                    warn!(binding = %self.id, %failure, "header mapper refused the message");
+                    // A mapper's own refusal is named for the mapper; a
+                    // trap or deadline keeps its reason.
+                    let reason = match failure.reason {
+                        FailureReason::PluginRejected => FailureReason::HeaderMapper,
+                        other => other,
+                    };
+                    return Sent::Failed(Failure::new(reason, failure.detail));
+                }
+            },
+        };
+        let span = cx.trace.send(&self.id, &address, &mut outbound);
+        let result = self.sender.send(OutboundMessage { envelope: outbound, address, attempt }).await;
+        span.end(result.as_ref().err());
+        match result {
+            Ok(()) => {
+                Metrics::inc(&cx.metrics.sent, &[("route", cx.route), ("binding", &self.id)]);
+                let age_ms = Timestamp::now().as_millis().saturating_sub(created.as_millis());
+                cx.metrics
+                    .age_at_egress
+                    .get_or_create(&crate::metrics::labels(&[("route", cx.route), ("binding", &self.id)]))
+                    .observe(age_ms.max(0) as f64 / 1000.0);
+                Sent::Accepted
+            }
+            Err(e) if e.is_unavailable() => Sent::Unavailable(e.reason),
+            Err(e) if e.is_transient() => Sent::Transient { after: None, reason: e.reason },
+            Err(e) => Sent::Failed(e.failure()),
+        }
+    }
+}

@@ -1,0 +1,267 @@
+//! Running the bridge: the route tasks, reloads applied to them, and a
+//! clean stop (see the module above for the whole path).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use ferry_config::Config;
+use ferry_core::metrics::Metrics;
+use ferry_core::route::Route;
+use ferry_store::{RedbStore, StoreOptions};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use super::parts::{RouteBindings, StartError, injected_fault, store_dir, uses_plugins};
+use super::plan::{
+    ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, prepare, warn_orphaned_records,
+};
+use crate::admin::SharedReadiness;
+
+/// A route task.
+struct RunningRoute {
+    key: RouteKey,
+    /// Kept to swap its processor chain.
+    route: Arc<Route>,
+    generation: u64,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+/// How a route task ended: which route, which start of it, and its result.
+struct RouteEnded {
+    id: String,
+    generation: u64,
+    result: Result<(), ferry_core::TransportError>,
+}
+
+/// A reload request: `Some` config with `--watch` (already loaded and
+/// validated), `None` to reload plugins under the running config.
+pub type ReloadRequest = Option<Config>;
+
+/// Everything `ferry run` starts.
+pub struct Bridge {
+    config: Config,
+    pub metrics: Metrics,
+    /// What `/readyz` checks; replaced by a reload.
+    pub readiness: SharedReadiness,
+    /// The embedded store: dead letters and the outbox.
+    store: Arc<RedbStore>,
+    /// The running config and routes' bindings, for the admin server's replays.
+    shared_config: Arc<RwLock<Config>>,
+    shared_bindings: Arc<RwLock<RouteBindings>>,
+    senders: SenderMap,
+    plugins: PluginState,
+    routes: BTreeMap<String, RunningRoute>,
+    pending: Vec<PlannedRoute>,
+    generation: u64,
+    ended_tx: mpsc::UnboundedSender<RouteEnded>,
+    ended_rx: mpsc::UnboundedReceiver<RouteEnded>,
+}
+
+impl Bridge {
+    /// Builds every part. Must run inside a (multi-threaded) tokio runtime:
+    /// senders start connecting right away.
+    pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
+        let options = StoreOptions { op_seconds: Some(metrics.store_op_seconds.clone()), fault: injected_fault() };
+        let dir = store_dir(&config);
+        let store = tokio::task::spawn_blocking(move || RedbStore::open(&dir, options))
+            .await
+            .map_err(|e| StartError::new("store.path", e))?
+            .map_err(|e| StartError::new("store.path", e))?;
+        let prepared =
+            prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
+        warn_orphaned_records(&config, &store);
+        let shared_config = Arc::new(RwLock::new(config.clone()));
+        let shared_bindings = Arc::new(RwLock::new(
+            prepared.routes.iter().map(|p| (p.route.id.clone(), p.route.bindings.clone())).collect(),
+        ));
+        let (ended_tx, ended_rx) = mpsc::unbounded_channel();
+        Ok(Self {
+            config,
+            metrics,
+            readiness: Arc::new(RwLock::new(prepared.readiness)),
+            shared_config,
+            shared_bindings,
+            store,
+            senders: prepared.senders,
+            plugins: prepared.plugins,
+            routes: BTreeMap::new(),
+            pending: prepared.routes,
+            generation: 0,
+            ended_tx,
+            ended_rx,
+        })
+    }
+
+    /// The embedded store.
+    pub fn store(&self) -> Arc<RedbStore> {
+        self.store.clone()
+    }
+
+    /// The store and config the admin server's dead-letter endpoints use.
+    pub fn store_access(&self) -> crate::admin::StoreAccess {
+        crate::admin::StoreAccess {
+            store: self.store.clone(),
+            config: self.shared_config.clone(),
+            bindings: self.shared_bindings.clone(),
+        }
+    }
+
+    /// The plugin directory to watch for hot reload: when `plugins.watch`
+    /// is on and some route uses a plugin.
+    pub fn watched_plugin_dir(&self) -> Option<PathBuf> {
+        (self.config.plugins.watch && uses_plugins(&self.config)).then(|| PathBuf::from(&self.config.plugins.dir))
+    }
+
+    /// How many routes the config has.
+    pub fn route_count(&self) -> usize {
+        self.config.routes.len()
+    }
+
+    fn spawn(&mut self, key: RouteKey, route: Arc<Route>, shutdown: &CancellationToken) {
+        self.generation += 1;
+        let generation = self.generation;
+        let stop = shutdown.child_token();
+        let (token, ended) = (stop.clone(), self.ended_tx.clone());
+        let id = route.id.clone();
+        let task_id = id.clone();
+        let running = route.clone();
+        let task = tokio::spawn(async move {
+            let result = running.run(token).await;
+            let _ = ended.send(RouteEnded { id: task_id, generation, result });
+        });
+        self.routes.insert(id, RunningRoute { key, route, generation, stop, task });
+    }
+
+    /// Runs every route until `shutdown` fires or a route fails, applying
+    /// reload requests meanwhile; then drains in-flight messages and closes
+    /// the senders. Returns whether every route ended cleanly.
+    pub async fn run(mut self, shutdown: CancellationToken, mut reloads: mpsc::Receiver<ReloadRequest>) -> bool {
+        for planned in std::mem::take(&mut self.pending) {
+            self.spawn(planned.key, planned.route, &shutdown);
+        }
+        let mut clean = true;
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(request) = reloads.recv() => self.reload(request, &shutdown).await,
+                Some(RouteEnded { id, generation, result }) = self.ended_rx.recv() => {
+                    if self.routes.get(&id).is_none_or(|r| r.generation != generation) {
+                        continue; // a route a reload stopped
+                    }
+                    self.routes.remove(&id);
+                    match result {
+                        Ok(()) if self.routes.is_empty() => break,
+                        Ok(()) => {}
+                        Err(e) => {
+                            error!(route = %id, error = %e, "route failed; stopping the daemon");
+                            clean = false;
+                            shutdown.cancel();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        for (_, route) in std::mem::take(&mut self.routes) {
+            route.stop.cancel();
+            if let Err(e) = route.task.await {
+                error!(error = %e, "route task panicked");
+                clean = false;
+            }
+        }
+        while let Ok(RouteEnded { id, result, .. }) = self.ended_rx.try_recv() {
+            if let Err(e) = result {
+                error!(route = %id, error = %e, "route failed while stopping");
+                clean = false;
+            }
+        }
+        for running in self.senders.values() {
+            running.sender.close().await;
+        }
+        info!("all routes stopped");
+        clean
+    }
+
+    /// Applies a reload: builds what changed while everything runs, then
+    /// drains and restarts only the routes whose parts changed. Anything
+    /// that fails to build (config, plugin, init) refuses the whole reload
+    /// and leaves the daemon as it was.
+    async fn reload(&mut self, request: ReloadRequest, shutdown: &CancellationToken) {
+        let config = request.unwrap_or_else(|| self.config.clone());
+        if config.admin != self.config.admin || config.store != self.config.store {
+            warn!("reload: [admin] and [store] changes take effect at the next start");
+        }
+        let running: BTreeMap<String, RouteKey> =
+            self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
+        let prepared = prepare(&config, &self.metrics, &self.store, &running, &self.senders, &self.plugins).await;
+        let prepared = match prepared {
+            Ok(p) => p,
+            Err(e) => {
+                Metrics::inc(&self.metrics.reloads, &[("outcome", "refused")]);
+                error!(error = %e, "reload refused; everything keeps running as it was");
+                return;
+            }
+        };
+        // New chains first: deliveries that start from now on use them,
+        // in-flight ones finish on the chain they started with.
+        let mut swapped = Vec::new();
+        for ChainSwap { route, chain_digest, chain } in prepared.swaps {
+            if let Some(running) = self.routes.get_mut(&route) {
+                running.route.processors.swap(chain);
+                running.key.chain = chain_digest;
+                swapped.push(route);
+            }
+        }
+        self.plugins = prepared.plugins;
+        let replaced: Vec<String> = self.routes.keys().filter(|id| !prepared.kept.contains(*id)).cloned().collect();
+        let mut stopping = Vec::new();
+        for id in &replaced {
+            if let Some(route) = self.routes.remove(id) {
+                route.stop.cancel();
+                stopping.push(route.task);
+            }
+        }
+        for task in stopping {
+            if let Err(e) = task.await {
+                error!(error = %e, "route task panicked while stopping");
+            }
+        }
+        let started: Vec<String> = prepared.routes.iter().map(|p| p.route.id.clone()).collect();
+        for planned in prepared.routes {
+            self.spawn(planned.key, planned.route, shutdown);
+        }
+        let old = std::mem::replace(&mut self.senders, prepared.senders);
+        for (name, RunningSender { sender, .. }) in old {
+            let still_used = self.senders.get(&name).is_some_and(|s| Arc::ptr_eq(&s.sender, &sender));
+            if !still_used {
+                sender.close().await;
+            }
+        }
+        if let Ok(mut r) = self.readiness.write() {
+            *r = prepared.readiness;
+        }
+        for id in replaced.iter().filter(|id| !started.contains(id)) {
+            self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
+        }
+        warn_orphaned_records(&config, &self.store);
+        if let Ok(mut shared) = self.shared_config.write() {
+            *shared = config.clone();
+        }
+        if let Ok(mut shared) = self.shared_bindings.write() {
+            *shared = self.routes.iter().map(|(id, r)| (id.clone(), r.route.bindings.clone())).collect();
+        }
+        self.config = config;
+        Metrics::inc(&self.metrics.reloads, &[("outcome", "applied")]);
+        info!(
+            restarted = ?started.iter().filter(|id| replaced.contains(id)).collect::<Vec<_>>(),
+            started = ?started.iter().filter(|id| !replaced.contains(id)).collect::<Vec<_>>(),
+            stopped = ?replaced.iter().filter(|id| !started.contains(id)).collect::<Vec<_>>(),
+            kept = ?prepared.kept,
+            processors_swapped = ?swapped,
+            "reload applied"
+        );
+    }
+}

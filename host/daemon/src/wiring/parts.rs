@@ -1,0 +1,354 @@
+//! Building parts from config: the plugin engine and registry, processor
+//! chains and header mappers, senders, receivers and bindings. Nothing here
+//! runs anything but a sender's connection attempts.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferry_config::{Config, GrantsConfig, ReceiverConfig, RouteConfig, SenderConfig};
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
+use ferry_core::route::Binding;
+use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
+use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
+use ferry_transport_mqtt::{MqttReceiver, MqttSender};
+use ferry_transport_sqs::{SqsReceiver, SqsSender};
+use ferry_wasm::{
+    Grants, LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, PluginWorld, WasmHeaderMapper, WasmProcessor,
+};
+use tracing::warn;
+
+/// A start-up problem, with the config key it concerns.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct StartError {
+    pub path: String,
+    pub message: String,
+}
+
+impl StartError {
+    pub(super) fn new(path: impl Into<String>, message: impl ToString) -> Self {
+        Self { path: path.into(), message: message.to_string() }
+    }
+}
+
+/// Whether any route uses a plugin (a processor or a header mapper).
+pub(super) fn uses_plugins(config: &Config) -> bool {
+    config.routes.iter().any(|r| !r.processors.is_empty() || r.bindings.iter().any(|b| b.header_mapper.is_some()))
+}
+
+pub(super) fn plugin_limits(config: &Config) -> PluginLimits {
+    PluginLimits {
+        call_timeout: Duration::from_millis(config.plugins.call_timeout_ms),
+        memory_limit_bytes: usize::try_from(config.plugins.memory_limit_mib << 20).unwrap_or(usize::MAX),
+    }
+}
+
+/// Where compiled components are cached: `plugins.cache_dir`, by default
+/// `<store.path>/plugin-cache`; `None` when turned off with `""`.
+pub fn plugin_cache_dir(config: &Config) -> Option<PathBuf> {
+    match config.plugins.cache_dir.as_deref() {
+        Some("") => None,
+        Some(dir) => Some(PathBuf::from(dir)),
+        None => Some(Path::new(&config.store.path).join("plugin-cache")),
+    }
+}
+
+/// A plugin engine for `config`, with the compile cache when it can be
+/// used (a cache that cannot be set up only costs compile time: warned).
+pub(super) fn new_engine(config: &Config) -> Result<PluginEngine, StartError> {
+    let limits = plugin_limits(config);
+    if let Some(dir) = plugin_cache_dir(config) {
+        match PluginEngine::with_cache(limits, &dir) {
+            Ok(engine) => return Ok(engine),
+            Err(e) => {
+                warn!(dir = %dir.display(), error = %e, "cannot use the plugin compile cache; compiling every start")
+            }
+        }
+    }
+    PluginEngine::new(limits).map_err(|e| StartError::new("plugins", format!("cannot start the plugin engine: {e}")))
+}
+
+/// Loads the plugin directory when some route uses a plugin. Compiling
+/// happens here, off the message path; plugins of `previous` whose files
+/// did not change are reused as they are.
+pub(super) fn load_plugins(
+    config: &Config,
+    engine: &PluginEngine,
+    previous: Option<&PluginRegistry>,
+) -> Result<Option<PluginRegistry>, StartError> {
+    if !uses_plugins(config) {
+        return Ok(None);
+    }
+    let registry = PluginRegistry::reload_dir(engine, Path::new(&config.plugins.dir), previous)
+        .map_err(|e| StartError::new("plugins.dir", e))?;
+    Ok(Some(registry))
+}
+
+/// The compiled plugins a route's chain uses, in order.
+pub(super) fn chain_plugins(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+) -> Result<Vec<Arc<LoadedPlugin>>, StartError> {
+    let mut plugins = Vec::new();
+    for (j, p) in route.processors.iter().enumerate() {
+        let key = format!("routes[{index}].processors[{j}].plugin");
+        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
+        let plugin = registry.get(&p.plugin).map_err(|e| StartError::new(&key, e))?;
+        if !plugin.world.is_processor() {
+            return Err(StartError::new(
+                key,
+                format!(
+                    "{:?} is a {}, not a processor; name it in a binding's header_mapper",
+                    p.plugin,
+                    plugin.world.name()
+                ),
+            ));
+        }
+        plugins.push(plugin);
+    }
+    Ok(plugins)
+}
+
+/// The compiled header mapper of each binding (`None` for bindings
+/// without one).
+pub(super) fn binding_mappers(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+) -> Result<Vec<Option<Arc<LoadedPlugin>>>, StartError> {
+    let mut mappers = Vec::new();
+    for (j, b) in route.bindings.iter().enumerate() {
+        let Some(name) = &b.header_mapper else {
+            mappers.push(None);
+            continue;
+        };
+        let key = format!("routes[{index}].bindings[{j}].header_mapper");
+        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
+        let plugin = registry.get(name).map_err(|e| StartError::new(&key, e))?;
+        if plugin.world != PluginWorld::HeaderMapper {
+            return Err(StartError::new(key, format!("{name:?} is a {}, not a header-mapper", plugin.world.name())));
+        }
+        mappers.push(Some(plugin));
+    }
+    Ok(mappers)
+}
+
+/// What a processor entry's `grants` give its plugin.
+fn grants(g: &GrantsConfig) -> Grants {
+    Grants {
+        env: g.env.iter().filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v))).collect(),
+        dir: g.dir.as_ref().map(PathBuf::from),
+        network: g.network,
+        tenant_id: g.tenant_id,
+        ordering_key: g.ordering_key,
+    }
+}
+
+/// One processor per `[[routes.processors]]` entry, each plugin's `init`
+/// called with its config.
+pub(super) fn build_chain(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+    metrics: &Metrics,
+) -> Result<Vec<SharedProcessor>, StartError> {
+    let plugins = chain_plugins(registry, index, route)?;
+    let mut chain: Vec<SharedProcessor> = Vec::new();
+    let Some(registry) = registry else { return Ok(chain) };
+    for (j, (p, plugin)) in route.processors.iter().zip(plugins).enumerate() {
+        let processor = WasmProcessor::with_grants(
+            registry.engine(),
+            plugin,
+            &route.id,
+            p.config.to_string(),
+            grants(&p.grants),
+            metrics.clone(),
+        )
+        .map_err(|e| StartError::new(format!("routes[{index}].processors[{j}].config"), e))?;
+        chain.push(Arc::new(processor));
+    }
+    Ok(chain)
+}
+
+/// Each binding's header mapper, its `init` called with its config.
+pub(super) fn build_mappers(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+    metrics: &Metrics,
+) -> Result<Vec<Option<SharedHeaderMapper>>, StartError> {
+    let plugins = binding_mappers(registry, index, route)?;
+    let mut mappers = Vec::new();
+    for (j, (b, plugin)) in route.bindings.iter().zip(plugins).enumerate() {
+        let (Some(plugin), Some(registry)) = (plugin, registry) else {
+            mappers.push(None);
+            continue;
+        };
+        let mapper = WasmHeaderMapper::new(
+            registry.engine(),
+            plugin,
+            &route.id,
+            b.header_mapper_config.to_string(),
+            metrics.clone(),
+        )
+        .map_err(|e| StartError::new(format!("routes[{index}].bindings[{j}].header_mapper_config"), e))?;
+        mappers.push(Some(Arc::new(mapper) as SharedHeaderMapper));
+    }
+    Ok(mappers)
+}
+
+/// Loads the plugins a config needs and builds every route's processors
+/// and header mappers, calling each plugin's `init`. What `validate` checks.
+pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
+    let engine = new_engine(config)?;
+    let registry = load_plugins(config, &engine, None)?;
+    let mut chains = Vec::new();
+    for (i, r) in config.routes.iter().enumerate() {
+        build_mappers(registry.as_ref(), i, r, metrics)?;
+        chains.push(build_chain(registry.as_ref(), i, r, metrics)?);
+    }
+    Ok(chains)
+}
+
+pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
+    Ok(match s {
+        SenderConfig::Mqtt(m) => Arc::new(
+            MqttSender::start(name, m.clone(), metrics.clone())
+                .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
+        ),
+        SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
+        SenderConfig::Amqp10(a) => Amqp10Sender::start(name, a.clone(), metrics.clone()),
+        SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
+    })
+}
+
+pub(super) fn new_receiver(
+    name: &str,
+    r: &ReceiverConfig,
+    route: &RouteConfig,
+    metrics: &Metrics,
+) -> Arc<dyn Receiver> {
+    match r {
+        ReceiverConfig::Mqtt(m) => Arc::new(MqttReceiver::new(
+            name,
+            m.clone(),
+            u16::try_from(route.max_in_flight).unwrap_or(u16::MAX),
+            metrics.clone(),
+        )),
+        ReceiverConfig::Sqs(q) => Arc::new(SqsReceiver::new(name, q.clone(), metrics.clone())),
+        ReceiverConfig::Amqp10(a) => Arc::new(Amqp10Receiver::new(name, a.clone(), metrics.clone())),
+        ReceiverConfig::Amqp091(a) => Arc::new(Amqp091Receiver::new(name, a.clone(), metrics.clone())),
+    }
+}
+
+/// A route's bindings: each binding's sender (found by `sender`) and
+/// header mapper (`mappers`, in binding order).
+pub(super) fn make_bindings(
+    route: &RouteConfig,
+    mappers: Vec<Option<SharedHeaderMapper>>,
+    sender: impl Fn(&str) -> Option<Arc<dyn Sender>>,
+) -> Result<Vec<Binding>, StartError> {
+    route
+        .bindings
+        .iter()
+        .zip(mappers)
+        .map(|(b, header_mapper)| {
+            let sender =
+                sender(&b.sender).ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
+            Ok(Binding { id: b.id().to_owned(), sender, address: b.address.clone(), header_mapper })
+        })
+        .collect()
+}
+
+/// Builds the bindings of routes outside a running daemon (`ferry dlq
+/// replay` with the daemon stopped): the same senders and header mappers a
+/// route would have. Senders are started on first use and kept in
+/// `senders`; the plugins are loaded once.
+pub struct StandaloneBindings<'a> {
+    config: &'a Config,
+    metrics: Metrics,
+    registry: Option<Option<PluginRegistry>>,
+    pub senders: BTreeMap<String, Arc<dyn Sender>>,
+}
+
+impl<'a> StandaloneBindings<'a> {
+    pub fn new(config: &'a Config, metrics: Metrics) -> Self {
+        Self { config, metrics, registry: None, senders: BTreeMap::new() }
+    }
+
+    /// The bindings of the route with this id.
+    pub fn route(&mut self, id: &str) -> Result<Vec<Binding>, StartError> {
+        let config = self.config;
+        let (index, route) = config
+            .routes
+            .iter()
+            .enumerate()
+            .find(|(_, r)| r.id == id)
+            .ok_or_else(|| StartError::new("routes", format!("route {id:?} is not in the config")))?;
+        if self.registry.is_none() {
+            let engine = new_engine(config)?;
+            self.registry = Some(load_plugins(config, &engine, None)?);
+        }
+        let registry = self.registry.as_ref().and_then(Option::as_ref);
+        let mappers = build_mappers(registry, index, route, &self.metrics)?;
+        for b in &route.bindings {
+            if !self.senders.contains_key(&b.sender) {
+                let cfg = config
+                    .senders
+                    .get(&b.sender)
+                    .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
+                self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics)?);
+            }
+        }
+        make_bindings(route, mappers, |name| self.senders.get(name).cloned())
+    }
+}
+
+/// The bindings of every running route, by route id (replays use them).
+pub type RouteBindings = BTreeMap<String, Vec<Binding>>;
+
+/// The store directory: `store.path` (the file is `ferry.redb` in it).
+pub fn store_dir(config: &Config) -> std::path::PathBuf {
+    PathBuf::from(&config.store.path)
+}
+
+/// A store fault for the test suite: `FERRY_TEST_STORE_FAULT=hang:<op>`
+/// (an op as `ferry_store_op_seconds` names it) makes the store hang for
+/// good at that operation, `fail:<op>` makes every commit holding one fail.
+/// Debug builds only; a release build ignores it.
+pub(super) fn injected_fault() -> Option<ferry_store::Fault> {
+    if !cfg!(debug_assertions) {
+        return None;
+    }
+    let spec = std::env::var("FERRY_TEST_STORE_FAULT").ok()?;
+    let (kind, name) = spec.split_once(':')?;
+    let op = ferry_store::Op::ALL.into_iter().find(|op| op.name() == name)?;
+    warn!(fault = %spec, "FERRY_TEST_STORE_FAULT: the store will misbehave at this operation");
+    match kind {
+        "hang" => Some(ferry_store::Fault::Hang(op)),
+        "fail" => Some(ferry_store::Fault::Fail(op)),
+        _ => None,
+    }
+}
+
+pub(super) fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
+    match r {
+        ReceiverConfig::Mqtt(_) => "mqtt",
+        ReceiverConfig::Sqs(_) => "sqs",
+        ReceiverConfig::Amqp10(_) => "amqp10",
+        ReceiverConfig::Amqp091(_) => "amqp091",
+    }
+}
+
+pub(super) fn kind_of_sender(s: &SenderConfig) -> &'static str {
+    match s {
+        SenderConfig::Mqtt(_) => "mqtt",
+        SenderConfig::Sqs(_) => "sqs",
+        SenderConfig::Amqp10(_) => "amqp10",
+        SenderConfig::Amqp091(_) => "amqp091",
+    }
+}
