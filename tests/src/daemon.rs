@@ -96,6 +96,11 @@ impl Daemon {
         Self::start_with_args(ws, &[], expect_connected)
     }
 
+    /// The daemon's process id (for CPU and memory readings).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// As [`Daemon::start`], with more arguments for `ferry run`.
     pub fn start_with_args(ws: &Workspace, args: &[&str], expect_connected: usize) -> Self {
         let mut child = Command::new(ferry_binary())

@@ -140,13 +140,50 @@ address = "{dst}/out"
         sid = unique("bench-out"),
     ));
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let pid = daemon.pid();
+    let cpu_before = pid.and_then(process_cpu_seconds);
     let through = pub_sub_rate(&format!("{src}/a"), &format!("{dst}/#"), n).await;
+    let cpu = pid.and_then(process_cpu_seconds).zip(cpu_before).map(|(after, before)| after - before);
+    let peak = pid.and_then(peak_rss_mib);
     let _ = tokio::task::block_in_place(|| daemon.terminate());
 
     println!("\nMQTT -> MQTT, QoS 1, 1 KiB payloads, {n} messages");
     println!("  {:<44} {:>10.0} msgs/s", "raw Mosquitto pub -> sub", raw);
     println!("  {:<44} {:>10.0} msgs/s", "through ferry (filter plugin)", through);
     println!("  {:<44} {:>10.2}", "ratio ferry / raw", through / raw);
+    if let Some(cpu) = cpu {
+        println!("  {:<44} {:>10.1} µs", "ferry CPU per message", cpu * 1e6 / n as f64);
+    }
+    if let Some(peak) = peak {
+        println!("  {:<44} {:>10.1} MiB", "ferry peak RSS", peak);
+    }
+}
+
+/// User plus system CPU time a process has used, from `/proc/PID/stat`.
+fn process_cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at 3.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / clock_ticks_per_second())
+}
+
+fn clock_ticks_per_second() -> f64 {
+    std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+        .unwrap_or(100.0)
+}
+
+/// A process's peak resident set (VmHWM) in MiB.
+fn peak_rss_mib(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
 }
 
 /// A JSON document of about `size` bytes that every payload-reading

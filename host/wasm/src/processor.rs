@@ -3,9 +3,21 @@
 //! Each [`WasmProcessor`] ([`WasmHeaderMapper`]) is one plugin with one
 //! route's (binding's) configuration. It
 //! keeps a pool of initialised instances and reuses them (never one instance
-//! per message). Every call runs on a blocking thread under the epoch
-//! deadline and the memory cap; a trap or deadline fails that message and
-//! the instance is thrown away, so the next call gets a fresh one.
+//! per message). Every call runs under the epoch deadline and the memory
+//! cap; a trap or deadline fails that message and the instance is thrown
+//! away, so the next call gets a fresh one.
+//!
+//! Where a call runs: a plugin that can only compute runs on the async
+//! worker that handles the message, since the epoch deadline
+//! (`plugins.call_timeout_ms`) bounds how long it can hold that worker, and
+//! a hand-off to another thread and back costs more than a header-only call
+//! itself. A plugin that can wait (it imports a WASI interface that can,
+//! see [`WAITING_IMPORTS`](crate::registry::WAITING_IMPORTS), or it has a
+//! `network` or `dir` grant) runs on tokio's blocking pool, as do all calls
+//! outside a multi-threaded runtime: WASI's blocking calls cannot run on an
+//! async worker. A panic in the host while calling fails that message as
+//! `plugin_trap` either way; on the worker it also sends the plugin's later
+//! calls to the blocking pool.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,6 +60,8 @@ struct Pool {
     grants: Grants,
     idle: Mutex<Vec<Instance>>,
     metrics: Metrics,
+    /// Whether calls must run on the blocking pool (see the module docs).
+    may_wait: std::sync::atomic::AtomicBool,
 }
 
 /// One processor plugin configured for one route.
@@ -134,6 +148,12 @@ impl WasmProcessor {
         Ok(Self { pool: Pool::start(engine, plugin, route, config_json, grants, metrics)? })
     }
 
+    /// Whether calls made now would run on the calling async worker rather
+    /// than on the blocking pool (see the module docs).
+    pub fn runs_on_worker(&self) -> bool {
+        self.pool.runs_inline()
+    }
+
     /// Instances waiting for work (for tests and diagnostics).
     pub fn idle_instances(&self) -> usize {
         self.pool.idle.lock().map(|i| i.len()).unwrap_or(0)
@@ -158,18 +178,12 @@ impl Processor for WasmProcessor {
 
     async fn process(&self, envelope: Envelope) -> (Envelope, Result<Verdict, ProcessError>) {
         // Headers are cloned, the payload is shared: the copy is cheap and
-        // keeps the message if the blocking task itself dies.
+        // keeps the message if the host call itself dies.
         let backup = envelope.clone();
         let pool = self.pool.clone();
-        match tokio::task::spawn_blocking(move || pool.process(envelope)).await {
+        match self.pool.run(move || pool.process(envelope)).await {
             Ok(result) => result,
-            Err(e) => (
-                backup,
-                Err(ProcessError::Reject(Failure::new(
-                    FailureReason::PluginTrap,
-                    format!("plugin {} host task failed: {e}", self.name()),
-                ))),
-            ),
+            Err(e) => (backup, Err(host_failed(self.name(), &e))),
         }
     }
 
@@ -182,7 +196,7 @@ impl Processor for WasmProcessor {
             return;
         }
         let (pool, envelope, outcome) = (self.pool.clone(), envelope.clone(), outcome.clone());
-        if let Err(e) = tokio::task::spawn_blocking(move || pool.settled(envelope, &outcome)).await {
+        if let Err(e) = self.pool.run(move || pool.settled(envelope, &outcome)).await {
             warn!(plugin = %self.name(), error = %e, "settled call failed");
         }
     }
@@ -233,20 +247,40 @@ impl HeaderMapper for WasmHeaderMapper {
         let backup = envelope.clone();
         let pool = self.pool.clone();
         let (binding, address) = (binding.to_owned(), address.to_owned());
-        match tokio::task::spawn_blocking(move || pool.map(envelope, &binding, &address)).await {
+        match self.pool.run(move || pool.map(envelope, &binding, &address)).await {
             Ok(result) => result,
-            Err(e) => (
-                backup,
-                Err(ProcessError::Reject(Failure::new(
-                    FailureReason::PluginTrap,
-                    format!("plugin {} host task failed: {e}", self.name()),
-                ))),
-            ),
+            Err(e) => (backup, Err(host_failed(self.name(), &e))),
         }
     }
 }
 
 impl Pool {
+    /// Whether calls may run on the async worker itself (see the module
+    /// docs): the plugin cannot block in I/O, and the runtime has other
+    /// workers to keep the rest going meanwhile.
+    fn runs_inline(&self) -> bool {
+        !self.may_wait.load(std::sync::atomic::Ordering::Relaxed)
+            && tokio::runtime::Handle::try_current()
+                .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread)
+    }
+
+    /// Runs one call: on this worker when [`Pool::runs_inline`], on the
+    /// blocking pool otherwise. A panic in the call is an error, not a
+    /// crash of the route's task.
+    async fn run<T: Send + 'static>(&self, call: impl FnOnce() -> T + Send + 'static) -> Result<T, String> {
+        if self.runs_inline() {
+            return std::panic::catch_unwind(std::panic::AssertUnwindSafe(call)).map_err(|p| {
+                // A WASI call that must block (the list of waiting imports
+                // missed it) panics on an async worker: the plugin's later
+                // calls go to the blocking pool.
+                self.may_wait.store(true, std::sync::atomic::Ordering::Relaxed);
+                warn!(plugin = %self.plugin.name, "a host call panicked on the async worker; this plugin's calls run on the blocking pool from now on");
+                panic_text(&p)
+            });
+        }
+        tokio::task::spawn_blocking(call).await.map_err(|e| e.to_string())
+    }
+
     fn start(
         engine: &PluginEngine,
         plugin: Arc<LoadedPlugin>,
@@ -255,6 +289,7 @@ impl Pool {
         grants: Grants,
         metrics: Metrics,
     ) -> Result<Arc<Self>, PluginError> {
+        let may_wait = plugin.may_wait || grants.network || grants.dir.is_some();
         let pool = Pool {
             plugin,
             engine: engine.clone(),
@@ -263,6 +298,7 @@ impl Pool {
             grants,
             idle: Mutex::new(Vec::new()),
             metrics,
+            may_wait: std::sync::atomic::AtomicBool::new(may_wait),
         };
         let first = pool.instantiate()?;
         pool.give_back(first);
@@ -505,6 +541,19 @@ fn describe_trap(e: &wasmtime::Error, timeout: Duration) -> String {
         // The first line of the chain is the trap; the backtrace follows.
         format!("{e:#}").lines().next().unwrap_or("trap").to_owned()
     }
+}
+
+/// A host call that died (a panic or a lost blocking task).
+fn host_failed(plugin: &str, error: &str) -> ProcessError {
+    reject(FailureReason::PluginTrap, format!("plugin {plugin} host task failed: {error}"))
+}
+
+fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".to_owned())
 }
 
 /// A refusal for good with its typed reason.

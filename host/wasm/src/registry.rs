@@ -83,8 +83,18 @@ pub struct LoadedPlugin {
     pub world: PluginWorld,
     /// Whether the compiled code came from the on-disk cache.
     pub from_cache: bool,
+    /// Whether the component imports a WASI interface whose calls can wait
+    /// (see [`WAITING_IMPORTS`]): its calls then run on a blocking thread.
+    pub may_wait: bool,
     pub(crate) pre: Pre,
 }
+
+/// WASI interfaces whose calls can wait: a clock subscription (`sleep`),
+/// files, sockets, HTTP. The streams and poll every Rust component imports
+/// (for stderr) are not on the list: a plugin writes there only when it
+/// panics, and then its message fails either way.
+pub const WAITING_IMPORTS: [&str; 4] =
+    ["wasi:clocks/monotonic-clock", "wasi:filesystem/", "wasi:sockets/", "wasi:http/"];
 
 /// The plugins of one directory.
 pub struct PluginRegistry {
@@ -208,6 +218,10 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
         detail: format!("{e:#}"),
     })?;
     let from_cache = engine.cache_hits() > hits;
+    let may_wait = component
+        .component_type()
+        .imports(engine.engine())
+        .any(|(import, _)| WAITING_IMPORTS.iter().any(|w| import.starts_with(w)));
     let world = check_world(engine, &component).map_err(&wrong)?;
     let mut linker: Linker<HostState> = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
@@ -229,6 +243,7 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
         digest: digest(bytes),
         world,
         from_cache,
+        may_wait,
         pre,
     })
 }

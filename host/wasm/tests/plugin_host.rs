@@ -204,3 +204,42 @@ fn header_values_of_every_kind_reach_the_plugin() {
     e.set_header("f", HeaderValue::Float(0.5));
     assert_eq!(f.process_blocking(e).1, Ok(Verdict::Pass));
 }
+
+/// Where calls run: a plugin that can only compute runs on the async worker
+/// of a multi-threaded runtime (no hand-off per message); one that can wait
+/// (it imports the clock, files or sockets, or is granted the network or a
+/// directory), or any call outside such a runtime, goes to the blocking
+/// pool. Either way a call through the async port works.
+#[test]
+fn compute_only_plugins_run_on_the_worker_and_io_plugins_on_the_blocking_pool() {
+    use ferry_core::ports::Processor as _;
+    let engine = engine();
+    let config = serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]});
+    let plugin = Arc::new(load_file(&engine, &wasm("plugins/filter.wasm")).expect("loads"));
+    let plain = WasmProcessor::new(&engine, plugin.clone(), "r1", config.to_string(), Metrics::new()).expect("plain");
+    let grants = ferry_wasm::Grants { network: true, ..Default::default() };
+    let networked =
+        WasmProcessor::with_grants(&engine, plugin, "r1", config.to_string(), grants, Metrics::new()).expect("net");
+
+    let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    multi.block_on(async {
+        assert!(plain.runs_on_worker());
+        assert!(!networked.runs_on_worker());
+        assert_eq!(plain.process(msg(&[("kind", "temp")])).await.1, Ok(Verdict::Pass));
+        assert_eq!(networked.process(msg(&[("kind", "rh")])).await.1, Ok(Verdict::Drop("filtered".into())));
+    });
+    // A plugin that can sleep (it imports the monotonic clock) never runs on
+    // the worker: WASI's blocking calls cannot.
+    let hostile = processor(&engine, "tests/plugins/hostile.wasm", serde_json::json!({})).expect("hostile");
+    multi.block_on(async {
+        assert!(!hostile.runs_on_worker());
+        let slow = msg(&[("hostile", "slow"), ("sleep-ms", "20")]);
+        assert_eq!(hostile.process(slow).await.1, Ok(Verdict::Pass), "a sleeping plugin works");
+    });
+    let single = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+    single.block_on(async {
+        assert!(!plain.runs_on_worker(), "a current-thread runtime has no other worker");
+        assert_eq!(plain.process(msg(&[("kind", "temp")])).await.1, Ok(Verdict::Pass));
+    });
+    assert!(!plain.runs_on_worker(), "outside a runtime");
+}
