@@ -43,6 +43,15 @@ fn call_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.000_001, 2.0, 24))
 }
 
+/// A counter's handle (shares the family's value).
+pub type CounterHandle = Counter;
+/// A gauge's handle.
+pub type GaugeHandle = Gauge;
+/// A floating-point gauge's handle.
+pub type FloatGaugeHandle = Gauge<f64, std::sync::atomic::AtomicU64>;
+/// A histogram's handle.
+pub type HistogramHandle = Histogram;
+
 /// Builds a label set from string pairs.
 pub fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()

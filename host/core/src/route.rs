@@ -117,6 +117,22 @@ pub struct Route {
     pub metrics: Metrics,
     /// Where the route reads the time (expiry, retry schedules).
     pub clock: Clock,
+    /// The route's metric handles, resolved on first use.
+    pub meters: Meters,
+}
+
+/// A route's per-message metric handles, resolved once instead of building
+/// a label set for every increment (`Meters::default()` when building a
+/// route).
+#[derive(Default)]
+pub struct Meters(std::sync::OnceLock<RouteMeters>);
+
+struct RouteMeters {
+    received: crate::metrics::CounterHandle,
+    acked: crate::metrics::CounterHandle,
+    in_flight: crate::metrics::GaugeHandle,
+    latency: crate::metrics::HistogramHandle,
+    progress: crate::metrics::FloatGaugeHandle,
 }
 
 /// How a route delivers (`delivery_mode`); the route dispatches on it.
@@ -282,9 +298,9 @@ impl Route {
         );
         let trace = DeliveryTrace::start(&self.id, &self.source_id, &envelope, &span);
         let route = self.id.as_str();
-        Metrics::inc(&self.metrics.received, &[("route", route)]);
-        let gauge = self.metrics.in_flight.get_or_create(&crate::metrics::labels(&[("route", route)])).clone();
-        gauge.inc();
+        let meters = self.meters();
+        meters.received.inc();
+        meters.in_flight.inc();
         let arrived = std::time::Instant::now();
         async {
             let hops = apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
@@ -310,20 +326,31 @@ impl Route {
             self.mark_progress();
             debug!(outcome, "settled");
             trace.end(outcome);
-            self.metrics
-                .delivery_latency
-                .get_or_create(&crate::metrics::labels(&[("route", route)]))
-                .observe(arrived.elapsed().as_secs_f64());
+            meters.latency.observe(arrived.elapsed().as_secs_f64());
         }
         .instrument(span)
         .await;
-        gauge.dec();
+        meters.in_flight.dec();
     }
 
     /// Records that the route moved (see `ferry_route_last_progress_seconds`).
     fn mark_progress(&self) {
         let now = Timestamp::now().as_millis() as f64 / 1000.0; // wall time, for the metric
-        self.metrics.route_last_progress.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).set(now);
+        self.meters().progress.set(now);
+    }
+
+    fn meters(&self) -> &RouteMeters {
+        self.meters.0.get_or_init(|| {
+            let labels = crate::metrics::labels(&[("route", &self.id)]);
+            let m = &self.metrics;
+            RouteMeters {
+                received: m.received.get_or_create(&labels).clone(),
+                acked: m.acked.get_or_create(&labels).clone(),
+                in_flight: m.in_flight.get_or_create(&labels).clone(),
+                latency: m.delivery_latency.get_or_create(&labels).clone(),
+                progress: m.route_last_progress.get_or_create(&labels).clone(),
+            }
+        })
     }
 
     /// The labels, metrics and trace a binding's send needs.
@@ -647,11 +674,15 @@ impl Route {
     async fn settle(&self, handle: Box<dyn DeliveryHandle>, settle: Settle) {
         match settle {
             Settle::Ack => match handle.ack().await {
-                Ok(()) => Metrics::inc(&self.metrics.acked, &[("route", &self.id)]),
+                Ok(()) => {
+                    self.meters().acked.inc();
+                }
                 Err(error) => warn!(%error, "acknowledgement failed; the source will redeliver"),
             },
             Settle::Reject(reason) => match handle.reject(&reason).await {
-                Ok(()) => Metrics::inc(&self.metrics.acked, &[("route", &self.id)]),
+                Ok(()) => {
+                    self.meters().acked.inc();
+                }
                 Err(error) => warn!(%error, "rejection failed; the source will redeliver"),
             },
             Settle::Release { after, reason } => {

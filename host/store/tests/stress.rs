@@ -127,6 +127,7 @@ async fn shared_outbox_fan_out_under_full_load_loses_nothing_and_never_stalls() 
             sender: s.clone(),
             address: format!("out-{i}"),
             header_mapper: None,
+            meters: Default::default(),
         })
         .collect();
     let route = Arc::new(Route {
@@ -157,6 +158,7 @@ async fn shared_outbox_fan_out_under_full_load_loses_nothing_and_never_stalls() 
         mode: Mode::SharedOutbox(Outbox::new(store.clone())),
         metrics: metrics.clone(),
         clock: ferry_core::clock::Clock::System,
+        meters: Default::default(),
     });
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(route.clone().run(shutdown.clone()));

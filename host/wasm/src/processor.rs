@@ -62,6 +62,10 @@ struct Pool {
     metrics: Metrics,
     /// Whether calls must run on the blocking pool (see the module docs).
     may_wait: std::sync::atomic::AtomicBool,
+    /// Metric handles: call time, and the call counter per outcome
+    /// (resolved on first use).
+    call_seconds: ferry_core::metrics::HistogramHandle,
+    calls: [std::sync::OnceLock<ferry_core::metrics::CounterHandle>; Outcome::COUNT],
 }
 
 /// One processor plugin configured for one route.
@@ -91,6 +95,12 @@ enum Outcome {
 }
 
 impl Outcome {
+    const COUNT: usize = 9;
+
+    fn index(self) -> usize {
+        self as usize
+    }
+
     fn label(self) -> &'static str {
         match self {
             Outcome::Pass => "pass",
@@ -290,6 +300,10 @@ impl Pool {
         metrics: Metrics,
     ) -> Result<Arc<Self>, PluginError> {
         let may_wait = plugin.may_wait || grants.network || grants.dir.is_some();
+        let call_seconds = metrics
+            .plugin_call_seconds
+            .get_or_create(&ferry_core::metrics::labels(&[("plugin", &plugin.name), ("route", route)]))
+            .clone();
         let pool = Pool {
             plugin,
             engine: engine.clone(),
@@ -299,6 +313,8 @@ impl Pool {
             idle: Mutex::new(Vec::new()),
             metrics,
             may_wait: std::sync::atomic::AtomicBool::new(may_wait),
+            call_seconds,
+            calls: Default::default(),
         };
         let first = pool.instantiate()?;
         pool.give_back(first);
@@ -409,15 +425,12 @@ impl Pool {
     }
 
     fn record(&self, outcome: Outcome, started: std::time::Instant) {
-        let plugin = self.plugin.name.as_str();
-        Metrics::inc(
-            &self.metrics.plugin_calls,
-            &[("plugin", plugin), ("route", &self.route), ("outcome", outcome.label())],
-        );
-        self.metrics
-            .plugin_call_seconds
-            .get_or_create(&ferry_core::metrics::labels(&[("plugin", plugin), ("route", &self.route)]))
-            .observe(started.elapsed().as_secs_f64());
+        let calls = self.calls[outcome.index()].get_or_init(|| {
+            let labels = [("plugin", self.plugin.name.as_str()), ("route", &self.route), ("outcome", outcome.label())];
+            self.metrics.plugin_calls.get_or_create(&ferry_core::metrics::labels(&labels)).clone()
+        });
+        calls.inc();
+        self.call_seconds.observe(started.elapsed().as_secs_f64());
     }
 
     /// The route-level error and metrics outcome of a call that failed.

@@ -24,7 +24,15 @@ pub struct Binding {
     pub address: String,
     /// Runs on each outbound copy for this binding before it is sent.
     pub header_mapper: Option<SharedHeaderMapper>,
+    /// Metric handles, resolved on the first send (`Default::default()`).
+    pub meters: BindingMeters,
 }
+
+/// A binding's per-send metric handles for the route that sends through it.
+#[derive(Default, Clone)]
+pub struct BindingMeters(
+    std::sync::Arc<std::sync::OnceLock<(crate::metrics::CounterHandle, crate::metrics::HistogramHandle)>>,
+);
 
 /// How one attempt to send a binding's copy ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,12 +88,16 @@ impl Binding {
         span.end(result.as_ref().err());
         match result {
             Ok(()) => {
-                Metrics::inc(&cx.metrics.sent, &[("route", cx.route), ("binding", &self.id)]);
+                let (sent, age) = self.meters.0.get_or_init(|| {
+                    let labels = crate::metrics::labels(&[("route", cx.route), ("binding", &self.id)]);
+                    (
+                        cx.metrics.sent.get_or_create(&labels).clone(),
+                        cx.metrics.age_at_egress.get_or_create(&labels).clone(),
+                    )
+                });
+                sent.inc();
                 let age_ms = Timestamp::now().as_millis().saturating_sub(created.as_millis());
-                cx.metrics
-                    .age_at_egress
-                    .get_or_create(&crate::metrics::labels(&[("route", cx.route), ("binding", &self.id)]))
-                    .observe(age_ms.max(0) as f64 / 1000.0);
+                age.observe(age_ms.max(0) as f64 / 1000.0);
                 Sent::Accepted
             }
             Err(e) if e.is_unavailable() => Sent::Unavailable(e.reason),

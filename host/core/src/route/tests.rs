@@ -160,6 +160,7 @@ fn harness(
             sender: s.clone(),
             address: format!("out/{i}"),
             header_mapper: None,
+            meters: Default::default(),
         })
         .collect();
     let dlq = Arc::new(MemoryDlq::default());
@@ -174,6 +175,7 @@ fn harness(
         mode: Mode::DirectHold,
         metrics: Metrics::new(),
         clock: crate::clock::Clock::tokio(),
+        meters: Default::default(),
     });
     Harness { route, log, senders, dlq }
 }

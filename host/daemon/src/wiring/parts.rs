@@ -259,7 +259,13 @@ pub(super) fn make_bindings(
         .map(|(b, header_mapper)| {
             let sender =
                 sender(&b.sender).ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-            Ok(Binding { id: b.id().to_owned(), sender, address: b.address.clone(), header_mapper })
+            Ok(Binding {
+                id: b.id().to_owned(),
+                sender,
+                address: b.address.clone(),
+                header_mapper,
+                meters: Default::default(),
+            })
         })
         .collect()
 }
