@@ -243,3 +243,26 @@ fn compute_only_plugins_run_on_the_worker_and_io_plugins_on_the_blocking_pool() 
     });
     assert!(!plain.runs_on_worker(), "outside a runtime");
 }
+
+/// A compute-only plugin that panics on the worker: its guest panic writes
+/// to stderr, a WASI call that blocks, which cannot run on an async worker.
+/// The message fails as `plugin_trap` (and keeps its envelope), and the
+/// plugin's later calls run on the blocking pool, where they work.
+#[test]
+fn a_plugin_that_panics_on_the_worker_fails_its_message_and_moves_to_the_blocking_pool() {
+    use ferry_core::ports::Processor as _;
+    let engine = engine();
+    let p = processor(&engine, "tests/plugins/drop-all.wasm", serde_json::json!({})).expect("drop-all");
+    let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    multi.block_on(async {
+        assert!(p.runs_on_worker(), "compute-only");
+        let (out, result) = p.process(msg(&[("panic", "1")])).await;
+        assert!(
+            matches!(result, Err(ProcessError::Reject(ref f)) if f.reason == ferry_core::FailureReason::PluginTrap),
+            "{result:?}"
+        );
+        assert_eq!(out.id, "m1", "the message survives");
+        assert!(!p.runs_on_worker(), "later calls go to the blocking pool");
+        assert_eq!(p.process(msg(&[])).await.1, Ok(Verdict::Drop("drop-all fixture".into())));
+    });
+}
