@@ -135,6 +135,30 @@ async fn next_id(sub: &mut TestMqtt, what: &str) -> String {
     user_property(&p, "mqtt.message-id").unwrap_or_default().to_owned()
 }
 
+/// Whether a daemon log shows that `id` may legitimately arrive twice: a
+/// send whose acknowledgement was lost with the target's connection (the
+/// target may have the message, ferry sends it again), or a source
+/// acknowledgement that did not reach the broker (it sends it again). Both
+/// are duplicates at-least-once delivery allows; nothing else is.
+fn may_repeat(logs: &str, id: &str) -> bool {
+    let id = format!("message_id={id}");
+    logs.lines().any(|l| {
+        l.contains(&id) && (l.contains("lost before the acknowledgement") || l.contains("acknowledgement failed"))
+    })
+}
+
+/// The next id delivered, skipping repeats of ids delivered before that
+/// the logs explain (see [`may_repeat`]).
+async fn next_new_id(sub: &mut TestMqtt, what: &str, delivered: &[&str], logs: &str) -> String {
+    loop {
+        let id = next_id(sub, what).await;
+        if delivered.contains(&id.as_str()) && may_repeat(logs, &id) {
+            continue;
+        }
+        return id;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_outage_delays_but_never_loses_a_message_even_across_a_crash() {
     let mut rig = Outage {
@@ -166,25 +190,30 @@ async fn a_target_outage_delays_but_never_loses_a_message_even_across_a_crash() 
     // 2. Target down and ferry crashes: the source never saw an ack, so the
     //    broker hands the message to the restarted ferry.
     rig.publish_while_target_is_down(&daemon, "m2", "across a crash").await;
+    let mut logs = daemon.log_text();
     daemon.kill();
     let mut sub = rig.target_back().await;
     let daemon = Daemon::start(&ws, 2);
-    assert_eq!(next_id(&mut sub, "after the crash").await, "m2");
+    let got = next_new_id(&mut sub, "after the crash", &["m1"], &logs).await;
+    assert_eq!(got, "m2", "{logs}\n--- after the restart:\n{}", daemon.log_text());
 
     // 3. SIGTERM while a message waits for the target: ferry exits 0 at once
     //    and releases it unacknowledged, so the next run delivers it.
     rig.publish_while_target_is_down(&daemon, "m3", "across a shutdown").await;
+    logs.push_str(&daemon.log_text());
     assert_eq!(daemon.terminate().code(), Some(0));
     let mut sub = rig.target_back().await;
     let daemon = Daemon::start(&ws, 2);
-    assert_eq!(next_id(&mut sub, "after the restart").await, "m3");
+    assert_eq!(next_new_id(&mut sub, "after the restart", &["m1", "m2"], &logs).await, "m3");
+    logs.push_str(&daemon.log_text());
     let extra: Vec<String> = sub
         .drain(Duration::from_secs(1))
         .await
         .iter()
         .map(|p| user_property(p, "mqtt.message-id").unwrap_or_default().to_owned())
+        .filter(|id| !(["m1", "m2", "m3"].contains(&id.as_str()) && may_repeat(&logs, id)))
         .collect();
-    assert!(extra.is_empty(), "m1 and m2 were acked and do not come back; got {extra:?}");
+    assert!(extra.is_empty(), "m1 and m2 were acked and do not come back; got {extra:?}\n{logs}");
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
