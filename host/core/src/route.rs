@@ -370,14 +370,20 @@ impl Route {
             debug!(%defect, count, ?after, "damaged message given back to the source");
             return Settle::Release { after, reason: defect.to_string() };
         }
-        let failed = Failed {
-            envelope,
-            at: None,
-            failure: defect,
-            action: self.policy.on_permanent_failure,
-            attempts: count.saturating_add(1),
-            first_failure: at.first_seen,
-        };
+        let action = self.policy.on_permanent_failure;
+        self.fail_whole(envelope, defect, action, count.saturating_add(1), at).await
+    }
+
+    /// Fails the whole message (no binding of its own) for good, per `action`.
+    async fn fail_whole(
+        &self,
+        envelope: Envelope,
+        failure: Failure,
+        action: FailureAction,
+        attempts: u32,
+        at: &Attempt<'_>,
+    ) -> Settle {
+        let failed = Failed { envelope, at: None, failure, action, attempts, first_failure: at.first_seen };
         self.fail_permanently(failed, at.shutdown).await
     }
 
@@ -385,15 +391,8 @@ impl Route {
         let route = self.id.as_str();
         if envelope.is_expired_at(at.first_seen) {
             Metrics::inc(&self.metrics.expired, &[("route", route)]);
-            let failed = Failed {
-                envelope,
-                at: None,
-                failure: Failure::new(FailureReason::Expired, "message expired before delivery"),
-                action: self.policy.on_expired,
-                attempts: 1,
-                first_failure: at.first_seen,
-            };
-            return self.fail_permanently(failed, at.shutdown).await;
+            let failure = Failure::new(FailureReason::Expired, "message expired before delivery");
+            return self.fail_whole(envelope, failure, self.policy.on_expired, 1, at).await;
         }
 
         // The chain runs again from the ingress copy after a retry request.
@@ -408,15 +407,8 @@ impl Route {
                     return Settle::Ack;
                 }
                 Err((env, ProcessError::Reject(failure))) => {
-                    let failed = Failed {
-                        envelope: env,
-                        at: None,
-                        failure,
-                        action: self.policy.on_permanent_failure,
-                        attempts: attempt + 1,
-                        first_failure: at.first_seen,
-                    };
-                    return self.fail_permanently(failed, at.shutdown).await;
+                    let action = self.policy.on_permanent_failure;
+                    return self.fail_whole(env, failure, action, attempt + 1, at).await;
                 }
                 Err((env, ProcessError::Retry { after, reason })) => {
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
@@ -585,15 +577,8 @@ impl Route {
                 return Some(Settle::Release { after: delay, reason: reason.to_owned() });
             }
         };
-        let failed = Failed {
-            envelope: envelope.clone(),
-            at: None,
-            failure,
-            action: self.policy.on_permanent_failure,
-            attempts,
-            first_failure: at.first_seen,
-        };
-        Some(self.fail_permanently(failed, at.shutdown).await)
+        let action = self.policy.on_permanent_failure;
+        Some(self.fail_whole(envelope.clone(), failure, action, attempts, at).await)
     }
 
     /// How a transient failure is retried. Sources that redeliver with a

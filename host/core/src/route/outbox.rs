@@ -266,17 +266,12 @@ impl Route {
                 // Nothing was sent: the record waits for the connection
                 // without spending a replay.
                 debug!(binding = %binding.id, %reason, "sender not connected; the record waits");
-                let next = self.clock.now().plus(UNAVAILABLE_WAIT).as_millis();
-                if let Err(e) = outbox.store.release(&record, token, next).await {
-                    warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
-                }
+                self.put_back(outbox, &record, token, UNAVAILABLE_WAIT).await;
             }
             Sent::Transient { after: Some(after), reason } => {
                 // The header mapper asked for a delay: not a failed send.
                 debug!(binding = %binding.id, %reason, ?after, "header mapper asked for a retry");
-                if let Err(e) = outbox.store.release(&record, token, self.clock.now().plus(after).as_millis()).await {
-                    warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
-                }
+                self.put_back(outbox, &record, token, after).await;
             }
             Sent::Transient { after: None, reason } => {
                 let attempts = record.replay_count.saturating_add(1);
@@ -297,6 +292,15 @@ impl Route {
                 warn!(binding = %binding.id, address = %record.address, %failure, "send failed permanently");
                 self.finish_failed(outbox, record, token, failure, stop).await;
             }
+        }
+    }
+
+    /// Puts a record back for `wait` without counting a replay (nothing was
+    /// attempted, or the header mapper asked for the delay).
+    async fn put_back(&self, outbox: &Outbox, record: &OutboxRecord, token: &LeaseToken, wait: Duration) {
+        let next = self.clock.now().plus(wait).as_millis();
+        if let Err(e) = outbox.store.release(record, token, next).await {
+            warn!(binding = %record.binding, error = %e, "cannot put an outbox record back");
         }
     }
 
