@@ -202,6 +202,11 @@ impl PrivateMosquitto {
         format!("mqtt://127.0.0.1:{}", self.port)
     }
 
+    /// The broker's process id while it runs (for CPU readings).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     fn binary() -> PathBuf {
         for p in ["/usr/sbin/mosquitto", "/usr/bin/mosquitto", "/usr/local/sbin/mosquitto"] {
             if std::path::Path::new(p).exists() {

@@ -1,9 +1,10 @@
 //! `just bench`: measures ferry against the broker it runs beside, in the
 //! same run, and prints ratios (never absolute pass/fail thresholds).
 //!
-//! 1. MQTT -> MQTT, QoS 1, 1 KiB payloads: the raw Mosquitto pub -> sub
-//!    rate, then the same load through `ferry run` with the filter plugin
-//!    (publisher -> source topic -> ferry -> target topic -> subscriber).
+//! 1. MQTT -> MQTT, QoS 1, 1 KiB payloads, between two private Mosquitto
+//!    brokers: raw pub -> sub on one, Mosquitto's own bridge from one to
+//!    the other, and ferry with the filter plugin between the same two
+//!    (see [`mqtt`]).
 //! 2. One call of each built-in plugin (filter, transform, tenant,
 //!    circuitbreaker, the header-map mapper) and of the Python and
 //!    JavaScript examples, at 1 KiB and 1 MiB payloads. The message is a
@@ -25,6 +26,10 @@
 //!    with `store` their RSS and disk use after 1,000,000 records (see
 //!    [`engines`]).
 //!
+//! Every route row runs `FERRY_BENCH_REPEAT` times (default 3) and prints
+//! the median rate, p50/p99 latency where each message can be timed, and
+//! ferry's CPU per message and peak RSS from `/proc` (see [`measure`]).
+//!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
 //! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store` picks groups;
@@ -32,10 +37,11 @@
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
 
 mod engines;
+mod measure;
+mod mqtt;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -47,143 +53,11 @@ use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::Rabbit;
 use ferry_tests::{env_or, unique};
 use ferry_wasm::{PluginEngine, PluginLimits, WasmHeaderMapper, WasmProcessor};
+use measure::{CpuWindow, Run};
 use rumqttc::v5::mqttbytes::QoS;
-use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
 fn messages() -> usize {
     env_or("FERRY_BENCH_MESSAGES", 20_000)
-}
-
-/// Most messages published but not yet received. Mosquitto drops QoS 1
-/// messages for a client whose queue passes `max_queued_messages` (1000 by
-/// default), so the publisher keeps fewer than that outstanding; raw and
-/// ferry runs use the same window.
-const WINDOW: usize = 500;
-
-/// Publishes `n` 1 KiB messages (QoS 1, `kind=temp`) to `publish_topic`
-/// and returns the rate at which they arrive on `receive_filter`.
-async fn pub_sub_rate(publish_topic: &str, receive_filter: &str, n: usize) -> f64 {
-    let mut sub = TestMqtt::connect(&broker_url()).await;
-    sub.subscribe(receive_filter).await;
-    let publisher = TestMqtt::connect(&broker_url()).await;
-    let payload = Bytes::from(vec![b'x'; 1024]);
-    let props = PublishProperties { user_properties: vec![("kind".into(), "temp".into())], ..Default::default() };
-    let received = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
-    let topic = publish_topic.to_owned();
-    let client = publisher.client.clone();
-    let seen = received.clone();
-    let producer = tokio::spawn(async move {
-        for i in 0..n {
-            while i >= seen.load(Ordering::Relaxed) + WINDOW {
-                tokio::time::sleep(Duration::from_micros(200)).await;
-            }
-            if client
-                .publish_with_properties(topic.clone(), QoS::AtLeastOnce, false, payload.clone(), props.clone())
-                .await
-                .is_err()
-            {
-                break;
-            }
-        }
-    });
-    let mut count = 0;
-    while count < n {
-        match sub.next(Duration::from_secs(10)).await {
-            Some(_) => {
-                count += 1;
-                received.store(count, Ordering::Relaxed);
-            }
-            None => break,
-        }
-    }
-    let elapsed = started.elapsed().as_secs_f64();
-    producer.abort();
-    if count < n {
-        eprintln!("warning: only {count} of {n} messages arrived");
-    }
-    count as f64 / elapsed
-}
-
-async fn mqtt_rows() {
-    let n = messages();
-    let raw_topic = unique("bench/raw");
-    let raw = pub_sub_rate(&raw_topic, &raw_topic, n).await;
-
-    let (src, dst) = (unique("bench/src"), unique("bench/dst"));
-    let ws = Workspace::with_plugins(&["filter"]);
-    ws.config(&format!(
-        r#"
-[receivers.in]
-type = "mqtt"
-url = "{url}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-session_expiry_secs = 60
-[senders.out]
-type = "mqtt"
-url = "{url}"
-client_id = "{sid}"
-[[routes]]
-id = "bench"
-receiver = "in"
-max_in_flight = 256
-[[routes.processors]]
-plugin = "filter"
-config = {{ when = [{{ header = "kind", op = "eq", value = "temp" }}] }}
-[[routes.bindings]]
-sender = "out"
-address = "{dst}/out"
-"#,
-        url = broker_url(),
-        rid = unique("bench-in"),
-        sid = unique("bench-out"),
-    ));
-    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let pid = daemon.pid();
-    let cpu_before = pid.and_then(process_cpu_seconds);
-    let through = pub_sub_rate(&format!("{src}/a"), &format!("{dst}/#"), n).await;
-    let cpu = pid.and_then(process_cpu_seconds).zip(cpu_before).map(|(after, before)| after - before);
-    let peak = pid.and_then(peak_rss_mib);
-    let _ = tokio::task::block_in_place(|| daemon.terminate());
-
-    println!("\nMQTT -> MQTT, QoS 1, 1 KiB payloads, {n} messages");
-    println!("  {:<44} {:>10.0} msgs/s", "raw Mosquitto pub -> sub", raw);
-    println!("  {:<44} {:>10.0} msgs/s", "through ferry (filter plugin)", through);
-    println!("  {:<44} {:>10.2}", "ratio ferry / raw", through / raw);
-    if let Some(cpu) = cpu {
-        println!("  {:<44} {:>10.1} µs", "ferry CPU per message", cpu * 1e6 / n as f64);
-    }
-    if let Some(peak) = peak {
-        println!("  {:<44} {:>10.1} MiB", "ferry peak RSS", peak);
-    }
-}
-
-/// User plus system CPU time a process has used, from `/proc/PID/stat`.
-fn process_cpu_seconds(pid: u32) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) start at 3.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / clock_ticks_per_second())
-}
-
-fn clock_ticks_per_second() -> f64 {
-    std::process::Command::new("getconf")
-        .arg("CLK_TCK")
-        .output()
-        .ok()
-        .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
-        .unwrap_or(100.0)
-}
-
-/// A process's peak resident set (VmHWM) in MiB.
-fn peak_rss_mib(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib / 1024.0)
 }
 
 /// A JSON document of about `size` bytes that every payload-reading
@@ -428,18 +302,11 @@ async fn queue_depth(client: &aws_sdk_sqs::Client, url: &str) -> usize {
     usize::try_from(visible).unwrap_or(0)
 }
 
-async fn sqs_rows() {
-    let n = sqs_messages();
-    let client = ferry_tests::sqs::client();
-    let (_, raw_url) = ferry_tests::sqs::create_queue(&client, "bench-raw", false).await;
-    let raw_fill = sqs_fill(&client, &raw_url, n).await;
-    eprintln!("sqs: raw fill {raw_fill:.0} msgs/s");
-    let raw_drain = sqs_drain(&client, &raw_url, n).await;
-    eprintln!("sqs: raw drain {raw_drain:.0} msgs/s");
-
-    // SQS -> MQTT: a pre-filled queue drained by ferry into MQTT.
-    let (_, in_url) = ferry_tests::sqs::create_queue(&client, "bench-in", false).await;
-    sqs_fill(&client, &in_url, n).await;
+/// SQS -> MQTT: a queue pre-filled with `n` messages, drained by ferry
+/// into MQTT.
+async fn sqs_to_mqtt_run(client: &aws_sdk_sqs::Client, n: usize) -> Run {
+    let (_, in_url) = ferry_tests::sqs::create_queue(client, "bench-in", false).await;
+    sqs_fill(client, &in_url, n).await;
     let dst = unique("bench/sqs");
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
@@ -469,6 +336,7 @@ address = "{dst}/out"
     sub.subscribe(&format!("{dst}/#")).await;
     let started = Instant::now();
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let cpu = CpuWindow::start(daemon.pid());
     let mut got = 0;
     while got < n {
         match sub.next(Duration::from_secs(30)).await {
@@ -476,51 +344,96 @@ address = "{dst}/out"
             None => break,
         }
     }
-    let sqs_to_mqtt = got as f64 / started.elapsed().as_secs_f64();
-    eprintln!("sqs: {got} of {n} crossed SQS -> MQTT at {sqs_to_mqtt:.0} msgs/s");
+    let rate = got as f64 / started.elapsed().as_secs_f64();
+    if got < n {
+        eprintln!("warning: only {got} of {n} crossed SQS -> MQTT");
+    }
+    let run = Run {
+        rate,
+        cpu_us: cpu.per_message(got),
+        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
+        ..Run::default()
+    };
     let _ = tokio::task::block_in_place(|| daemon.terminate());
+    let _ = client.delete_queue().queue_url(&in_url).send().await;
+    run
+}
 
-    // MQTT -> SQS: publishes through ferry until the queue holds them all.
-    let (_, out_url) = ferry_tests::sqs::create_queue(&client, "bench-out", false).await;
+/// MQTT -> SQS: publishes `n` messages through ferry until the queue holds
+/// them all.
+async fn mqtt_to_sqs_run(client: &aws_sdk_sqs::Client, n: usize) -> Run {
+    /// Most messages between the publisher and the queue.
+    const WINDOW: usize = 500;
+    let (_, out_url) = ferry_tests::sqs::create_queue(client, "bench-out", false).await;
     let src = unique("bench/mq");
     let ws = Workspace::with_plugins(&[]);
     ws.config(&ferry_tests::sqs::mqtt_to_sqs_config(&broker_url(), &src, &out_url, "", "max_in_flight = 100", ""));
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    let cpu = CpuWindow::start(daemon.pid());
     let publisher = TestMqtt::connect(&broker_url()).await;
     let payload = Bytes::from(vec![b'x'; 1024]);
     let started = Instant::now();
     let mut arrived = 0;
     for i in 0..n {
-        // Keep fewer than WINDOW messages between the publisher and SQS.
         if i % 100 == 0 {
             while i >= arrived + WINDOW && started.elapsed() < Duration::from_secs(300) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
-                arrived = queue_depth(&client, &out_url).await;
+                arrived = queue_depth(client, &out_url).await;
             }
         }
         let _ = publisher.client.publish(format!("{src}/a"), QoS::AtLeastOnce, false, payload.clone()).await;
     }
-    eprintln!("sqs: published {n} to MQTT after {:?}", started.elapsed());
-    while queue_depth(&client, &out_url).await < n && started.elapsed() < Duration::from_secs(300) {
+    while queue_depth(client, &out_url).await < n && started.elapsed() < Duration::from_secs(300) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    eprintln!("sqs: {} of {n} on the queue after {:?}", queue_depth(&client, &out_url).await, started.elapsed());
-    let mqtt_to_sqs = queue_depth(&client, &out_url).await as f64 / started.elapsed().as_secs_f64();
-    let _ = tokio::task::block_in_place(|| daemon.terminate());
-
-    // The queues are the bench's own: remove them so a long-lived endpoint
-    // does not slow down with every run.
-    for url in [&raw_url, &in_url, &out_url] {
-        let _ = client.delete_queue().queue_url(url.as_str()).send().await;
+    let arrived = queue_depth(client, &out_url).await;
+    if arrived < n {
+        eprintln!("warning: only {arrived} of {n} reached the queue");
     }
+    let run = Run {
+        rate: arrived as f64 / started.elapsed().as_secs_f64(),
+        cpu_us: cpu.per_message(arrived),
+        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
+        ..Run::default()
+    };
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    let _ = client.delete_queue().queue_url(&out_url).send().await;
+    run
+}
 
-    println!("\nSQS (endpoint {}), 1 KiB bodies, {n} messages", ferry_tests::sqs::endpoint());
-    println!("  {:<44} {:>10.0} msgs/s", "raw SDK drain (receive + delete batch)", raw_drain);
-    println!("  {:<44} {:>10.0} msgs/s", "SQS -> MQTT through ferry", sqs_to_mqtt);
-    println!("  {:<44} {:>10.2}", "ratio ferry / raw drain", sqs_to_mqtt / raw_drain);
-    println!("  {:<44} {:>10.0} msgs/s", "raw SDK fill (send batch x4)", raw_fill);
-    println!("  {:<44} {:>10.0} msgs/s", "MQTT -> SQS through ferry", mqtt_to_sqs);
-    println!("  {:<44} {:>10.2}", "ratio ferry / raw fill", mqtt_to_sqs / raw_fill);
+async fn sqs_rows() {
+    let n = sqs_messages();
+    let client = ferry_tests::sqs::client();
+    let raw_fill = measure::median_of("sqs raw fill", || async {
+        let (_, url) = ferry_tests::sqs::create_queue(&client, "bench-raw", false).await;
+        let rate = sqs_fill(&client, &url, n).await;
+        let _ = client.delete_queue().queue_url(&url).send().await;
+        Run { rate, ..Run::default() }
+    })
+    .await;
+    let raw_drain = measure::median_of("sqs raw drain", || async {
+        let (_, url) = ferry_tests::sqs::create_queue(&client, "bench-raw", false).await;
+        sqs_fill(&client, &url, n).await;
+        let rate = sqs_drain(&client, &url, n).await;
+        let _ = client.delete_queue().queue_url(&url).send().await;
+        Run { rate, ..Run::default() }
+    })
+    .await;
+    let sqs_to_mqtt = measure::median_of("sqs -> mqtt", || sqs_to_mqtt_run(&client, n)).await;
+    let mqtt_to_sqs = measure::median_of("mqtt -> sqs", || mqtt_to_sqs_run(&client, n)).await;
+
+    println!(
+        "\nSQS (endpoint {}), 1 KiB bodies, {n} messages (median of {})",
+        ferry_tests::sqs::endpoint(),
+        measure::repeats()
+    );
+    measure::header("");
+    measure::row("raw SDK drain (receive + delete batch)", &raw_drain);
+    measure::row("SQS -> MQTT through ferry", &sqs_to_mqtt);
+    measure::ratio("ratio ferry / raw drain", sqs_to_mqtt.rate / raw_drain.rate);
+    measure::row("raw SDK fill (send batch x4)", &raw_fill);
+    measure::row("MQTT -> SQS through ferry", &mqtt_to_sqs);
+    measure::ratio("ratio ferry / raw fill", mqtt_to_sqs.rate / raw_fill.rate);
 }
 
 fn amqp_messages() -> usize {
@@ -604,56 +517,103 @@ async fn amqp_wait_depth(rabbit: &Rabbit, queue: &str, n: usize, started: Instan
     }
 }
 
-fn rabbitmqctl(args: &[&str]) {
+/// Runs `rabbitmqctl`; false (and a warning) when it failed.
+fn rabbitmqctl(args: &[&str]) -> bool {
     let status = std::process::Command::new("rabbitmqctl").args(args).stdout(std::process::Stdio::null()).status();
-    if !status.is_ok_and(|s| s.success()) {
+    let ok = status.is_ok_and(|s| s.success());
+    if !ok {
         eprintln!("warning: rabbitmqctl {args:?} failed (is rabbitmq_shovel enabled?)");
     }
+    ok
+}
+
+/// RabbitMQ's CPU over a window (its `beam.smp`, when this machine runs it).
+fn rabbit_cpu() -> CpuWindow {
+    CpuWindow::start(measure::pid_of("beam.smp"))
+}
+
+/// The raw publish (with confirms) and consume (with acks) rates.
+async fn raw_amqp_run(rabbit: &Rabbit, n: usize) -> (Run, Run) {
+    let queue = unique("bench-raw");
+    rabbit.declare_queue(&queue).await;
+    let cpu = rabbit_cpu();
+    let fill = Run { rate: amqp_fill(rabbit, &queue, n).await, broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    let cpu = rabbit_cpu();
+    let drain = Run { rate: amqp_drain(rabbit, &queue, n).await, broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    rabbit.delete_queue(&queue).await;
+    (fill, drain)
+}
+
+/// RabbitMQ's shovel moving a queue pre-filled with `n` messages.
+async fn shovel_run(rabbit: &Rabbit, n: usize) -> Run {
+    let (src, dst) = (unique("bench-shovel-src"), unique("bench-shovel-dst"));
+    rabbit.declare_queue(&src).await;
+    rabbit.declare_queue(&dst).await;
+    amqp_fill(rabbit, &src, n).await;
+    let name = unique("bench-shovel");
+    let definition = format!(
+        r#"{{"src-protocol":"amqp091","src-uri":"{url}","src-queue":"{src}","dest-protocol":"amqp091","dest-uri":"{url}","dest-queue":"{dst}","ack-mode":"on-confirm","src-prefetch-count":{AMQP_PREFETCH}}}"#,
+        url = "amqp://guest:guest@127.0.0.1:5672/%2f",
+    );
+    let cpu = rabbit_cpu();
+    let started = Instant::now();
+    let (rate, broker_cpu_us) = if rabbitmqctl(&["set_parameter", "shovel", &name, &definition]) {
+        let rate = amqp_wait_depth(rabbit, &dst, n, started).await;
+        let cpu = cpu.per_message(n);
+        rabbitmqctl(&["clear_parameter", "shovel", &name]);
+        (rate, cpu)
+    } else {
+        (0.0, None)
+    };
+    rabbit.delete_queue(&src).await;
+    rabbit.delete_queue(&dst).await;
+    Run { rate, broker_cpu_us, ..Run::default() }
+}
+
+/// ferry moving a queue pre-filled with `n` messages to another, in `mode`.
+async fn ferry_amqp_run(rabbit: &Rabbit, n: usize, mode: &str) -> Run {
+    let (src, dst) = (unique("bench-src"), unique("bench-dst"));
+    rabbit.declare_queue(&src).await;
+    rabbit.declare_queue(&dst).await;
+    amqp_fill(rabbit, &src, n).await;
+    let run = ferry_queue_to_queue(rabbit, &src, &dst, n, mode).await;
+    rabbit.delete_queue(&src).await;
+    rabbit.delete_queue(&dst).await;
+    run
 }
 
 async fn amqp_rows() {
     let n = amqp_messages();
     let rabbit = Rabbit::connect().await;
-    let [raw, src, dst, shovel_src, shovel_dst] =
-        ["raw", "src", "dst", "shovel-src", "shovel-dst"].map(|q| unique(&format!("bench-{q}")));
-    for q in [&raw, &src, &dst, &shovel_src, &shovel_dst] {
-        rabbit.declare_queue(q).await;
+    let mut fills = Vec::new();
+    let mut drains = Vec::new();
+    for _ in 0..measure::repeats() {
+        let (fill, drain) = raw_amqp_run(&rabbit, n).await;
+        eprintln!("  amqp raw: publish {fill:?}, consume {drain:?}");
+        fills.push(fill);
+        drains.push(drain);
     }
-    let raw_fill = amqp_fill(&rabbit, &raw, n).await;
-    let raw_drain = amqp_drain(&rabbit, &raw, n).await;
-    eprintln!("amqp: raw publish {raw_fill:.0} msgs/s, raw consume {raw_drain:.0} msgs/s");
+    let (raw_fill, raw_drain) = (measure::median(&fills), measure::median(&drains));
+    let shovel = measure::median_of("amqp shovel", || shovel_run(&rabbit, n)).await;
+    let ferry = measure::median_of("amqp ferry", || ferry_amqp_run(&rabbit, n, "direct_hold")).await;
 
-    amqp_fill(&rabbit, &src, n).await;
-    let through = ferry_queue_to_queue(&rabbit, &src, &dst, n, "direct_hold").await;
-    eprintln!("amqp: ferry {through:.0} msgs/s");
-
-    amqp_fill(&rabbit, &shovel_src, n).await;
-    let name = unique("bench-shovel");
-    let definition = format!(
-        r#"{{"src-protocol":"amqp091","src-uri":"{url}","src-queue":"{shovel_src}","dest-protocol":"amqp091","dest-uri":"{url}","dest-queue":"{shovel_dst}","ack-mode":"on-confirm","src-prefetch-count":{AMQP_PREFETCH}}}"#,
-        url = "amqp://guest:guest@127.0.0.1:5672/%2f",
+    println!(
+        "\nAMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent, prefetch {AMQP_PREFETCH}, {n} messages (median of {})",
+        measure::repeats()
     );
-    let started = Instant::now();
-    rabbitmqctl(&["set_parameter", "shovel", &name, &definition]);
-    let shovel = amqp_wait_depth(&rabbit, &shovel_dst, n, started).await;
-    rabbitmqctl(&["clear_parameter", "shovel", &name]);
-    eprintln!("amqp: shovel {shovel:.0} msgs/s");
-    for q in [&raw, &src, &dst, &shovel_src, &shovel_dst] {
-        rabbit.delete_queue(q).await;
-    }
-
-    println!("\nAMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent, prefetch {AMQP_PREFETCH}, {n} messages");
-    println!("  {:<44} {:>10.0} msgs/s", "raw publish with confirms", raw_fill);
-    println!("  {:<44} {:>10.0} msgs/s", "raw consume with acks", raw_drain);
-    println!("  {:<44} {:>10.0} msgs/s", "RabbitMQ shovel (ack-mode on-confirm)", shovel);
-    println!("  {:<44} {:>10.0} msgs/s", "through ferry (confirm, then ack)", through);
-    println!("  {:<44} {:>10.2}", "ratio ferry / shovel", through / shovel);
-    println!("  {:<44} {:>10.2}", "ratio ferry / raw consume", through / raw_drain);
+    measure::header("RabbitMQ µs");
+    measure::row("raw publish with confirms", &raw_fill);
+    measure::row("raw consume with acks", &raw_drain);
+    measure::row("RabbitMQ shovel (ack-mode on-confirm)", &shovel);
+    measure::row("ferry (confirm, then ack)", &ferry);
+    measure::ratio("ratio ferry / shovel", ferry.rate / shovel.rate);
+    measure::ratio("ratio ferry / raw consume", ferry.rate / raw_drain.rate);
+    println!("  (RabbitMQ µs: the broker's CPU per message; for the shovel it includes the shovel)");
 }
 
 /// Runs ferry on an AMQP 0-9-1 queue -> queue route in `mode` until `dst`
-/// holds `n` messages (`src` already holds them); the rate.
-async fn ferry_queue_to_queue(rabbit: &Rabbit, src: &str, dst: &str, n: usize, mode: &str) -> f64 {
+/// holds `n` messages (`src` already holds them).
+async fn ferry_queue_to_queue(rabbit: &Rabbit, src: &str, dst: &str, n: usize, mode: &str) -> Run {
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
         r#"
@@ -676,11 +636,20 @@ address = "{dst}"
 "#,
         url = ferry_tests::rabbit::URL091,
     ));
+    let broker = rabbit_cpu();
     let started = Instant::now();
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let through = amqp_wait_depth(rabbit, dst, n, started).await;
+    let cpu = CpuWindow::start(daemon.pid());
+    let rate = amqp_wait_depth(rabbit, dst, n, started).await;
+    let run = Run {
+        rate,
+        cpu_us: cpu.per_message(n),
+        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
+        broker_cpu_us: broker.per_message(n),
+        ..Run::default()
+    };
     let _ = tokio::task::block_in_place(|| daemon.terminate());
-    through
+    run
 }
 
 /// The store's durable write rate: `n` one-record persists, one at a time
@@ -722,30 +691,20 @@ async fn outbox_rows() {
     eprintln!("outbox: store {single:.0} records/s one at a time, {grouped:.0} with {AMQP_PREFETCH} writers");
 
     let rabbit = Rabbit::connect().await;
-    let [direct_src, direct_dst, outbox_src, outbox_dst] =
-        ["direct-src", "direct-dst", "outbox-src", "outbox-dst"].map(|q| unique(&format!("bench-{q}")));
-    for q in [&direct_src, &direct_dst, &outbox_src, &outbox_dst] {
-        rabbit.declare_queue(q).await;
-    }
-    amqp_fill(&rabbit, &direct_src, n).await;
-    let direct = ferry_queue_to_queue(&rabbit, &direct_src, &direct_dst, n, "direct_hold").await;
-    amqp_fill(&rabbit, &outbox_src, n).await;
-    let outbox = ferry_queue_to_queue(&rabbit, &outbox_src, &outbox_dst, n, "shared_outbox").await;
-    eprintln!("outbox: direct_hold {direct:.0} msgs/s, shared_outbox {outbox:.0} msgs/s");
-    for q in [&direct_src, &direct_dst, &outbox_src, &outbox_dst] {
-        rabbit.delete_queue(q).await;
-    }
+    let direct = measure::median_of("direct_hold", || ferry_amqp_run(&rabbit, n, "direct_hold")).await;
+    let outbox = measure::median_of("shared_outbox", || ferry_amqp_run(&rabbit, n, "shared_outbox")).await;
 
     println!("\nshared_outbox on redb, 1 KiB records");
-    println!("  {:<44} {:>10.0} records/s", "durable persist, one writer", single);
+    println!("  {:<40} {:>9.0} records/s", "durable persist, one writer", single);
+    println!("  {:<40} {:>9.0} records/s", format!("durable persist, {AMQP_PREFETCH} writers (group commit)"), grouped);
     println!(
-        "  {:<44} {:>10.0} records/s",
-        format!("durable persist, {AMQP_PREFETCH} writers (group commit)"),
-        grouped
+        "  AMQP 0-9-1 queue -> queue, 1 KiB persistent, prefetch {AMQP_PREFETCH}, {n} messages (median of {})",
+        measure::repeats()
     );
-    println!("  {:<44} {:>10.0} msgs/s", "AMQP 0-9-1 queue -> queue, direct_hold", direct);
-    println!("  {:<44} {:>10.0} msgs/s", "same route, shared_outbox", outbox);
-    println!("  {:<44} {:>10.2}", "ratio shared_outbox / direct_hold", outbox / direct);
+    measure::header("RabbitMQ µs");
+    measure::row("direct_hold", &direct);
+    measure::row("shared_outbox", &outbox);
+    measure::ratio("ratio shared_outbox / direct_hold", outbox.rate / direct.rate);
 }
 
 /// `ferry-bench --engine NAME --records N --bulk M`: one engine of the store
@@ -771,7 +730,7 @@ async fn main() {
         processor_rows();
     }
     if wanted("mqtt") {
-        mqtt_rows().await;
+        mqtt::rows(messages()).await;
     }
     if wanted("sqs") {
         sqs_rows().await;

@@ -289,24 +289,37 @@ impl Route {
     /// Handles one delivery from arrival to ack or release.
     pub async fn handle(&self, delivery: Delivery, shutdown: &CancellationToken) {
         let Delivery { mut envelope, handle, defect } = delivery;
-        let span = info_span!(
-            "delivery",
-            route = %self.id,
-            message_id = %envelope.id,
-            trace_id = tracing::field::Empty,
-            span_id = tracing::field::Empty
-        );
+        // A span per delivery costs about a tenth of the daemon's CPU under
+        // load (the log layer formats its fields into a string), so it is
+        // opened only when spans are exported or debug logging is on. The
+        // warnings a delivery can log name its route and message id
+        // themselves.
+        let span = if crate::trace::enabled() || tracing::enabled!(tracing::Level::DEBUG) {
+            info_span!(
+                "delivery",
+                route = %self.id,
+                message_id = %envelope.id,
+                trace_id = tracing::field::Empty,
+                span_id = tracing::field::Empty
+            )
+        } else {
+            tracing::Span::none()
+        };
         let trace = DeliveryTrace::start(&self.id, &self.source_id, &envelope, &span);
         let route = self.id.as_str();
         let meters = self.meters();
         meters.received.inc();
         meters.in_flight.inc();
         let arrived = std::time::Instant::now();
+        // For the warnings of settling, after the envelope has moved on.
+        let message_id = envelope.id.clone();
         async {
             let hops = apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
             let attempt = Attempt { handle: handle.as_ref(), trace: &trace, first_seen: self.clock.now(), shutdown };
             let settle = if hops > self.policy.max_hops {
                 warn!(
+                    route,
+                    message_id = %envelope.id,
                     hops,
                     max_hops = self.policy.max_hops,
                     "message crossed more bridges than max_hops; dropped as a loop"
@@ -322,7 +335,7 @@ impl Route {
                 self.decide(envelope, &attempt).await
             };
             let outcome = settle.name();
-            self.settle(handle, settle).await;
+            self.settle(handle, settle, &message_id).await;
             self.mark_progress();
             debug!(outcome, "settled");
             trace.end(outcome);
@@ -458,12 +471,12 @@ impl Route {
                 match binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(attempt)).await {
                     Sent::Accepted => {}
                     Sent::Unavailable(reason) | Sent::Transient { reason, .. } => {
-                        warn!(binding = %binding.id, address = %plan.address, error = %reason, attempt, "send failed, will retry");
+                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, "send failed, will retry");
                         last_error = reason;
                         still_pending.push(plan);
                     }
                     Sent::Failed(failure) => {
-                        warn!(binding = %binding.id, address = %plan.address, %failure, "send failed permanently");
+                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, %failure, "send failed permanently");
                         failures.push(BindingFailure {
                             binding: binding.id.clone(),
                             address: plan.address,
@@ -616,7 +629,7 @@ impl Route {
         let reason = failure.reason.as_str();
         match action {
             FailureAction::Drop => {
-                warn!(reason, detail = %failure.detail, "message dropped");
+                warn!(route, message_id = %envelope.id, reason, detail = %failure.detail, "message dropped");
                 let label = if failure.reason == FailureReason::Expired { "expired" } else { "permanent_failure" };
                 Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
                 Settle::Reject(failure.to_string())
@@ -638,13 +651,13 @@ impl Route {
                 loop {
                     match self.dlq.put(entry.clone()).await {
                         Ok(()) => {
-                            warn!(reason, detail = %entry.detail, "message dead-lettered");
+                            warn!(route, message_id = %entry.envelope.id, reason, detail = %entry.detail, "message dead-lettered");
                             Metrics::inc(&self.metrics.dead_lettered, &[("route", route), ("reason", reason)]);
                             return Settle::Ack;
                         }
                         Err(e) => {
                             let delay = self.policy.backoff.delay(attempt);
-                            warn!(error = %e, "cannot write dead letter, will retry");
+                            warn!(route, message_id = %entry.envelope.id, error = %e, "cannot write dead letter, will retry");
                             if !sleep_or_shutdown(delay, shutdown).await {
                                 return Settle::Release { after: delay, reason: format!("dead-letter store: {e}") };
                             }
@@ -656,23 +669,24 @@ impl Route {
         }
     }
 
-    async fn settle(&self, handle: Box<dyn DeliveryHandle>, settle: Settle) {
+    async fn settle(&self, handle: Box<dyn DeliveryHandle>, settle: Settle, message_id: &str) {
+        let route = self.id.as_str();
         match settle {
             Settle::Ack => match handle.ack().await {
                 Ok(()) => {
                     self.meters().acked.inc();
                 }
-                Err(error) => warn!(%error, "acknowledgement failed; the source will redeliver"),
+                Err(error) => warn!(route, message_id, %error, "acknowledgement failed; the source will redeliver"),
             },
             Settle::Reject(reason) => match handle.reject(&reason).await {
                 Ok(()) => {
                     self.meters().acked.inc();
                 }
-                Err(error) => warn!(%error, "rejection failed; the source will redeliver"),
+                Err(error) => warn!(route, message_id, %error, "rejection failed; the source will redeliver"),
             },
             Settle::Release { after, reason } => {
                 if let Err(error) = handle.release(after, &reason).await {
-                    warn!(%error, "release failed; the source will redeliver");
+                    warn!(route, message_id, %error, "release failed; the source will redeliver");
                 }
             }
         }

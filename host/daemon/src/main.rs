@@ -7,6 +7,10 @@ use clap::{Parser, Subcommand};
 use ferry_daemon::logging::{self, LogFormat};
 use ferry_daemon::telemetry::Telemetry;
 
+/// jemalloc instead of the system allocator (see Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "ferry",

@@ -10,6 +10,8 @@
 //! - [`names`]: the reserved header names every route knows about.
 
 use std::collections::BTreeMap;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -99,7 +101,86 @@ impl From<String> for HeaderValue {
 }
 
 /// Header map: names are case-sensitive and kept sorted.
-pub type Headers = BTreeMap<String, HeaderValue>;
+///
+/// Copy-on-write: cloning an envelope (a retry copy, one copy per binding,
+/// the backup kept across a plugin call) shares the map, and the first
+/// change through `&mut` (`DerefMut`) copies it only if it is still
+/// shared. Reads go through `Deref` to the `BTreeMap`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Headers(Arc<BTreeMap<String, HeaderValue>>);
+
+impl Headers {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The map itself, copied only if another envelope shares it.
+    pub fn into_map(self) -> BTreeMap<String, HeaderValue> {
+        Arc::unwrap_or_clone(self.0)
+    }
+}
+
+impl Deref for Headers {
+    type Target = BTreeMap<String, HeaderValue>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl DerefMut for Headers {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<BTreeMap<String, HeaderValue>> for Headers {
+    fn from(map: BTreeMap<String, HeaderValue>) -> Self {
+        Self(Arc::new(map))
+    }
+}
+
+impl FromIterator<(String, HeaderValue)> for Headers {
+    fn from_iter<I: IntoIterator<Item = (String, HeaderValue)>>(iter: I) -> Self {
+        Self(Arc::new(iter.into_iter().collect()))
+    }
+}
+
+impl Extend<(String, HeaderValue)> for Headers {
+    fn extend<I: IntoIterator<Item = (String, HeaderValue)>>(&mut self, iter: I) {
+        Arc::make_mut(&mut self.0).extend(iter);
+    }
+}
+
+impl IntoIterator for Headers {
+    type Item = (String, HeaderValue);
+    type IntoIter = std::collections::btree_map::IntoIter<String, HeaderValue>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.into_map().into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Headers {
+    type Item = (&'a String, &'a HeaderValue);
+    type IntoIter = std::collections::btree_map::Iter<'a, String, HeaderValue>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl Serialize for Headers {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Headers {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        BTreeMap::deserialize(deserializer).map(Self::from)
+    }
+}
 
 /// The normalized message unit flowing through a route.
 ///

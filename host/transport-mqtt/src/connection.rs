@@ -44,10 +44,19 @@ pub fn parse_url(raw: &str) -> Result<Endpoint, TransportError> {
     })
 }
 
+/// Most QoS 1/2 publishes one client has unacknowledged at the broker.
+/// Mosquitto grants 20 by default (`max_inflight_messages`), other brokers
+/// up to 65,535; past a few hundred, more in flight does not add speed.
+pub const MAX_OUTGOING_INFLIGHT: u16 = 1024;
+
 /// Base client options for a connection.
 pub fn options(conn: &MqttConnection) -> Result<MqttOptions, TransportError> {
     let endpoint = parse_url(&conn.url)?;
     let mut options = MqttOptions::new(conn.client_id.clone(), endpoint.host, endpoint.port);
+    // rumqttc keeps a slot per possible outgoing packet id, allocated and
+    // zeroed at connect: 65,536 slots (16 MiB of resident memory per client)
+    // unless capped. The broker's Receive Maximum still applies below this.
+    options.set_outgoing_inflight_upper_limit(MAX_OUTGOING_INFLIGHT);
     options.set_keep_alive(Duration::from_secs(conn.keep_alive_secs.max(5)));
     if let Some(user) = endpoint.username {
         options.set_credentials(user, endpoint.password.unwrap_or_default());

@@ -62,6 +62,7 @@ impl Binding {
     /// first), so what a sender drops from it is counted once.
     pub async fn deliver(&self, cx: SendContext<'_>, envelope: Envelope, address: &str, attempt: u32) -> Sent {
         let created = envelope.created_at;
+        let message_id = (self.header_mapper.is_some()).then(|| envelope.id.clone());
         let (mut outbound, address) = match &self.header_mapper {
             None => (envelope, address.to_owned()),
             Some(mapper) => match mapper.map(envelope, &self.id, address).await {
@@ -72,7 +73,7 @@ impl Binding {
                     return Sent::Transient { after: Some(after), reason };
                 }
                 (_, Err(ProcessError::Reject(failure))) => {
-                    warn!(binding = %self.id, %failure, "header mapper refused the message");
+                    warn!(route = cx.route, message_id = message_id.as_deref(), binding = %self.id, %failure, "header mapper refused the message");
                     // A mapper's own refusal is named for the mapper; a
                     // trap or deadline keeps its reason.
                     let reason = match failure.reason {

@@ -110,7 +110,7 @@ impl Route {
                 Err(e) => {
                     let reason = e.to_string();
                     let delay = self.policy.backoff.delay(attempt);
-                    warn!(error = %reason, attempt, "cannot persist to the outbox, will retry");
+                    warn!(route, message_id = %envelope.id, error = %reason, attempt, "cannot persist to the outbox, will retry");
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "outbox")]);
                     if let Some(settle) = self.retry_later(&envelope, delay, &reason, at).await {
                         return settle;
