@@ -107,7 +107,7 @@ test: plugins test-plugins mosquitto moto rabbitmq
     cargo test --workspace
     cd processors && cargo test -p filter -p transform -p tenant -p circuitbreaker -p header-map
 
-# Benchmarks (release): processor call cost; MQTT->MQTT, SQS and AMQP 0-9-1 routes against the broker's raw rate (and RabbitMQ's shovel).
+# Benchmarks (release): processor call cost; MQTT->MQTT against Mosquitto's bridge, SQS and AMQP 0-9-1 routes against the broker's raw rate and RabbitMQ's shovel (medians of 3).
 # The full crash and load tests (CI runs reduced forms in `just test`):
 # the outbox stress test with 200,000 messages, fan-out to two bindings,
 # 256 in flight (fails if nothing moves for 10 s or anything is missing),
