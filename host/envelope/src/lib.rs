@@ -268,6 +268,27 @@ mod tests {
     }
 
     #[test]
+    fn clones_share_the_header_map_until_one_changes() {
+        let mut a = Envelope::new("1", Bytes::new());
+        a.set_header("k", "v");
+        let mut b = a.clone();
+        let map = |e: &Envelope| std::ptr::from_ref::<BTreeMap<String, HeaderValue>>(&e.headers);
+        assert_eq!(map(&a), map(&b), "a clone does not copy the headers");
+        assert_eq!(b.headers.get("k"), Some(&HeaderValue::from("v")));
+        b.headers.remove("k");
+        assert_ne!(map(&a), map(&b), "a change copies them");
+        assert_eq!(a.text_header("k"), Some("v"));
+        assert!(b.headers.is_empty());
+        // The only holder changes the map in place.
+        let before = map(&b);
+        b.set_header("x", "y");
+        assert_eq!(before, map(&b));
+        let json = serde_json::to_string(&a.headers).expect("serialize");
+        assert_eq!(json, r#"{"k":{"type":"text","value":"v"}}"#);
+        assert_eq!(serde_json::from_str::<Headers>(&json).expect("deserialize"), a.headers);
+    }
+
+    #[test]
     fn expiry_is_inclusive_and_remaining_saturates() {
         let mut e = Envelope::new("1", Bytes::new());
         assert!(!e.is_expired_at(Timestamp(10)));
