@@ -53,7 +53,7 @@ use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::Rabbit;
 use ferry_tests::{env_or, unique};
 use ferry_wasm::{PluginEngine, PluginLimits, WasmHeaderMapper, WasmProcessor};
-use measure::{CpuWindow, Run};
+use measure::{CpuWindow, DaemonWindow, Run};
 use rumqttc::v5::mqttbytes::QoS;
 
 fn messages() -> usize {
@@ -336,7 +336,7 @@ address = "{dst}/out"
     sub.subscribe(&format!("{dst}/#")).await;
     let started = Instant::now();
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let cpu = CpuWindow::start(daemon.pid());
+    let ferry = DaemonWindow::start(&daemon);
     let mut got = 0;
     while got < n {
         match sub.next(Duration::from_secs(30)).await {
@@ -348,12 +348,7 @@ address = "{dst}/out"
     if got < n {
         eprintln!("warning: only {got} of {n} crossed SQS -> MQTT");
     }
-    let run = Run {
-        rate,
-        cpu_us: cpu.per_message(got),
-        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
-        ..Run::default()
-    };
+    let run = ferry.run(rate, got);
     let _ = tokio::task::block_in_place(|| daemon.terminate());
     let _ = client.delete_queue().queue_url(&in_url).send().await;
     run
@@ -369,7 +364,7 @@ async fn mqtt_to_sqs_run(client: &aws_sdk_sqs::Client, n: usize) -> Run {
     let ws = Workspace::with_plugins(&[]);
     ws.config(&ferry_tests::sqs::mqtt_to_sqs_config(&broker_url(), &src, &out_url, "", "max_in_flight = 100", ""));
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let cpu = CpuWindow::start(daemon.pid());
+    let ferry = DaemonWindow::start(&daemon);
     let publisher = TestMqtt::connect(&broker_url()).await;
     let payload = Bytes::from(vec![b'x'; 1024]);
     let started = Instant::now();
@@ -390,12 +385,7 @@ async fn mqtt_to_sqs_run(client: &aws_sdk_sqs::Client, n: usize) -> Run {
     if arrived < n {
         eprintln!("warning: only {arrived} of {n} reached the queue");
     }
-    let run = Run {
-        rate: arrived as f64 / started.elapsed().as_secs_f64(),
-        cpu_us: cpu.per_message(arrived),
-        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
-        ..Run::default()
-    };
+    let run = ferry.run(arrived as f64 / started.elapsed().as_secs_f64(), arrived);
     let _ = tokio::task::block_in_place(|| daemon.terminate());
     let _ = client.delete_queue().queue_url(&out_url).send().await;
     run
@@ -639,15 +629,9 @@ address = "{dst}"
     let broker = rabbit_cpu();
     let started = Instant::now();
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let cpu = CpuWindow::start(daemon.pid());
+    let ferry = DaemonWindow::start(&daemon);
     let rate = amqp_wait_depth(rabbit, dst, n, started).await;
-    let run = Run {
-        rate,
-        cpu_us: cpu.per_message(n),
-        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
-        broker_cpu_us: broker.per_message(n),
-        ..Run::default()
-    };
+    let run = Run { broker_cpu_us: broker.per_message(n), ..ferry.run(rate, n) };
     let _ = tokio::task::block_in_place(|| daemon.terminate());
     run
 }

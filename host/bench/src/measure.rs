@@ -116,6 +116,24 @@ impl CpuWindow {
     }
 }
 
+/// The daemon under test over a window: its CPU per message and peak RSS.
+pub struct DaemonWindow {
+    pid: Option<u32>,
+    cpu: CpuWindow,
+}
+
+impl DaemonWindow {
+    pub fn start(daemon: &ferry_tests::daemon::Daemon) -> Self {
+        let pid = daemon.pid();
+        Self { pid, cpu: CpuWindow::start(pid) }
+    }
+
+    /// A run at `rate` over `messages`, with the daemon's figures.
+    pub fn run(&self, rate: f64, messages: usize) -> Run {
+        Run { rate, cpu_us: self.cpu.per_message(messages), rss_mib: self.pid.and_then(peak_rss_mib), ..Run::default() }
+    }
+}
+
 /// User plus system CPU time a process has used, from `/proc/PID/stat`.
 pub fn process_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

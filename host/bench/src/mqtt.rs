@@ -23,7 +23,7 @@ use ferry_tests::unique;
 use rumqttc::v5::mqttbytes::QoS;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
-use crate::measure::{self, CpuWindow, Latency, Run};
+use crate::measure::{self, CpuWindow, DaemonWindow, Latency, Run};
 
 /// Most messages published but not yet received. Mosquitto drops QoS 1
 /// messages for a client whose queue passes `max_queued_messages` (1000 by
@@ -140,53 +140,31 @@ async fn bridge_run(a: &PrivateMosquitto, b: &PrivateMosquitto, n: usize) -> Run
     Run { rate, p50_ms, p99_ms, broker_cpu_us: cpu.per_message(n), ..Run::default() }
 }
 
-/// The route the bench runs through ferry: A `src/#` -> filter -> B `dst/out`.
-fn ferry_config(a: &str, b: &str, src: &str, dst: &str) -> String {
-    format!(
-        r#"
-[receivers.in]
-type = "mqtt"
-url = "{a}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-session_expiry_secs = 60
-[senders.out]
-type = "mqtt"
-url = "{b}"
-client_id = "{sid}"
-[[routes]]
-id = "bench"
-receiver = "in"
-max_in_flight = 256
+/// The filter the bench's route runs: every message passes it.
+const FILTER: &str = r#"
 [[routes.processors]]
 plugin = "filter"
-config = {{ when = [{{ header = "kind", op = "eq", value = "temp" }}] }}
-[[routes.bindings]]
-sender = "out"
-address = "{dst}/out"
-"#,
-        rid = unique("bench-in"),
-        sid = unique("bench-out"),
-    )
-}
+config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
+"#;
 
 async fn ferry_run(a: &PrivateMosquitto, b: &PrivateMosquitto, n: usize) -> Run {
     let (src, dst) = (unique("bench/src"), unique("bench/dst"));
     let ws = Workspace::with_plugins(&["filter"]);
-    ws.config(&ferry_config(&a.url(), &b.url(), &src, &dst));
+    ws.config(&ferry_tests::mqtt::route_config(
+        &a.url(),
+        &src,
+        &b.url(),
+        &format!("{dst}/out"),
+        FILTER,
+        "max_in_flight = 256",
+        "",
+    ));
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
-    let ferry_cpu = CpuWindow::start(daemon.pid());
+    let ferry = DaemonWindow::start(&daemon);
     let broker_cpu = CpuWindow::start(a.pid());
     let (rate, latency) = pub_sub(&a.url(), &format!("{src}/a"), &b.url(), &format!("{dst}/#"), n).await;
     let (p50_ms, p99_ms) = latency.percentiles();
-    let run = Run {
-        rate,
-        p50_ms,
-        p99_ms,
-        cpu_us: ferry_cpu.per_message(n),
-        rss_mib: daemon.pid().and_then(measure::peak_rss_mib),
-        broker_cpu_us: broker_cpu.per_message(n),
-    };
+    let run = Run { p50_ms, p99_ms, broker_cpu_us: broker_cpu.per_message(n), ..ferry.run(rate, n) };
     let _ = tokio::task::block_in_place(|| daemon.terminate());
     run
 }

@@ -62,7 +62,6 @@ impl Binding {
     /// first), so what a sender drops from it is counted once.
     pub async fn deliver(&self, cx: SendContext<'_>, envelope: Envelope, address: &str, attempt: u32) -> Sent {
         let created = envelope.created_at;
-        let message_id = (self.header_mapper.is_some()).then(|| envelope.id.clone());
         let (mut outbound, address) = match &self.header_mapper {
             None => (envelope, address.to_owned()),
             Some(mapper) => match mapper.map(envelope, &self.id, address).await {
@@ -72,8 +71,8 @@ impl Binding {
                     debug!(binding = %self.id, %reason, "header mapper asked for a retry");
                     return Sent::Transient { after: Some(after), reason };
                 }
-                (_, Err(ProcessError::Reject(failure))) => {
-                    warn!(route = cx.route, message_id = message_id.as_deref(), binding = %self.id, %failure, "header mapper refused the message");
+                (env, Err(ProcessError::Reject(failure))) => {
+                    warn!(route = cx.route, message_id = %env.id, binding = %self.id, %failure, "header mapper refused the message");
                     // A mapper's own refusal is named for the mapper; a
                     // trap or deadline keeps its reason.
                     let reason = match failure.reason {
