@@ -17,8 +17,10 @@
 //!
 //! 4. AMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent messages:
 //!    ferry against RabbitMQ's own shovel (ack-mode on-confirm, same
-//!    prefetch) on fresh queues of the same depth, and against the raw
-//!    publish (with confirms) and consume (with acks) rates.
+//!    prefetch) on fresh queues of the same depth, against a minimal bridge
+//!    on the same client library (lapin: consume, publish, confirm, ack in
+//!    ranges, nothing else), and against the raw publish (with confirms)
+//!    and consume (with acks) rates.
 //!
 //! 5. The outbox: the store's durable persist rates, and an AMQP 0-9-1
 //!    route in `direct_hold` against the same in `shared_outbox`; the store
@@ -560,6 +562,72 @@ async fn shovel_run(rabbit: &Rabbit, n: usize) -> Run {
     Run { rate, broker_cpu_us, ..Run::default() }
 }
 
+/// The least a bridge on lapin must do, in the bench's own process: consume
+/// with the same prefetch, publish each message on a confirm channel, and
+/// ack the source with `multiple` as the confirms come in (they come in
+/// publish order). No routing, no mapping, no retries: the ceiling of this
+/// client on this broker, measured in the same run. CPU µs is the bench
+/// process's own.
+async fn minimal_bridge_run(rabbit: &Rabbit, n: usize) -> Run {
+    use futures_lite::StreamExt;
+    use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
+    let (src, dst) = (unique("bench-lapin-src"), unique("bench-lapin-dst"));
+    rabbit.declare_queue(&src).await;
+    rabbit.declare_queue(&dst).await;
+    amqp_fill(rabbit, &src, n).await;
+    let broker = rabbit_cpu();
+    let own = CpuWindow::start(Some(std::process::id()));
+    let started = Instant::now();
+    let url = ferry_tests::rabbit::URL091;
+    let input = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await.expect("connect");
+    let output = lapin::Connection::connect(url, lapin::ConnectionProperties::default()).await.expect("connect");
+    let consume = input.create_channel().await.expect("channel");
+    consume.basic_qos(AMQP_PREFETCH as u16, BasicQosOptions::default()).await.expect("qos");
+    let publish = output.create_channel().await.expect("channel");
+    publish.confirm_select(lapin::options::ConfirmSelectOptions::default()).await.expect("confirm.select");
+    let mut consumer = consume
+        .basic_consume(src.as_str().into(), "".into(), BasicConsumeOptions::default(), Default::default())
+        .await
+        .expect("consume");
+    let (confirms, mut in_order) = tokio::sync::mpsc::channel::<(u64, lapin::PublisherConfirm)>(AMQP_PREFETCH * 2);
+    let acker = tokio::spawn(async move {
+        let mut done = 0;
+        while done < n {
+            let Some((tag, confirm)) = in_order.recv().await else {
+                break;
+            };
+            if !matches!(confirm.await, Ok(c) if c.is_ack()) {
+                break;
+            }
+            done += 1;
+            if in_order.is_empty() || done == n {
+                consume.basic_ack(tag, BasicAckOptions { multiple: true }).await.expect("ack");
+            }
+        }
+        done
+    });
+    let mut consumed = 0;
+    while consumed < n {
+        let Ok(Some(Ok(d))) = tokio::time::timeout(Duration::from_secs(30), consumer.next()).await else { break };
+        consumed += 1;
+        let confirm = publish
+            .basic_publish("".into(), dst.as_str().into(), BasicPublishOptions::default(), &d.data, d.properties)
+            .await
+            .expect("publish");
+        if confirms.send((d.delivery_tag, confirm)).await.is_err() {
+            break;
+        }
+    }
+    let moved = acker.await.unwrap_or(0);
+    let rate = moved as f64 / started.elapsed().as_secs_f64();
+    let run = Run { rate, cpu_us: own.per_message(n), broker_cpu_us: broker.per_message(n), ..Run::default() };
+    let _ = input.close(200, "done".into()).await;
+    let _ = output.close(200, "done".into()).await;
+    rabbit.delete_queue(&src).await;
+    rabbit.delete_queue(&dst).await;
+    run
+}
+
 /// ferry moving a queue pre-filled with `n` messages to another, in `mode`.
 async fn ferry_amqp_run(rabbit: &Rabbit, n: usize, mode: &str) -> Run {
     let (src, dst) = (unique("bench-src"), unique("bench-dst"));
@@ -585,6 +653,7 @@ async fn amqp_rows() {
     }
     let (raw_fill, raw_drain) = (measure::median(&fills), measure::median(&drains));
     let shovel = measure::median_of("amqp shovel", || shovel_run(&rabbit, n)).await;
+    let minimal = measure::median_of("amqp minimal lapin bridge", || minimal_bridge_run(&rabbit, n)).await;
     let ferry = measure::median_of("amqp ferry", || ferry_amqp_run(&rabbit, n, "direct_hold")).await;
 
     println!(
@@ -595,8 +664,10 @@ async fn amqp_rows() {
     measure::row("raw publish with confirms", &raw_fill);
     measure::row("raw consume with acks", &raw_drain);
     measure::row("RabbitMQ shovel (ack-mode on-confirm)", &shovel);
+    measure::row("minimal lapin bridge (no ferry)", &minimal);
     measure::row("ferry (confirm, then ack)", &ferry);
     measure::ratio("ratio ferry / shovel", ferry.rate / shovel.rate);
+    measure::ratio("ratio ferry / minimal lapin bridge", ferry.rate / minimal.rate);
     measure::ratio("ratio ferry / raw consume", ferry.rate / raw_drain.rate);
     println!("  (RabbitMQ µs: the broker's CPU per message; for the shovel it includes the shovel)");
 }

@@ -57,6 +57,8 @@ pub struct Supervisor<C: SupervisedLink> {
     generation: AtomicU64,
     /// The generation of the last connection reported broken.
     broken: watch::Sender<u64>,
+    /// Whether the first connection attempt has ended (either way).
+    first_attempt_done: watch::Sender<bool>,
     stop: CancellationToken,
     task: std::sync::Mutex<Option<JoinHandle<()>>>,
 }
@@ -76,6 +78,7 @@ impl<C: SupervisedLink> Supervisor<C> {
             active: Mutex::new(None),
             generation: AtomicU64::new(0),
             broken: watch::Sender::new(0),
+            first_attempt_done: watch::Sender::new(false),
             stop: CancellationToken::new(),
             task: std::sync::Mutex::new(None),
         });
@@ -103,6 +106,7 @@ impl<C: SupervisedLink> Supervisor<C> {
                     failures = 0;
                     let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
                     *self.active.lock().await = Some(Active { generation, link });
+                    self.first_attempt_done.send_replace(true);
                     info!(sender = %name, %describe, "connected");
                     metrics.connections.get_or_create(&labels).inc();
                     metrics.connected.get_or_create(&labels).set(1);
@@ -123,6 +127,7 @@ impl<C: SupervisedLink> Supervisor<C> {
                     warn!(sender = %name, %describe, "connection lost; reconnecting");
                 }
                 Err(e) => {
+                    self.first_attempt_done.send_replace(true);
                     let delay = backoff.next(&mut failures);
                     warn!(sender = %name, %describe, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot connect; retrying");
                     if !sleep_or_shutdown(delay, &self.stop).await {
@@ -131,6 +136,7 @@ impl<C: SupervisedLink> Supervisor<C> {
                 }
             }
         }
+        self.first_attempt_done.send_replace(true);
     }
 
     async fn broken_reported(&self, generation: u64) {
@@ -150,7 +156,16 @@ impl<C: SupervisedLink> Supervisor<C> {
 
     /// The current connection (`None` while reconnecting). Hold the guard
     /// only as long as the connection must not change under you.
+    ///
+    /// Until the first connection attempt ends (the connect hook bounds
+    /// it), this waits for it: a daemon that has just started delivers its
+    /// first messages on the new connection instead of failing them as
+    /// "not connected" and retrying after a backoff.
     pub async fn active(&self) -> MutexGuard<'_, Option<Active<C>>> {
+        if !*self.first_attempt_done.borrow() {
+            let mut first = self.first_attempt_done.subscribe();
+            let _ = first.wait_for(|done| *done).await;
+        }
         self.active.lock().await
     }
 
@@ -230,5 +245,29 @@ mod tests {
         wait_for_generation(&s, 3).await;
         s.close().await;
         assert!(s.active().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_send_made_during_the_first_connect_waits_for_it() {
+        let identity = Identity { kind: "fake", name: "s".into(), describe: "fake".into() };
+        let s = Supervisor::start(identity.clone(), Backoff::reconnect(1, 5), Metrics::new(), || {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                Ok(FakeLink { closed: Arc::new(AtomicBool::new(false)) })
+            })
+        });
+        assert!(s.active().await.as_ref().is_some_and(|a| a.generation == 1), "the first send got the connection");
+        s.close().await;
+
+        // A first attempt that fails ends the wait: sends see no connection.
+        let s = Supervisor::start(identity, Backoff::reconnect(1_000, 5_000), Metrics::new(), || {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Err::<FakeLink, _>(TransportError::transient("refused"))
+            })
+        });
+        let waited = tokio::time::timeout(Duration::from_secs(2), s.active()).await;
+        assert!(waited.is_ok_and(|guard| guard.is_none()), "the failed attempt ends the wait with no connection");
+        s.close().await;
     }
 }

@@ -6,7 +6,7 @@ use ferry_config::TlsConfig;
 use ferry_core::TransportError;
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::{Connection, ConnectionProperties, ErrorKind};
+use lapin::{Channel, Connection, ConnectionProperties, ErrorKind};
 
 /// How long connecting (TCP, handshake, open) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -62,6 +62,16 @@ fn tls_config(tls: &TlsConfig) -> Result<OwnedTLSConfig, TransportError> {
 /// Closes a connection, bounded by [`CLOSE_TIMEOUT`].
 pub async fn close(connection: &Connection) {
     let _ = tokio::time::timeout(CLOSE_TIMEOUT, connection.close(200, "ferry closing".into())).await;
+}
+
+/// Closes `channel`, then its connection. Closing the channel first
+/// matters: lapin closes a channel itself when its last handle drops, and
+/// if that races the connection's close it logs a connection error.
+pub async fn close_with(connection: &Connection, channel: &Channel) {
+    if channel.status().connected() {
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, channel.close(200, "ferry closing".into())).await;
+    }
+    close(connection).await;
 }
 
 /// Whether the broker refused an operation because something it names does

@@ -6,6 +6,8 @@
 //!   exchange from config or a header, properties and headers).
 //! - [`receiver`]: [`Amqp091Receiver`], a queue consumer acked by the route;
 //!   retries are nack/requeue after the backoff, counted so they end.
+//! - [`settle`]: [`Settler`](settle::Settler), one task per consumer
+//!   channel writing its acks, in ranges (`multiple`) where that is safe.
 //! - [`sender`]: [`Amqp091Sender`], publisher confirms and mandatory
 //!   publishing on a supervised connection.
 //! - [`connection`]: connecting with a deadline.
@@ -15,6 +17,7 @@ pub mod egress;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;
+pub mod settle;
 
 pub use receiver::Amqp091Receiver;
 pub use sender::Amqp091Sender;

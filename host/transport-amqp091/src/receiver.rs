@@ -28,16 +28,17 @@ use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
 use futures_lite::StreamExt;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, BasicRejectOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, ExchangeDeclareOptions, QueueBindOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::FieldTable;
-use lapin::{Acker, Channel, Connection, Consumer, ExchangeKind};
+use lapin::{Channel, Connection, Consumer, ExchangeKind};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::connection::{close, open};
+use crate::connection::{close, close_with, open};
 use crate::ingress::from_delivery;
+use crate::settle::Settler;
 
 const LEDGER_CAPACITY: usize = 100_000;
 
@@ -113,14 +114,14 @@ impl Amqp091Receiver {
 
     /// Turns one delivery into a route delivery; oversized bodies are
     /// rejected here and yield nothing.
-    async fn on_delivery(&self, d: lapin::message::Delivery) -> Option<Delivery> {
+    async fn on_delivery(&self, d: lapin::message::Delivery, settler: &Settler) -> Option<Delivery> {
         if d.data.len() > self.config.max_message_bytes {
             warn!(receiver = %self.name, bytes = d.data.len(), "message over max_message_bytes rejected");
             Metrics::inc(
                 &self.metrics.ingress_rejected,
                 &[("kind", "amqp091"), ("receiver", &self.name), ("reason", "too_large")],
             );
-            if let Err(e) = d.acker.reject(BasicRejectOptions { requeue: false }).await {
+            if let Err(e) = settler.reject(d.delivery_tag).await {
                 warn!(receiver = %self.name, error = %e, "could not reject an oversized message");
             }
             return None;
@@ -147,7 +148,8 @@ impl Amqp091Receiver {
             ])
         };
         let handle = Amqp091DeliveryHandle {
-            acker: Some(d.acker),
+            tag: Some(d.delivery_tag),
+            settler: settler.clone(),
             key,
             ledger: self.ledger.clone(),
             broker_count: ingress.delivery_count,
@@ -176,6 +178,7 @@ impl Receiver for Amqp091Receiver {
                     info!(receiver, %url, queue = %self.config.queue, "connected");
                     self.metrics.connections.get_or_create(&labels).inc();
                     self.metrics.connected.get_or_create(&labels).set(1);
+                    let settler = Settler::start(channel.clone());
                     let reason = loop {
                         let next = tokio::select! {
                             _ = shutdown.cancelled() => break None,
@@ -183,7 +186,7 @@ impl Receiver for Amqp091Receiver {
                         };
                         match next {
                             Some(Ok(d)) => {
-                                let Some(delivery) = self.on_delivery(d).await else { continue };
+                                let Some(delivery) = self.on_delivery(d, &settler).await else { continue };
                                 let sent = tokio::select! {
                                     _ = shutdown.cancelled() => break None,
                                     s = sink.send(delivery) => s,
@@ -191,7 +194,7 @@ impl Receiver for Amqp091Receiver {
                                 if sent.is_err() {
                                     // The route stopped; what is unacked goes
                                     // back to the queue with the connection.
-                                    close(&connection).await;
+                                    stop(&connection, &channel, &consumer, &settler).await;
                                     self.metrics.connected.get_or_create(&labels).set(0);
                                     shutdown.cancelled().await;
                                     break 'connect;
@@ -202,8 +205,7 @@ impl Receiver for Amqp091Receiver {
                         }
                     };
                     self.metrics.connected.get_or_create(&labels).set(0);
-                    drop(channel);
-                    close(&connection).await;
+                    stop(&connection, &channel, &consumer, &settler).await;
                     match reason {
                         None => {
                             info!(receiver, "disconnected");
@@ -224,61 +226,74 @@ impl Receiver for Amqp091Receiver {
     }
 }
 
-/// Acks or requeues one delivery on the channel it came on.
+/// How long cancelling the consumer may take when stopping.
+const CANCEL_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Stops consuming and closes: cancels the consumer first, so the broker
+/// sends no delivery into a closing channel (lapin takes that for a
+/// connection error), writes the acks the route already gave, then closes;
+/// the broker requeues whatever is still unacked.
+async fn stop(connection: &Connection, channel: &Channel, consumer: &Consumer, settler: &Settler) {
+    if connection.status().connected() {
+        let cancel = channel.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+        let _ = tokio::time::timeout(CANCEL_TIMEOUT, cancel).await;
+    }
+    settler.flush().await;
+    close_with(connection, channel).await;
+}
+
+/// Acks or requeues one delivery on the channel it came on, through the
+/// channel's [`Settler`].
 struct Amqp091DeliveryHandle {
-    acker: Option<Acker>,
+    /// `None` once settled.
+    tag: Option<u64>,
+    settler: Settler,
     key: String,
     ledger: Arc<RedeliveryLedger>,
     broker_count: Option<u32>,
 }
 
-fn settle_error(e: lapin::Error) -> TransportError {
-    TransportError::transient(format!("channel gone before the settlement ({e}); the broker will redeliver"))
-}
-
 #[async_trait]
 impl DeliveryHandle for Amqp091DeliveryHandle {
     async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
-        let Some(acker) = self.acker.take() else { return Ok(()) };
+        let Some(tag) = self.tag.take() else { return Ok(()) };
         self.ledger.forget(&self.key);
-        match acker.ack(BasicAckOptions::default()).await {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                Err(TransportError::transient("the channel this message came on is gone; the broker will redeliver"))
-            }
-            Err(e) => Err(settle_error(e)),
-        }
+        self.settler.ack(tag).await
     }
 
     async fn release(mut self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError> {
-        let Some(acker) = self.acker.take() else { return Ok(()) };
+        let Some(tag) = self.tag.take() else { return Ok(()) };
         self.ledger.record_release(&self.key);
         debug!(%reason, after_ms = after.as_millis() as u64, "amqp091 delivery will be requeued");
         // The delivery holds its prefetch slot until the nack, so waiting
-        // cannot pull more than `prefetch` messages.
+        // cannot pull more than `prefetch` messages; no range ack passes it
+        // meanwhile (see `settle`).
+        let settler = self.settler.clone();
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            if let Err(e) = acker.nack(BasicNackOptions { multiple: false, requeue: true }).await {
-                debug!(error = %e, "nack not sent; the broker requeues when the channel closes");
-            }
+            settler.requeue(tag);
         });
         Ok(())
     }
 
     async fn reject(mut self: Box<Self>, reason: &str) -> Result<(), TransportError> {
-        let Some(acker) = self.acker.take() else { return Ok(()) };
+        let Some(tag) = self.tag.take() else { return Ok(()) };
         self.ledger.forget(&self.key);
         debug!(%reason, "amqp091 delivery rejected without requeue");
-        match acker.reject(BasicRejectOptions { requeue: false }).await {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                Err(TransportError::transient("the channel this message came on is gone; the broker will redeliver"))
-            }
-            Err(e) => Err(settle_error(e)),
-        }
+        self.settler.reject(tag).await
     }
 
     fn redelivery_count(&self) -> Option<u32> {
         Some(self.ledger.count(&self.key).max(self.broker_count.unwrap_or(0)))
+    }
+}
+
+impl Drop for Amqp091DeliveryHandle {
+    /// A delivery dropped unsettled goes back to the queue now rather than
+    /// when the channel closes, so later acks can range past it.
+    fn drop(&mut self) {
+        if let Some(tag) = self.tag.take() {
+            self.settler.requeue(tag);
+        }
     }
 }

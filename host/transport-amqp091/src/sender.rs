@@ -24,7 +24,7 @@ use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareO
 use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection};
 
-use crate::connection::{close, is_not_found, open, short};
+use crate::connection::{close, close_with, is_not_found, open, short};
 use crate::egress::to_publish;
 use crate::receiver::exchange_kind;
 
@@ -48,7 +48,7 @@ impl SupervisedLink for ConfirmChannel {
     }
 
     fn close(self) -> BoxFuture<'static, ()> {
-        Box::pin(async move { close(&self.connection).await })
+        Box::pin(async move { close_with(&self.connection, &self.channel).await })
     }
 }
 

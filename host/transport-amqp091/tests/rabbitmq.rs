@@ -197,3 +197,97 @@ async fn sender_confirms_maps_and_classifies_unroutable_and_missing_exchanges() 
     rabbit.delete_queue(&q).await;
     rabbit.delete_exchange(&x).await;
 }
+
+/// Acks go out in ranges (`basic.ack` with `multiple`). A range must never
+/// settle a message that is still being worked on or waits for its requeue:
+/// that message would be gone without having been delivered. Settles 300
+/// messages out of order, holding some back to the end, releasing some
+/// (requeued after a delay), rejecting some into a dead-letter queue and
+/// dropping one handle unsettled, then checks that every released and
+/// dropped message came back, the rejected ones reached the dead-letter
+/// queue, and nothing else was redelivered or left behind.
+#[tokio::test]
+async fn range_acks_never_settle_a_message_in_flight_or_waiting_for_its_requeue() {
+    use std::collections::BTreeMap;
+    let rabbit = Rabbit::connect().await;
+    let q = ferry_tests::unique("a091-ranges");
+    let dead = ferry_tests::unique("a091-ranges-dead");
+    rabbit.declare_queue(&dead).await;
+    let mut args = FieldTable::default();
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert("x-dead-letter-routing-key".into(), AMQPValue::LongString(dead.as_str().into()));
+    rabbit.declare_queue_with(&q, args).await;
+    const N: usize = 300;
+    for i in 0..N {
+        rabbit.publish("", &q, b"m", BasicProperties::default().with_message_id(format!("m-{i}").into())).await;
+    }
+    let mut config = receiver_config(&q);
+    config.prefetch = 64;
+    config.queue_passive = true;
+    let (mut running, _) = start_receiver(config);
+
+    let (released, rejected, held) = (|i: usize| i % 10 == 3, |i: usize| i % 10 == 7, |i: usize| i.is_multiple_of(25));
+    let dropped = 5;
+    let comes_back = |i: usize| released(i) || i == dropped;
+    let expected = N + (0..N).filter(|&i| comes_back(i)).count();
+    let mut seen: BTreeMap<usize, u32> = BTreeMap::new();
+    let mut held_back = Vec::new();
+    let mut batch = Vec::new();
+    let mut got = 0;
+    while got < expected {
+        let Some(d) = running.next(WAIT).await else { break };
+        got += 1;
+        let i: usize = d.envelope.id.trim_start_matches("m-").parse().expect("an id this test sent");
+        let times = seen.entry(i).or_default();
+        *times += 1;
+        if *times > 1 {
+            batch.push((d, false));
+        } else if i == dropped {
+            drop(d);
+        } else if held(i) {
+            held_back.push(d);
+        } else {
+            batch.push((d, true));
+        }
+        if batch.len() == 8 || got == expected {
+            // Settle the batch in reverse order, all at once.
+            let settles = batch.drain(..).rev().map(|(d, first)| {
+                let i: usize = d.envelope.id.trim_start_matches("m-").parse().expect("id");
+                tokio::spawn(async move {
+                    if first && released(i) {
+                        d.handle.release(Duration::from_millis(300), "test").await
+                    } else if first && rejected(i) {
+                        d.handle.reject("test").await
+                    } else {
+                        d.handle.ack().await
+                    }
+                })
+            });
+            for settle in settles.collect::<Vec<_>>() {
+                settle.await.expect("settle task").expect("settled");
+            }
+        }
+    }
+    // The held messages were in flight the whole time: ranges went past
+    // them only now.
+    for d in held_back {
+        d.handle.ack().await.expect("acked");
+    }
+    assert_eq!(got, expected, "deliveries: {seen:?}");
+    for i in 0..N {
+        let want = if comes_back(i) { 2 } else { 1 };
+        assert_eq!(seen.get(&i).copied(), Some(want), "m-{i} delivered {:?} times, expected {want}", seen.get(&i));
+    }
+    assert!(running.next(Duration::from_millis(500)).await.is_none(), "nothing else comes back");
+    running.stop().await;
+    assert_eq!(rabbit.depth(&q).await, 0, "everything settled");
+    let dead_letters = rabbit.collect(&dead, N, Duration::from_secs(2)).await;
+    let mut dead_ids: Vec<String> =
+        dead_letters.iter().filter_map(|d| d.properties.message_id().as_ref().map(|s| s.to_string())).collect();
+    dead_ids.sort();
+    let mut want: Vec<String> = (0..N).filter(|&i| rejected(i)).map(|i| format!("m-{i}")).collect();
+    want.sort();
+    assert_eq!(dead_ids, want, "exactly the rejected messages were dead-lettered");
+    rabbit.delete_queue(&q).await;
+    rabbit.delete_queue(&dead).await;
+}

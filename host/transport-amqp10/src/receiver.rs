@@ -3,7 +3,9 @@
 //! A task owns the link. It reads deliveries and applies settlements that
 //! delivery handles send it over a channel, so a route that is slow to take
 //! new deliveries never blocks the settlement of old ones. The link credit
-//! (`credit`) bounds how many messages are unsettled at once.
+//! (`credit`) bounds how many messages are unsettled at once. Accepts that
+//! are queued together go out as one disposition per run of consecutive
+//! delivery ids.
 //!
 //! Outcomes: ack = `accepted`; a retry = `modified` with `delivery-failed`
 //! (or `released`, per `retry_outcome`) after the route's backoff; a
@@ -39,6 +41,9 @@ use crate::ingress::to_envelope;
 
 /// The condition of a rejection for a message that failed for good.
 pub const UNDELIVERABLE: &str = "ferry:undeliverable";
+
+/// The most settlements the link task applies in one go.
+const SETTLE_BATCH: usize = 256;
 
 /// Keys the redelivery ledger remembers.
 const LEDGER_CAPACITY: usize = 100_000;
@@ -126,8 +131,17 @@ impl Amqp10Receiver {
                 biased;
                 _ = shutdown.cancelled() => return LinkEnd::Shutdown,
                 Some(cmd) = commands.recv() => {
-                    unsettled = unsettled.saturating_sub(1);
-                    self.settle(link, cmd).await;
+                    // Everything settled meanwhile goes out together: the
+                    // accepts as one disposition per run of consecutive
+                    // delivery ids.
+                    let mut batch = vec![cmd];
+                    while batch.len() < SETTLE_BATCH
+                        && let Ok(more) = commands.try_recv()
+                    {
+                        batch.push(more);
+                    }
+                    unsettled = unsettled.saturating_sub(batch.len() as u32);
+                    self.settle_batch(link, batch).await;
                 }
                 permit = sink.reserve(), if pending.is_some() => match (permit, pending.take()) {
                     (Ok(permit), Some(delivery)) => permit.send(delivery),
@@ -208,6 +222,24 @@ impl Amqp10Receiver {
             AmqpErrorBody::new(ErrorCondition::AmqpError(AmqpError::DecodeError), Some(description.to_owned()), None);
         if let Err(e) = link.reject(info, error).await {
             warn!(receiver = %self.name, error = %e, "could not reject an unreadable message");
+        }
+    }
+
+    /// Settles a batch: the accepts in ranges (`accept_all` sends one
+    /// disposition per run of consecutive delivery ids, naming only the
+    /// deliveries given), the rest one by one.
+    async fn settle_batch(&self, link: &LinkReceiver, batch: Vec<Command>) {
+        let (accepts, others): (Vec<Command>, Vec<Command>) =
+            batch.into_iter().partition(|c| matches!(c.settlement, Settlement::Accept));
+        if !accepts.is_empty() {
+            let (infos, replies): (Vec<DeliveryInfo>, Vec<_>) = accepts.into_iter().map(|c| (c.info, c.reply)).unzip();
+            let result = link.accept_all(infos).await.map_err(|e| e.to_string());
+            for reply in replies {
+                let _ = reply.send(result.clone());
+            }
+        }
+        for cmd in others {
+            self.settle(link, cmd).await;
         }
     }
 
