@@ -26,7 +26,7 @@
 //! gone and the broker requeues everything unacked on it; every waiting
 //! and later settlement then fails with a transient error.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use ferry_core::TransportError;
@@ -131,8 +131,7 @@ impl<W> Window<W> {
         if let Some(tag) = last {
             frames.push((Frame::Ack { tag, multiple: true }, waiters));
         }
-        let oldest = self.acked.values().map(|(at, _)| *at).min();
-        let overdue = oldest.is_some_and(|at| now.duration_since(at) >= HOLD_FOR);
+        let overdue = self.deadline().is_some_and(|due| now >= due);
         if flush || overdue || self.acked.len() >= HOLD_MAX {
             for (tag, (_, waiter)) in std::mem::take(&mut self.acked) {
                 self.mark_settled(tag);
@@ -232,12 +231,12 @@ impl Settler {
 async fn write_settlements(channel: Channel, mut queue: mpsc::UnboundedReceiver<Command>) {
     let mut window: Window<Reply> = Window::default();
     let mut broken: Option<String> = None;
-    let mut pending: VecDeque<Command> = VecDeque::new();
+    let mut pending = Vec::new();
     loop {
         let deadline = window.deadline();
         tokio::select! {
             command = queue.recv() => match command {
-                Some(c) => pending.push_back(c),
+                Some(c) => pending.push(c),
                 None => break,
             },
             () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {}
@@ -245,7 +244,7 @@ async fn write_settlements(channel: Channel, mut queue: mpsc::UnboundedReceiver<
         // Let the acks that finish together share a frame.
         tokio::time::sleep(GATHER).await;
         while let Ok(c) = queue.try_recv() {
-            pending.push_back(c);
+            pending.push(c);
         }
         let mut flushes = Vec::new();
         let now = Instant::now();
@@ -259,35 +258,19 @@ async fn write_settlements(channel: Channel, mut queue: mpsc::UnboundedReceiver<
                 },
                 Command::Requeue(tag) => {
                     window.settle_one(tag);
-                    if broken.is_none()
-                        && let Err(e) = write(&channel, Frame::Requeue { tag }).await
-                    {
+                    if let Err(e) = write(&channel, &mut broken, Frame::Requeue { tag }).await {
                         debug!(error = %e, "nack not sent; the broker requeues when the channel closes");
-                        broken = Some(e.to_string());
                     }
                 }
                 Command::Reject(tag, reply) => {
                     window.settle_one(tag);
-                    let result = match &broken {
-                        Some(e) => Err(e.clone()),
-                        None => write(&channel, Frame::Reject { tag }).await.map_err(|e| e.to_string()),
-                    };
-                    if let Err(e) = &result {
-                        broken.get_or_insert_with(|| e.clone());
-                    }
-                    let _ = reply.send(result);
+                    let _ = reply.send(write(&channel, &mut broken, Frame::Reject { tag }).await);
                 }
                 Command::Flush(reply) => flushes.push(reply),
             }
         }
         for (frame, waiters) in window.plan(now, !flushes.is_empty()) {
-            let result = match &broken {
-                Some(e) => Err(e.clone()),
-                None => write(&channel, frame).await.map_err(|e| e.to_string()),
-            };
-            if let Err(e) = &result {
-                broken.get_or_insert_with(|| e.clone());
-            }
+            let result = write(&channel, &mut broken, frame).await;
             for waiter in waiters {
                 let _ = waiter.send(result.clone());
             }
@@ -298,12 +281,22 @@ async fn write_settlements(channel: Channel, mut queue: mpsc::UnboundedReceiver<
     }
 }
 
-async fn write(channel: &Channel, frame: Frame) -> lapin::Result<()> {
-    match frame {
+/// Writes `frame`, unless an earlier frame already failed: the channel is
+/// gone then, and every later settlement fails with that first error.
+async fn write(channel: &Channel, broken: &mut Option<String>, frame: Frame) -> Result<(), String> {
+    if let Some(e) = broken {
+        return Err(e.clone());
+    }
+    let written = match frame {
         Frame::Ack { tag, multiple } => channel.basic_ack(tag, BasicAckOptions { multiple }).await,
         Frame::Requeue { tag } => channel.basic_nack(tag, BasicNackOptions { multiple: false, requeue: true }).await,
         Frame::Reject { tag } => channel.basic_reject(tag, BasicRejectOptions { requeue: false }).await,
-    }
+    };
+    written.map_err(|e| {
+        let e = e.to_string();
+        *broken = Some(e.clone());
+        e
+    })
 }
 
 #[cfg(test)]

@@ -229,37 +229,38 @@ impl Amqp10Receiver {
     /// disposition per run of consecutive delivery ids, naming only the
     /// deliveries given), the rest one by one.
     async fn settle_batch(&self, link: &LinkReceiver, batch: Vec<Command>) {
-        let (accepts, others): (Vec<Command>, Vec<Command>) =
-            batch.into_iter().partition(|c| matches!(c.settlement, Settlement::Accept));
+        let mut accepts = Vec::new();
+        for cmd in batch {
+            let result = match cmd.settlement {
+                Settlement::Accept => {
+                    accepts.push((cmd.info, cmd.reply));
+                    continue;
+                }
+                Settlement::Retry => match self.config.retry_outcome {
+                    Amqp10RetryOutcome::Modified => {
+                        let modified = Modified {
+                            delivery_failed: Some(true),
+                            undeliverable_here: None,
+                            message_annotations: None,
+                        };
+                        link.modify(cmd.info, modified).await
+                    }
+                    Amqp10RetryOutcome::Released => link.release(cmd.info).await,
+                },
+                Settlement::Reject(reason) => {
+                    let condition = ErrorCondition::Custom(Symbol::from(UNDELIVERABLE));
+                    link.reject(cmd.info, AmqpErrorBody::new(condition, Some(reason), None)).await
+                }
+            };
+            let _ = cmd.reply.send(result.map_err(|e| e.to_string()));
+        }
         if !accepts.is_empty() {
-            let (infos, replies): (Vec<DeliveryInfo>, Vec<_>) = accepts.into_iter().map(|c| (c.info, c.reply)).unzip();
+            let (infos, replies): (Vec<DeliveryInfo>, Vec<_>) = accepts.into_iter().unzip();
             let result = link.accept_all(infos).await.map_err(|e| e.to_string());
             for reply in replies {
                 let _ = reply.send(result.clone());
             }
         }
-        for cmd in others {
-            self.settle(link, cmd).await;
-        }
-    }
-
-    async fn settle(&self, link: &LinkReceiver, cmd: Command) {
-        let result = match cmd.settlement {
-            Settlement::Accept => link.accept(cmd.info).await,
-            Settlement::Retry => match self.config.retry_outcome {
-                Amqp10RetryOutcome::Modified => {
-                    let modified =
-                        Modified { delivery_failed: Some(true), undeliverable_here: None, message_annotations: None };
-                    link.modify(cmd.info, modified).await
-                }
-                Amqp10RetryOutcome::Released => link.release(cmd.info).await,
-            },
-            Settlement::Reject(reason) => {
-                let condition = ErrorCondition::Custom(Symbol::from(UNDELIVERABLE));
-                link.reject(cmd.info, AmqpErrorBody::new(condition, Some(reason), None)).await
-            }
-        };
-        let _ = cmd.reply.send(result.map_err(|e| e.to_string()));
     }
 }
 
