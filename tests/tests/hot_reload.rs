@@ -223,16 +223,29 @@ async fn compiled_components_are_cached_so_a_restart_does_not_compile_again() {
         "[[routes.processors]]\nplugin = \"filter\"\nconfig = { when = [{ header = \"k\", op = \"exists\" }] }\n";
     let config = route_config(&broker_url(), &src, &broker_url(), "x", filter, "", "");
     ws.config(&config);
+    // The first start compiles the plugin in a child process (`ferry
+    // plugins compile`) and reads the result from the cache: the
+    // compiler's memory never becomes the daemon's.
     let first = Daemon::start(&ws, 2);
-    first.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=false"], WAIT);
+    first.wait_for_line(&["plugins compiled in a child process", "plugins=1", "compiled=1"], WAIT);
+    first.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=true"], WAIT);
     assert_eq!(first.terminate().code(), Some(0));
     assert!(ws.path().join("ferry-data/plugin-cache").read_dir().expect("cache dir").next().is_some(), "cached");
 
     let second = Daemon::start(&ws, 2);
+    second.wait_for_line(&["plugins compiled in a child process", "plugins=1", "compiled=0"], WAIT);
     second.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=true"], WAIT);
     assert_eq!(second.terminate().code(), Some(0));
 
-    // A changed file is compiled again, and the cache can be turned off.
+    // `ferry plugins compile` fills a cache for the daemon to read.
+    let cache = ws.path().join("precompiled");
+    let out = ws.ferry(&["plugins", "compile", "--cache-dir", "precompiled", "plugins/filter.wasm"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("plugins/filter.wasm: compiled"), "{out:?}");
+    assert!(cache.read_dir().expect("cache dir").next().is_some(), "cached");
+
+    // A changed file is compiled again, and the cache can be turned off
+    // (then there is no child: the daemon compiles it itself).
     std::fs::write(ws.path().join("plugins/filter.wasm"), rebuilt("filter")).expect("write");
     ws.config(&format!("[plugins]\ncache_dir = \"\"\n{config}"));
     let third = Daemon::start(&ws, 2);

@@ -34,7 +34,8 @@
 //!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
-//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store` picks groups;
+//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store` picks groups,
+//! `FERRY_BENCH_PLUGINS=filter,tenant` the plugins of the plugin-call rows;
 //! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
 
@@ -187,7 +188,9 @@ fn processor_rows() {
     ];
     println!("\nOne plugin call (host side included: instance pool, message resource, metrics)");
     println!("  {:<44} {:>12} {:>12} {:>8}", "plugin", "1 KiB", "1 MiB", "ratio");
-    for row in rows {
+    // FERRY_BENCH_PLUGINS=filter times only that plugin's rows (to profile one).
+    let only = std::env::var("FERRY_BENCH_PLUGINS").unwrap_or_default();
+    for row in rows.into_iter().filter(|r| only.is_empty() || only.split(',').any(|p| p == r.plugin)) {
         let path: PathBuf = ferry_tests::plugin_file(row.plugin);
         let plugin = match ferry_wasm::registry::load_file(&engine, &path) {
             Ok(p) => Arc::new(p),

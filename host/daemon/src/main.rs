@@ -135,6 +135,14 @@ enum PluginsCommand {
     },
     /// Whether FILE would load, and why not.
     Check { file: PathBuf },
+    /// Compile FILEs into the compile cache DIR (`plugins.cache_dir`), so
+    /// that the daemon reads them back instead of compiling them.
+    Compile {
+        #[arg(long)]
+        cache_dir: PathBuf,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -145,6 +153,9 @@ fn main() -> ExitCode {
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),
+        Command::Plugins(PluginsCommand::Compile { cache_dir, files }) => {
+            ferry_daemon::plugins::compile(&cache_dir, &files)
+        }
         Command::Dlq(DlqCommand::List { config, route, limit, json }) => {
             block_on(ferry_daemon::dlq::list(&config, route.as_deref(), limit, json))
         }
@@ -157,6 +168,11 @@ fn main() -> ExitCode {
         }
         Command::Outbox(OutboxCommand::Stats { config }) => block_on(ferry_daemon::dlq::outbox_stats(&config)),
         Command::Run { config, watch } => {
+            // Plugins are compiled by a child `ferry plugins compile`, which
+            // keeps the compiler's memory out of the daemon.
+            if let Ok(program) = std::env::current_exe() {
+                ferry_daemon::plugins::compile_in_child(program);
+            }
             // Before the runtime: the exporter keeps a thread of its own.
             let telemetry = match Telemetry::from_env() {
                 Ok(t) => t,

@@ -1,9 +1,11 @@
 //! `ferry plugins list [DIR]` and `ferry plugins check FILE`: what is in a
 //! plugin directory and whether the daemon would load it, without starting
-//! anything else.
+//! anything else; `ferry plugins compile`: fill the compile cache, which
+//! `ferry run` has done in a child process (see [`compile_in_child`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
 use ferry_wasm::registry::{PLUGIN_PACKAGE, PLUGIN_VERSION, load_file, plugin_name};
 use ferry_wasm::{PluginEngine, PluginLimits};
@@ -81,4 +83,48 @@ pub fn check(file: &Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+static CHILD_COMPILER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes the daemon compile plugins that are not in its compile cache yet
+/// in a child process running `program plugins compile` (`program` being
+/// the `ferry` binary), so that the compiler's memory is not kept by the
+/// daemon (see `PluginEngine::compile_in_child`). `ferry run` sets it; a
+/// program that embeds the daemon without this subcommand leaves it unset
+/// and compiles in its own process.
+pub fn compile_in_child(program: PathBuf) {
+    let _ = CHILD_COMPILER.set(program);
+}
+
+/// The program [`compile_in_child`] named, if any.
+pub(crate) fn child_compiler() -> Option<PathBuf> {
+    CHILD_COMPILER.get().cloned()
+}
+
+/// `ferry plugins compile --cache-dir DIR FILE...`: compiles each component
+/// into the compile cache the daemon reads (`plugins.cache_dir`), one line
+/// per file. Exit 0 when every file compiled (or was cached), 1 when one was
+/// refused, 2 when the cache cannot be used.
+pub fn compile(cache_dir: &Path, files: &[PathBuf]) -> ExitCode {
+    let engine = match PluginEngine::with_cache(PluginLimits::default(), cache_dir) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("cannot use the compile cache {}: {e}", cache_dir.display());
+            return ExitCode::from(2);
+        }
+    };
+    let mut all_compiled = true;
+    for file in files {
+        match load_file(&engine, file) {
+            Ok(plugin) => {
+                println!("{}: {}", file.display(), if plugin.from_cache { "cached" } else { "compiled" });
+            }
+            Err(e) => {
+                all_compiled = false;
+                println!("{}: refused: {e}", file.display());
+            }
+        }
+    }
+    if all_compiled { ExitCode::SUCCESS } else { ExitCode::FAILURE }
 }

@@ -106,8 +106,18 @@ impl From<String> for HeaderValue {
 /// the backup kept across a plugin call) shares the map, and the first
 /// change through `&mut` (`DerefMut`) copies it only if it is still
 /// shared. Reads go through `Deref` to the `BTreeMap`.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Headers(Arc<BTreeMap<String, HeaderValue>>);
+
+impl Default for Headers {
+    /// An empty map that allocates nothing: every empty map shares one, and
+    /// the first insert gives the envelope its own.
+    fn default() -> Self {
+        static EMPTY: std::sync::LazyLock<Arc<BTreeMap<String, HeaderValue>>> =
+            std::sync::LazyLock::new(|| Arc::new(BTreeMap::new()));
+        Self(EMPTY.clone())
+    }
+}
 
 impl Headers {
     pub fn new() -> Self {
@@ -211,6 +221,19 @@ impl Envelope {
             payload: payload.into(),
             headers: Headers::new(),
             created_at: Timestamp::now(),
+            expires_at: None,
+        }
+    }
+
+    /// A placeholder with no identity, payload or headers, created at the
+    /// epoch; it allocates nothing.
+    pub fn empty() -> Self {
+        Self {
+            id: String::new(),
+            subject: None,
+            payload: Bytes::new(),
+            headers: Headers::new(),
+            created_at: Timestamp(0),
             expires_at: None,
         }
     }

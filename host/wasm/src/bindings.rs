@@ -56,8 +56,19 @@ pub struct MessageState {
     pub refused_reserved: u32,
 }
 
+impl Default for MessageState {
+    /// No message (between calls); allocates nothing.
+    fn default() -> Self {
+        Self { envelope: Envelope::empty(), refused_reserved: 0 }
+    }
+}
+
 /// What one plugin instance's store holds.
 pub struct HostState {
+    /// The message of the call in progress. A call hands the guest a
+    /// borrow of exactly one message, which it cannot keep past the call,
+    /// so every message handle the guest can present means this one.
+    pub message: MessageState,
     pub table: ResourceTable,
     pub wasi: WasiCtx,
     pub limits: StoreLimits,
@@ -79,6 +90,7 @@ impl HostState {
         grants: &Grants,
     ) -> wasmtime::Result<Self> {
         Ok(Self {
+            message: MessageState::default(),
             table: ResourceTable::new(),
             // No environment, arguments, directories or network unless the
             // route grants them (see `Grants`).
@@ -107,7 +119,9 @@ impl HostState {
     }
 
     fn message(&mut self, msg: &Resource<MessageState>) -> wasmtime::Result<&mut MessageState> {
-        Ok(self.table.get_mut(msg)?)
+        // The one message of the call (see `HostState::message`).
+        let _ = msg;
+        Ok(&mut self.message)
     }
 }
 
@@ -210,7 +224,7 @@ impl ferry::plugin::types::HostMessage for HostState {
     }
 
     fn drop(&mut self, msg: Resource<MessageState>) -> wasmtime::Result<()> {
-        // The host created the resource and deletes it after the call; a
+        // The host owns the message and takes it back after the call; a
         // guest can only ever hold a borrow, so there is nothing to free.
         let _ = msg;
         Ok(())

@@ -65,6 +65,8 @@ struct Pool {
     /// Metric handles: call time, and the call counter per outcome
     /// (resolved on first use).
     call_seconds: ferry_core::metrics::HistogramHandle,
+    /// The epoch deadline of one call (`engine.limits`, worked out once).
+    deadline_ticks: u64,
     calls: [std::sync::OnceLock<ferry_core::metrics::CounterHandle>; Outcome::COUNT],
 }
 
@@ -120,8 +122,6 @@ impl Outcome {
 enum CallError {
     /// No instance could be made.
     Unavailable(String),
-    /// The host could not hand the message over.
-    Host(String),
     /// A trap or the deadline; the instance was thrown away.
     Trap { deadline: bool, detail: String },
 }
@@ -314,6 +314,7 @@ impl Pool {
             metrics,
             may_wait: std::sync::atomic::AtomicBool::new(may_wait),
             call_seconds,
+            deadline_ticks: engine.limits.deadline_ticks(),
             calls: Default::default(),
         };
         let first = pool.instantiate()?;
@@ -386,29 +387,20 @@ impl Pool {
                 return (envelope, Err(CallError::Unavailable(e.to_string())));
             }
         };
-        let backup = envelope.clone();
-        let resource = match instance.store.data_mut().table.push(MessageState { envelope, refused_reserved: 0 }) {
-            Ok(r) => r,
-            Err(e) => return (backup, Err(CallError::Host(format!("plugin table: {e}")))),
-        };
-        let borrow: Resource<MessageState> = Resource::new_borrow(resource.rep());
-        instance.store.set_epoch_deadline(self.engine.limits.deadline_ticks());
+        instance.store.data_mut().message = MessageState { envelope, refused_reserved: 0 };
+        // Every message handle means the call's one message (see
+        // `HostState::message`), so the handle's number does not matter.
+        let borrow: Resource<MessageState> = Resource::new_borrow(0);
+        instance.store.set_epoch_deadline(self.deadline_ticks);
         let result = call(&instance.guest, &mut instance.store, borrow);
-        let envelope = match instance.store.data_mut().table.delete(resource) {
-            Ok(state) => {
-                if state.refused_reserved > 0 {
-                    self.metrics
-                        .plugin_reserved_refused
-                        .get_or_create(&ferry_core::metrics::labels(&[
-                            ("plugin", &self.plugin.name),
-                            ("route", &self.route),
-                        ]))
-                        .inc_by(u64::from(state.refused_reserved));
-                }
-                state.envelope
-            }
-            Err(_) => backup,
-        };
+        let state = std::mem::take(&mut instance.store.data_mut().message);
+        if state.refused_reserved > 0 {
+            self.metrics
+                .plugin_reserved_refused
+                .get_or_create(&ferry_core::metrics::labels(&[("plugin", &self.plugin.name), ("route", &self.route)]))
+                .inc_by(u64::from(state.refused_reserved));
+        }
+        let envelope = state.envelope;
         match result {
             Ok(r) => {
                 self.give_back(instance);
@@ -438,7 +430,6 @@ impl Pool {
         let plugin = self.plugin.name.as_str();
         match e {
             CallError::Unavailable(e) => (reject(FailureReason::PluginUnavailable, e.to_string()), Outcome::Reject),
-            CallError::Host(reason) => (ProcessError::Retry { after: Duration::from_secs(1), reason }, Outcome::Retry),
             CallError::Trap { deadline: true, detail } => {
                 (reject(FailureReason::PluginDeadline, format!("plugin {plugin}: {detail}")), Outcome::Deadline)
             }

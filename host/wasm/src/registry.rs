@@ -128,6 +128,8 @@ impl PluginRegistry {
         paths.sort();
         let mut registry =
             Self { engine: engine.clone(), dir: dir.to_owned(), plugins: BTreeMap::new(), refused: BTreeMap::new() };
+        // Files that must be compiled (new or changed), with their bytes.
+        let mut changed = Vec::new();
         for path in paths {
             let name = plugin_name(&path);
             let bytes = match std::fs::read(&path) {
@@ -141,10 +143,18 @@ impl PluginRegistry {
             };
             let unchanged =
                 previous.and_then(|p| p.plugins.get(&name)).filter(|p| p.path == path && p.digest == digest(&bytes));
-            if let Some(plugin) = unchanged {
-                registry.plugins.insert(name, plugin.clone());
-                continue;
+            match unchanged {
+                Some(plugin) => {
+                    registry.plugins.insert(name, plugin.clone());
+                }
+                None => changed.push((name, path, bytes)),
             }
+        }
+        let files: Vec<PathBuf> = changed.iter().map(|(_, path, _)| path.clone()).collect();
+        if let Err(e) = engine.precompile(&files) {
+            warn!(error = %e, "plugins could not be compiled in a child process; compiling them here");
+        }
+        for (name, path, bytes) in changed {
             match load_bytes(engine, &path, &bytes) {
                 Ok(plugin) => {
                     info!(

@@ -185,6 +185,45 @@ fn the_registry_keeps_good_plugins_and_explains_bad_and_missing_ones() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A directory of its own under the system temp dir, emptied first.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ferry-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("dir");
+    dir
+}
+
+#[test]
+fn a_child_compiler_that_fails_or_compiles_nothing_leaves_the_compiling_to_this_process() {
+    let plugins = scratch("child-compile-plugins");
+    std::fs::copy(wasm("plugins/filter.wasm"), plugins.join("filter.wasm")).expect("copy");
+    let limits = PluginLimits::default();
+    // `false` fails; `true` exits 0 without compiling anything. Either way
+    // the plugin is compiled here, works, and lands in the cache.
+    for program in ["false", "true"] {
+        let cache = scratch(&format!("child-compile-cache-{program}"));
+        let engine = PluginEngine::with_cache(limits, &cache).expect("engine").compile_in_child(program.into());
+        let registry = PluginRegistry::load_dir(&engine, &plugins).expect("dir loads");
+        let plugin = registry.get("filter").expect("filter loads");
+        assert!(!plugin.from_cache, "{program}: nothing was compiled into the cache before");
+        let p = WasmProcessor::new(
+            &engine,
+            plugin,
+            "r1",
+            r#"{"when":[{"header":"k","op":"exists"}]}"#.into(),
+            Metrics::new(),
+        )
+        .expect("init");
+        assert_eq!(p.process_blocking(msg(&[("k", "v")])).1, Ok(Verdict::Pass), "{program}");
+        assert!(cache.read_dir().expect("cache").next().is_some(), "{program}: compiled here and cached");
+        let _ = std::fs::remove_dir_all(&cache);
+    }
+    // Without a cache there is nothing to hand a child's work back through.
+    let engine = engine().compile_in_child("false".into());
+    assert_eq!(engine.precompile(&[plugins.join("filter.wasm")]), Ok(false));
+    let _ = std::fs::remove_dir_all(&plugins);
+}
+
 #[test]
 fn header_values_of_every_kind_reach_the_plugin() {
     let engine = engine();

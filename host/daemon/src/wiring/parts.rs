@@ -62,7 +62,12 @@ pub(super) fn new_engine(config: &Config) -> Result<PluginEngine, StartError> {
     let limits = plugin_limits(config);
     if let Some(dir) = plugin_cache_dir(config) {
         match PluginEngine::with_cache(limits, &dir) {
-            Ok(engine) => return Ok(engine),
+            Ok(engine) => {
+                return Ok(match crate::plugins::child_compiler() {
+                    Some(program) => engine.compile_in_child(program),
+                    None => engine,
+                });
+            }
             Err(e) => {
                 warn!(dir = %dir.display(), error = %e, "cannot use the plugin compile cache; compiling every start")
             }
