@@ -1,7 +1,7 @@
 //! `ferry plugins list [DIR]` and `ferry plugins check FILE`: what is in a
 //! plugin directory and whether the daemon would load it, without starting
-//! anything else; `ferry plugins compile`: fill the compile cache, which
-//! `ferry run` has done in a child process (see [`compile_in_child`]).
+//! anything else; `ferry plugins compile`: fills the compile cache (what
+//! `ferry run` runs in a child process, see [`compile_in_child`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
