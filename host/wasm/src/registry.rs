@@ -128,33 +128,28 @@ impl PluginRegistry {
         paths.sort();
         let mut registry =
             Self { engine: engine.clone(), dir: dir.to_owned(), plugins: BTreeMap::new(), refused: BTreeMap::new() };
-        // Files that must be compiled (new or changed), with their bytes.
+        // Files that must be compiled (new or changed). Their bytes are read
+        // again to load them, so that a directory of large components is
+        // not held in memory all at once.
         let mut changed = Vec::new();
         for path in paths {
             let name = plugin_name(&path);
-            let bytes = match std::fs::read(&path) {
-                Ok(b) => b,
-                Err(source) => {
-                    let e = PluginError::Read { name: name.clone(), path: path.clone(), source };
-                    warn!(plugin = %name, error = %e, "plugin refused");
-                    registry.refused.insert(name, e.to_string());
-                    continue;
-                }
-            };
+            let Some(bytes) = registry.read(&name, &path) else { continue };
             let unchanged =
                 previous.and_then(|p| p.plugins.get(&name)).filter(|p| p.path == path && p.digest == digest(&bytes));
             match unchanged {
                 Some(plugin) => {
                     registry.plugins.insert(name, plugin.clone());
                 }
-                None => changed.push((name, path, bytes)),
+                None => changed.push((name, path)),
             }
         }
-        let files: Vec<PathBuf> = changed.iter().map(|(_, path, _)| path.clone()).collect();
+        let files: Vec<PathBuf> = changed.iter().map(|(_, path)| path.clone()).collect();
         if let Err(e) = engine.precompile(&files) {
             warn!(error = %e, "plugins could not be compiled in a child process; compiling them here");
         }
-        for (name, path, bytes) in changed {
+        for (name, path) in changed {
+            let Some(bytes) = registry.read(&name, &path) else { continue };
             match load_bytes(engine, &path, &bytes) {
                 Ok(plugin) => {
                     info!(
@@ -173,6 +168,20 @@ impl PluginRegistry {
             }
         }
         Ok(registry)
+    }
+
+    /// A plugin file's bytes; a file that cannot be read is refused (logged
+    /// and remembered with the reason).
+    fn read(&mut self, name: &str, path: &Path) -> Option<Vec<u8>> {
+        match std::fs::read(path) {
+            Ok(b) => Some(b),
+            Err(source) => {
+                let e = PluginError::Read { name: name.to_owned(), path: path.to_owned(), source };
+                warn!(plugin = %name, error = %e, "plugin refused");
+                self.refused.insert(name.to_owned(), e.to_string());
+                None
+            }
+        }
     }
 
     /// The plugin named `name`, or why it is not available.
