@@ -43,9 +43,8 @@ pub struct PluginEngine {
     pub limits: PluginLimits,
     kv: KvStore,
     cache: Option<Cache>,
-    /// The cache directory, and the program that compiles into it (see
+    /// The program that compiles into the cache (see
     /// [`PluginEngine::compile_in_child`]).
-    cache_dir: Option<PathBuf>,
     compiler: Option<PathBuf>,
 }
 
@@ -87,7 +86,7 @@ impl PluginEngine {
     /// child to run; an error when it could not run or failed, and the
     /// caller then compiles in this process as it would without one.
     pub fn precompile(&self, files: &[PathBuf]) -> Result<bool, String> {
-        let (Some(program), Some(dir)) = (&self.compiler, &self.cache_dir) else {
+        let (Some(program), Some(dir)) = (&self.compiler, self.cache.as_ref().map(Cache::directory)) else {
             return Ok(false);
         };
         if files.is_empty() {
@@ -122,12 +121,10 @@ impl PluginEngine {
     fn build(limits: PluginLimits, cache_dir: Option<&Path>) -> wasmtime::Result<Self> {
         let mut config = Config::new();
         let mut cache = None;
-        let mut absolute_dir = None;
         if let Some(dir) = cache_dir {
             std::fs::create_dir_all(dir)?;
             // wasmtime wants an absolute directory.
             let dir = std::path::absolute(dir)?;
-            absolute_dir = Some(dir.clone());
             let mut cache_config = CacheConfig::new();
             cache_config.with_directory(dir);
             let c = Cache::new(cache_config)?;
@@ -149,7 +146,7 @@ impl PluginEngine {
                 }
             }
         })?;
-        Ok(Self { engine, limits, kv: KvStore::default(), cache, cache_dir: absolute_dir, compiler: None })
+        Ok(Self { engine, limits, kv: KvStore::default(), cache, compiler: None })
     }
 
     pub fn engine(&self) -> &Engine {
