@@ -203,7 +203,11 @@ impl MqttState {
         &mut self,
         mut packet: Incoming,
     ) -> Result<Option<Packet>, StateError> {
-        self.events.push_back(Event::Incoming(packet.to_owned()));
+        // ferry: the packet is handed to the event queue after it has been
+        // handled, at the place upstream queued a clone of it before (so
+        // events keep their order). Upstream cloned every packet, a PUBLISH's
+        // user properties included, to keep the original for the event.
+        let position = self.events.len();
 
         let outgoing = match &mut packet {
             Incoming::PingResp(_) => self.handle_incoming_pingresp()?,
@@ -222,6 +226,7 @@ impl MqttState {
             }
         };
 
+        self.events.insert(position, Event::Incoming(packet));
         self.last_incoming = Instant::now();
         Ok(outgoing)
     }
