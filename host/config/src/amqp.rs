@@ -141,6 +141,12 @@ pub struct Amqp091ReceiverConfig {
     /// declaring it durable. Default false.
     #[serde(default)]
     pub queue_passive: bool,
+    /// Declare the queue with `x-single-active-consumer`: of all consumers
+    /// (every ferry instance on this queue), the broker delivers to one at
+    /// a time and fails over to the next when it goes, so the queue's order
+    /// holds across instances. Not with `queue_passive`. Default false.
+    #[serde(default)]
+    pub single_active_consumer: bool,
     /// Exchange to bind the queue to. None: consume the queue as it is.
     #[serde(default)]
     pub exchange: Option<String>,

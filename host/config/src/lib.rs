@@ -10,6 +10,7 @@
 //! checks that need the outside world, such as whether a plugin file loads.
 
 mod amqp;
+mod instance;
 pub mod schema;
 pub mod substitute;
 mod validate;
@@ -67,11 +68,12 @@ fn parse_collecting_secrets(
     let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::new("(file)", toml_message(&e)))?;
     let mut secrets = Vec::new();
     substitute::substitute_value(&mut value, "", env, &mut secrets)?;
-    let config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
+    let mut config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { "(file)".to_owned() } else { path };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
+    instance::resolve(&mut config, env)?;
     validate::validate(&config)?;
     Ok((config, secrets))
 }

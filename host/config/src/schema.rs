@@ -11,6 +11,9 @@ pub use crate::amqp::*;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
+    /// This process among several running the same config.
+    #[serde(default)]
+    pub instance: InstanceConfig,
     /// Where plugins come from and what limits they run under.
     #[serde(default)]
     pub plugins: PluginsConfig,
@@ -29,6 +32,25 @@ pub struct Config {
     /// Receiver -> processors -> bindings pipelines.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+}
+
+/// `[instance]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstanceConfig {
+    /// Names this process among instances running the same config: logged
+    /// at start, the `instance` label of `ferry_instance_info`, and part of
+    /// every default MQTT client id. Default `$FERRY_INSTANCE_ID`, else the
+    /// host name; letters, digits, `.`, `_` and `-`. Filled in by the loader.
+    #[serde(default)]
+    pub id: Option<String>,
+}
+
+impl InstanceConfig {
+    /// The id the loader settled on (`ferry` for a config built by hand).
+    pub fn id(&self) -> &str {
+        self.id.as_deref().unwrap_or("ferry")
+    }
 }
 
 /// `[plugins]`
@@ -207,8 +229,9 @@ pub struct MqttReceiverConfig {
     /// TLS files for `mqtts://` (optional).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-    /// MQTT client id. Default `ferry-<name>`. A receiver's id names its
-    /// persistent session, so keep it stable across restarts.
+    /// MQTT client id. Default `ferry-<instance id>-<name>` (the loader
+    /// fills it in). A receiver's id names its persistent session, so keep
+    /// it stable across restarts.
     #[serde(default)]
     pub client_id: Option<String>,
     /// Keep-alive interval in seconds. Default 30.
@@ -222,6 +245,11 @@ pub struct MqttReceiverConfig {
     pub reconnect_max_ms: u64,
     /// Topic filters to subscribe to (wildcards allowed).
     pub topics: Vec<String>,
+    /// MQTT 5 shared subscription group: each filter is subscribed as
+    /// `$share/<group>/<filter>`, so instances (or receivers) in one group
+    /// split the messages instead of each getting every one. Default none.
+    #[serde(default)]
+    pub share_group: Option<String>,
     /// Subscription QoS (0, 1 or 2). Default 1. With 1 and 2 a message is
     /// acknowledged to the broker only after the route finished with it.
     #[serde(default = "default_qos")]
@@ -255,8 +283,9 @@ pub struct MqttSenderConfig {
     /// TLS files for `mqtts://` (optional).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
-    /// MQTT client id. Default `ferry-<name>`. A receiver's id names its
-    /// persistent session, so keep it stable across restarts.
+    /// MQTT client id. Default `ferry-<instance id>-<name>` (the loader
+    /// fills it in). A receiver's id names its persistent session, so keep
+    /// it stable across restarts.
     #[serde(default)]
     pub client_id: Option<String>,
     /// Keep-alive interval in seconds. Default 30.
@@ -639,4 +668,15 @@ macro_rules! mqtt_connection {
     };
 }
 mqtt_connection!(MqttReceiverConfig);
+
+impl MqttReceiverConfig {
+    /// The filters as subscribed: `$share/<group>/<filter>` with a
+    /// `share_group`, else as written.
+    pub fn subscriptions(&self) -> Vec<String> {
+        match &self.share_group {
+            Some(group) => self.topics.iter().map(|t| format!("$share/{group}/{t}")).collect(),
+            None => self.topics.clone(),
+        }
+    }
+}
 mqtt_connection!(MqttSenderConfig);

@@ -276,3 +276,72 @@ fn tls_needs_a_tls_url_and_a_key_with_its_certificate() {
     let half = ok.replace("ca_file = \"ca.pem\"", "cert_file = \"c.pem\"");
     assert_eq!(parse_with_env(&half, &no_env).expect_err("no key").path, "receivers.in.tls");
 }
+
+#[test]
+fn the_instance_id_comes_from_the_config_then_the_environment_then_the_host_name() {
+    let env = |n: &str| (n == "FERRY_INSTANCE_ID").then(|| "pod-7".to_owned());
+    let from_env = parse_with_env(VALID, &env).expect("valid");
+    assert_eq!(from_env.instance.id(), "pod-7");
+    let ReceiverConfig::Mqtt(rx) = &from_env.receivers["in"] else { panic!("mqtt receiver") };
+    let SenderConfig::Mqtt(tx) = &from_env.senders["out"] else { panic!("mqtt sender") };
+    // Two instances of one config never share a client id at the broker.
+    assert_eq!(rx.connection("in").client_id, "ferry-pod-7-in");
+    assert_eq!(tx.connection("out").client_id, "ferry-pod-7-out");
+
+    let text = format!("[instance]\nid = \"eu-1\"\n{VALID}");
+    let from_config = parse_with_env(&text, &env).expect("valid");
+    assert_eq!(from_config.instance.id(), "eu-1");
+    let ReceiverConfig::Mqtt(rx) = &from_config.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(rx.client_id.as_deref(), Some("ferry-eu-1-in"));
+
+    let from_host = parse_with_env(VALID, &no_env).expect("valid");
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    assert!(!from_host.instance.id().is_empty());
+    if host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) && !host.is_empty() {
+        assert_eq!(from_host.instance.id(), host);
+    }
+
+    // An explicit client id is kept as written.
+    let explicit = VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\"]\nclient_id = \"mine\"");
+    let c = parse_with_env(&explicit, &env).expect("valid");
+    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(rx.connection("in").client_id, "mine");
+}
+
+#[test]
+fn an_instance_id_that_cannot_name_a_client_is_refused() {
+    for bad in ["", "a b", "a/b", "ü", &"x".repeat(65)] {
+        let text = format!("[instance]\nid = \"{bad}\"\n{VALID}");
+        let err = parse_with_env(&text, &no_env).expect_err(bad);
+        assert_eq!(err.path, "instance.id", "{bad:?}: {err}");
+        let env = |n: &str| (n == "FERRY_INSTANCE_ID").then(|| bad.to_owned());
+        if !bad.is_empty() {
+            let err = parse_with_env(VALID, &env).expect_err(bad);
+            assert!(err.path.contains("FERRY_INSTANCE_ID"), "{bad:?}: {err}");
+        }
+    }
+    let err = parse_with_env(&format!("[instance]\nname = \"x\"\n{VALID}"), &no_env).expect_err("unknown key");
+    assert!(err.path.starts_with("instance"), "{err}");
+}
+
+#[test]
+fn a_share_group_prefixes_every_filter_and_must_be_a_share_name() {
+    let shared =
+        VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\", \"alarms\"]\nshare_group = \"g1\"");
+    let c = parse_with_env(&shared, &no_env).expect("valid");
+    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(rx.subscriptions(), ["$share/g1/sensors/#", "$share/g1/alarms"]);
+    let plain = parse_with_env(VALID, &no_env).expect("valid");
+    let ReceiverConfig::Mqtt(rx) = &plain.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(rx.subscriptions(), ["sensors/#"]);
+
+    for bad in ["", "a/b", "a+", "#"] {
+        let text =
+            VALID.replace("topics = [\"sensors/#\"]", &format!("topics = [\"sensors/#\"]\nshare_group = \"{bad}\""));
+        let err = parse_with_env(&text, &no_env).expect_err(bad);
+        assert_eq!(err.path, "receivers.in.share_group", "{bad:?}: {err}");
+    }
+    let doubled = VALID.replace("topics = [\"sensors/#\"]", "topics = [\"$share/x/sensors/#\"]\nshare_group = \"g\"");
+    let err = parse_with_env(&doubled, &no_env).expect_err("doubled");
+    assert_eq!(err.path, "receivers.in.topics[0]", "{err}");
+}

@@ -66,6 +66,9 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 if m.max_payload_bytes == 0 {
                     return Err(ConfigError::new(format!("{key}.max_payload_bytes"), "must be at least 1"));
                 }
+                if let Some(group) = &m.share_group {
+                    check_share_group(group, &m.topics, &key)?;
+                }
                 claim_client_id(m.connection(name).client_id, &m.url, key)?;
             }
             ReceiverConfig::Sqs(q) => {
@@ -103,6 +106,13 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
                 if a.queue.is_empty() {
                     return Err(ConfigError::new(format!("{key}.queue"), "must name a queue"));
+                }
+                if a.single_active_consumer && a.queue_passive {
+                    return Err(ConfigError::new(
+                        format!("{key}.single_active_consumer"),
+                        "is an argument of the queue's declaration, which queue_passive leaves to whoever declares \
+                         the queue; declare it there with x-single-active-consumer, or drop queue_passive",
+                    ));
                 }
                 check_exchange_type(&a.exchange_type, &format!("{key}.exchange_type"))?;
                 if a.exchange.as_deref() == Some("") {
@@ -384,6 +394,24 @@ fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError>
     }
     if max < initial {
         return Err(ConfigError::new(format!("{key}.reconnect_max_ms"), "must be at least reconnect_initial_ms"));
+    }
+    Ok(())
+}
+
+/// An MQTT 5 share name may not be empty or hold `/`, `+` or `#`, and the
+/// filters it prefixes must not be shared subscriptions already.
+fn check_share_group(group: &str, topics: &[String], key: &str) -> Result<(), ConfigError> {
+    if group.is_empty() || group.contains(['/', '+', '#']) {
+        return Err(ConfigError::new(
+            format!("{key}.share_group"),
+            format!("{group:?} is not an MQTT share name: it must be non-empty without '/', '+' or '#'"),
+        ));
+    }
+    if let Some((i, t)) = topics.iter().enumerate().find(|(_, t)| t.starts_with("$share/")) {
+        return Err(ConfigError::new(
+            format!("{key}.topics[{i}]"),
+            format!("{t:?} is a shared subscription already; with share_group write the plain filter"),
+        ));
     }
     Ok(())
 }

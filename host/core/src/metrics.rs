@@ -156,6 +156,9 @@ pub struct Metrics {
     /// or an outbox record sent or failed for good), as Unix seconds; the
     /// watchdog reports a route with work that stopped moving. Labels: route.
     pub route_last_progress: FloatGaugeFamily,
+    /// 1, labelled with this process's instance id and ferry's version.
+    /// Labels: instance, version.
+    pub instance_info: GaugeFamily,
 }
 
 impl Default for Metrics {
@@ -246,6 +249,12 @@ impl Metrics {
             "When a route last settled a delivery or sent an outbox record (Unix time)",
             route_last_progress.clone(),
         );
+        let instance_info = GaugeFamily::default();
+        registry.register(
+            "instance_info",
+            "This process's instance id and ferry version (always 1)",
+            instance_info.clone(),
+        );
         let stalled = Gauge::default();
         registry.register(
             "stalled",
@@ -287,6 +296,7 @@ impl Metrics {
             tenant_messages,
             store_op_seconds,
             stalled,
+            instance_info,
             route_last_progress,
         }
     }

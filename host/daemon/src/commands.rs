@@ -107,7 +107,14 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
     let admin_listen = config.admin.listen.clone();
     let (stall_secs, shutdown_timeout) =
         (config.admin.stall_secs, Duration::from_secs(config.admin.shutdown_timeout_secs));
-    let bridge = match Bridge::build(config, Metrics::new()).await {
+    let version = env!("CARGO_PKG_VERSION");
+    info!(instance = config.instance.id(), version, "ferry starting");
+    let metrics = Metrics::new();
+    metrics
+        .instance_info
+        .get_or_create(&ferry_core::metrics::labels(&[("instance", config.instance.id()), ("version", version)]))
+        .set(1);
+    let bridge = match Bridge::build(config, metrics).await {
         Ok(b) => b,
         Err(e) => {
             error!(config = %path.display(), error = %e, "cannot start");

@@ -25,7 +25,7 @@ const CONNECT_WAIT: Duration = Duration::from_secs(15);
 /// Where the store is reached.
 enum Access {
     /// Opened here (the daemon is stopped).
-    Local(Config, Arc<RedbStore>),
+    Local(Box<Config>, Arc<RedbStore>),
     /// Through a running daemon's admin server (`http://host:port`).
     Remote(String),
 }
@@ -37,7 +37,7 @@ fn open(path: &Path) -> Result<Access, ExitCode> {
     })?;
     let dir = store_dir(&config);
     match RedbStore::open(&dir, StoreOptions::default()) {
-        Ok(store) => Ok(Access::Local(config, store)),
+        Ok(store) => Ok(Access::Local(Box::new(config), store)),
         Err(OpenError::Locked { .. }) => match &config.admin.listen {
             Some(listen) => Ok(Access::Remote(format!("http://{listen}"))),
             None => {

@@ -85,8 +85,12 @@ impl Amqp091Receiver {
         channel.basic_qos(prefetch, BasicQosOptions::default()).await.map_err(|e| err("basic.qos", e))?;
         let queue = crate::connection::short("queue", &c.queue)?;
         let options = QueueDeclareOptions { passive: c.queue_passive, durable: true, ..Default::default() };
+        let mut arguments = FieldTable::default();
+        if c.single_active_consumer {
+            arguments.insert("x-single-active-consumer".into(), lapin::types::AMQPValue::Boolean(true));
+        }
         channel
-            .queue_declare(queue.clone(), options, FieldTable::default())
+            .queue_declare(queue.clone(), options, arguments)
             .await
             .map_err(|e| err(&format!("declare queue {:?}", c.queue), e))?;
         if let Some(exchange) = &c.exchange {

@@ -21,6 +21,7 @@ fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
         tls: None,
         queue: queue.to_owned(),
         queue_passive: false,
+        single_active_consumer: false,
         exchange: None,
         exchange_type: "direct".into(),
         exchange_passive: false,
@@ -290,4 +291,41 @@ async fn range_acks_never_settle_a_message_in_flight_or_waiting_for_its_requeue(
     assert_eq!(dead_ids, want, "exactly the rejected messages were dead-lettered");
     rabbit.delete_queue(&q).await;
     rabbit.delete_queue(&dead).await;
+}
+
+#[tokio::test]
+async fn a_single_active_consumer_queue_feeds_one_receiver_in_order_then_fails_over() {
+    let rabbit = Rabbit::connect().await;
+    let q = ferry_tests::unique("a091-sac");
+    let config = Amqp091ReceiverConfig { single_active_consumer: true, ..receiver_config(&q) };
+    // Two receivers (two ferry instances) on one queue that ferry declares.
+    let (mut first, _) = start_receiver(config.clone());
+    rabbit.wait_for_consumer(&q, WAIT).await;
+    let (mut second, _) = start_receiver(config.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for n in 0..10 {
+        rabbit.publish("", &q, format!("m{n}").as_bytes(), BasicProperties::default()).await;
+    }
+    // The active one gets every message, in the queue's order (without the
+    // argument RabbitMQ would deal them out between the two consumers).
+    for n in 0..10 {
+        let d = first.expect(WAIT).await;
+        assert_eq!(d.envelope.payload().as_ref(), format!("m{n}").as_bytes());
+        d.handle.ack().await.expect("acked");
+    }
+    assert!(second.next(Duration::from_millis(500)).await.is_none(), "the standby consumer got a message");
+
+    // When it goes, the other takes over, still in order.
+    first.stop().await;
+    for n in 10..15 {
+        rabbit.publish("", &q, format!("m{n}").as_bytes(), BasicProperties::default()).await;
+    }
+    for n in 10..15 {
+        let d = second.expect(WAIT).await;
+        assert_eq!(d.envelope.payload().as_ref(), format!("m{n}").as_bytes());
+        d.handle.ack().await.expect("acked");
+    }
+    second.stop().await;
+    assert_eq!(rabbit.depth(&q).await, 0);
+    rabbit.delete_queue(&q).await;
 }

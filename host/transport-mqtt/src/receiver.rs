@@ -145,13 +145,13 @@ impl Receiver for MqttReceiver {
                     Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                         failures = 0;
                         session_present = ack.session_present;
-                        let filters = self.config.topics.iter().map(|t| Filter::new(t.clone(), self.qos()));
+                        let filters = self.config.subscriptions().into_iter().map(|t| Filter::new(t, self.qos()));
                         if let Err(e) = client.subscribe_many(filters).await {
                             warn!(receiver, error = %e, "subscribe request failed");
                         }
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => {
-                        for (topic, code) in self.config.topics.iter().zip(&ack.return_codes) {
+                        for (topic, code) in self.config.subscriptions().iter().zip(&ack.return_codes) {
                             if !matches!(code, rumqttc::v5::mqttbytes::v5::SubscribeReasonCode::Success(_)) {
                                 warn!(receiver, %topic, ?code, "broker refused subscription");
                             }

@@ -1,0 +1,251 @@
+//! Several `ferry` daemons on one config (issue 16, part 1): instance ids
+//! in the default MQTT client ids, and an MQTT 5 shared subscription that
+//! splits a topic's messages between them on the real Mosquitto.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace, with_admin};
+use ferry_tests::http;
+use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, topic};
+use ferry_tests::rabbit::{Rabbit, URL091};
+use ferry_tests::{sqs, unique};
+use lapin::BasicProperties;
+
+/// One instance's config: no `client_id` anywhere, so both daemons run
+/// with the defaults their instance ids make distinct. Each binds to its
+/// own sub-topic of `dst`, to show which instance carried a message.
+fn instance_config(src: &str, dst: &str, group: &str, lane: &str) -> String {
+    format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "{url}"
+topics = ["{src}/#"]
+share_group = "{group}"
+session_expiry_secs = 120
+reconnect_initial_ms = 100
+reconnect_max_ms = 500
+
+[senders.out]
+type = "mqtt"
+url = "{url}"
+
+[[routes]]
+id = "r1"
+receiver = "in"
+max_in_flight = 20
+
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/{lane}"
+"#,
+        url = broker_url()
+    )
+}
+
+/// Publishes `from..to` as QoS 1 payloads `"<n>"` on `src/m`.
+async fn publish_range(publisher: &TestMqtt, src: &str, from: usize, to: usize) {
+    for n in from..to {
+        publisher.publish_with(&format!("{src}/m"), &n.to_string(), &[]).await;
+    }
+}
+
+/// The message number a test payload carries.
+fn number(p: &rumqttc::v5::mqttbytes::v5::Publish) -> usize {
+    String::from_utf8_lossy(&p.payload).parse().expect("numeric payload")
+}
+
+/// How often each payload arrived, and by which lane.
+#[derive(Default)]
+struct Tally {
+    seen: BTreeMap<usize, usize>,
+    lanes: BTreeMap<String, usize>,
+}
+
+impl Tally {
+    async fn collect(&mut self, sub: &mut TestMqtt, dst: &str, want: usize, timeout: Duration) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while self.seen.len() < want {
+            let Ok(Some(p)) = tokio::time::timeout_at(deadline, sub.next(Duration::from_secs(60))).await else {
+                break;
+            };
+            *self.seen.entry(number(&p)).or_default() += 1;
+            let lane = topic(&p).trim_start_matches(&format!("{dst}/")).to_owned();
+            *self.lanes.entry(lane).or_default() += 1;
+        }
+        // Late duplicates arrive within a moment of the last new message.
+        for p in sub.drain(Duration::from_millis(500)).await {
+            *self.seen.entry(number(&p)).or_default() += 1;
+        }
+    }
+
+    fn missing(&self, total: usize) -> Vec<usize> {
+        (0..total).filter(|n| !self.seen.contains_key(n)).collect()
+    }
+
+    fn duplicates(&self) -> usize {
+        self.seen.values().map(|c| c - 1).sum()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_in_one_share_group_split_a_topic_and_one_carries_on_when_the_other_dies() {
+    let (src, dst, group) = (unique("so/src"), unique("so/dst"), unique("g"));
+    let (id_a, id_b) = (unique("inst-a"), unique("inst-b"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws_a = Workspace::with_plugins(&[]).with_env(&[("FERRY_INSTANCE_ID", &id_a)]);
+    ws_a.config(&with_admin(&admin, instance_config(&src, &dst, &group, "a")));
+    let ws_b = Workspace::with_plugins(&[]).with_env(&[("FERRY_INSTANCE_ID", &id_b)]);
+    ws_b.config(&instance_config(&src, &dst, &group, "b"));
+    let a = Daemon::start(&ws_a, 2);
+    let b = Daemon::start(&ws_b, 2);
+
+    // The instance id is logged and exported.
+    assert!(a.log_text().contains(&format!("instance=\"{id_a}\"")), "{}", a.log_text());
+    let scrape = http::metrics(&admin);
+    assert_eq!(http::sample(&scrape, "ferry_instance_info", &format!("instance=\"{id_a}\"")), Some(1.0), "{scrape}");
+
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+
+    // Both running: every message once, and both instances take a share.
+    const FIRST: usize = 300;
+    publish_range(&publisher, &src, 0, FIRST).await;
+    let mut tally = Tally::default();
+    tally.collect(&mut sub, &dst, FIRST, Duration::from_secs(30)).await;
+    assert_eq!(tally.missing(FIRST), Vec::<usize>::new(), "lanes {:?}", tally.lanes);
+    assert_eq!(tally.duplicates(), 0, "a shared subscription delivers each message to one member");
+    for lane in ["a", "b"] {
+        assert!(tally.lanes.get(lane).copied().unwrap_or(0) > 0, "instance {lane} took none: {:?}", tally.lanes);
+    }
+    // Had the default client ids collided, the broker would have kicked one
+    // daemon off for the other in a loop.
+    for (name, d) in [("a", &a), ("b", &b)] {
+        assert_eq!(d.count_log("connection lost"), 0, "daemon {name}:\n{}", d.log_text());
+    }
+
+    // B dies mid-stream; A carries on with its share. Mosquitto keeps a
+    // member whose session has not expired in the group: B's share of what
+    // is published meanwhile (and what B held unacknowledged) waits in B's
+    // session, so A delivers about half of what follows, not all of it.
+    const SECOND: usize = 600;
+    publish_range(&publisher, &src, FIRST, FIRST + 100).await;
+    b.kill();
+    publish_range(&publisher, &src, FIRST + 100, SECOND).await;
+    let mut after = Tally::default();
+    after.collect(&mut sub, &dst, SECOND - FIRST, Duration::from_secs(10)).await;
+    let a_after_kill = after.lanes.get("a").copied().unwrap_or(0);
+    assert!(a_after_kill >= 100, "A carried only {a_after_kill} after B died: {:?}", after.lanes);
+
+    // B restarted with the same instance id (so the same client id) resumes
+    // its session and delivers what waited there: nothing is lost.
+    let b = Daemon::start(&ws_b, 2);
+    let mut rest = Tally::default();
+    let still_missing = (FIRST..SECOND).filter(|n| !after.seen.contains_key(n)).count();
+    rest.collect(&mut sub, &dst, still_missing, Duration::from_secs(30)).await;
+    let missing: Vec<usize> =
+        (FIRST..SECOND).filter(|n| !after.seen.contains_key(n) && !rest.seen.contains_key(n)).collect();
+    assert_eq!(
+        missing,
+        Vec::<usize>::new(),
+        "lost across B's crash (after {:?}, resumed {:?})",
+        after.lanes,
+        rest.lanes
+    );
+    // Only what B had in flight (its route's max_in_flight plus what the
+    // broker had sent ahead) can come twice.
+    let dupes = after.duplicates() + rest.seen.keys().filter(|n| after.seen.contains_key(n)).count();
+    assert!(dupes <= 40, "{dupes} duplicates");
+
+    assert_eq!(a.terminate().code(), Some(0));
+    assert_eq!(b.terminate().code(), Some(0));
+}
+
+/// One instance's config with two competing-consumer sources: the AMQP
+/// 0-9-1 queue `queue` and the SQS queue at `queue_url`, each routed to
+/// `<dst>/<source>-<lane>` on MQTT.
+fn competing_config(queue: &str, queue_url: &str, dst: &str, lane: &str) -> String {
+    format!(
+        r#"
+[receivers.rabbit]
+type = "amqp091"
+url = "{URL091}"
+queue = "{queue}"
+prefetch = 20
+reconnect_initial_ms = 100
+
+[receivers.sqs]
+type = "sqs"
+queue_url = "{queue_url}"
+endpoint_url = "{endpoint}"
+wait_time_seconds = 1
+visibility_timeout = 30
+
+[senders.out]
+type = "mqtt"
+url = "{mqtt}"
+
+[[routes]]
+id = "from-rabbit"
+receiver = "rabbit"
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/amqp-{lane}"
+
+[[routes]]
+id = "from-sqs"
+receiver = "sqs"
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/sqs-{lane}"
+"#,
+        endpoint = sqs::endpoint(),
+        mqtt = broker_url(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_daemons_on_one_amqp_queue_and_one_sqs_queue_deliver_each_message_once() {
+    sqs::require_aws_env();
+    let rabbit = Rabbit::connect().await;
+    let queue = unique("so-q");
+    rabbit.declare_queue(&queue).await;
+    let client = sqs::client();
+    let (_, queue_url) = sqs::create_queue(&client, "so-sqs", false).await;
+    let dst = unique("so/dst");
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+
+    let mut daemons = Vec::new();
+    for lane in ["a", "b"] {
+        let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_INSTANCE_ID", &unique(lane))]);
+        ws.config(&competing_config(&queue, &queue_url, &dst, lane));
+        daemons.push((Daemon::start(&ws, 2), ws));
+    }
+    rabbit.wait_for_consumer(&queue, Duration::from_secs(10)).await;
+
+    const EACH: usize = 200;
+    for n in 0..EACH {
+        rabbit.publish("", &queue, n.to_string().as_bytes(), BasicProperties::default()).await;
+    }
+    for n in EACH..2 * EACH {
+        sqs::send(&client, &queue_url, &n.to_string(), Default::default()).await;
+    }
+    let mut tally = Tally::default();
+    tally.collect(&mut sub, &dst, 2 * EACH, Duration::from_secs(60)).await;
+    assert_eq!(tally.missing(2 * EACH), Vec::<usize>::new(), "lanes {:?}", tally.lanes);
+    assert_eq!(tally.duplicates(), 0, "a competing consumer took a message another had: {:?}", tally.lanes);
+    let count = |lane: &str| tally.lanes.get(lane).copied().unwrap_or(0);
+    assert_eq!(count("amqp-a") + count("amqp-b"), EACH);
+    assert_eq!(count("sqs-a") + count("sqs-b"), EACH);
+    // RabbitMQ deals a queue's messages out between its consumers.
+    assert!(count("amqp-a") > 0 && count("amqp-b") > 0, "one instance took the whole queue: {:?}", tally.lanes);
+
+    for (daemon, _ws) in daemons {
+        assert_eq!(daemon.terminate().code(), Some(0));
+    }
+    assert_eq!(rabbit.depth(&queue).await, 0);
+    rabbit.delete_queue(&queue).await;
+}
