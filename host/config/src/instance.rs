@@ -17,14 +17,15 @@ pub(crate) fn resolve(config: &mut Config, env: &dyn Fn(&str) -> Option<String>)
             None => host_name(),
         },
     };
+    let client_id = |name: &str| format!("ferry-{id}-{name}");
     for (name, receiver) in &mut config.receivers {
         if let ReceiverConfig::Mqtt(m) = receiver {
-            m.client_id.get_or_insert_with(|| format!("ferry-{id}-{name}"));
+            m.client_id.get_or_insert_with(|| client_id(name));
         }
     }
     for (name, sender) in &mut config.senders {
         if let SenderConfig::Mqtt(m) = sender {
-            m.client_id.get_or_insert_with(|| format!("ferry-{id}-{name}"));
+            m.client_id.get_or_insert_with(|| client_id(name));
         }
     }
     config.instance.id = Some(id);
@@ -35,20 +36,21 @@ fn checked(id: String, key: &str) -> Result<String, ConfigError> {
     if id.is_empty() || id.len() > MAX_ID_LEN {
         return Err(ConfigError::new(key, format!("must be 1 to {MAX_ID_LEN} characters long, not {}", id.len())));
     }
-    if let Some(c) = id.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+    if let Some(c) = id.chars().find(|&c| !allowed(c)) {
         return Err(ConfigError::new(key, format!("{id:?} contains {c:?}; use letters, digits, '.', '_' and '-'")));
     }
     Ok(id)
+}
+
+/// A character an instance id may hold.
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')
 }
 
 /// The host name, with characters an id may not hold replaced by `-`
 /// (`ferry` when the system has none).
 fn host_name() -> String {
     let name = gethostname::gethostname().to_string_lossy().into_owned();
-    let cleaned: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '-' })
-        .take(MAX_ID_LEN)
-        .collect();
+    let cleaned: String = name.chars().map(|c| if allowed(c) { c } else { '-' }).take(MAX_ID_LEN).collect();
     if cleaned.is_empty() { "ferry".to_owned() } else { cleaned }
 }

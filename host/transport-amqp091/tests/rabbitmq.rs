@@ -303,28 +303,25 @@ async fn a_single_active_consumer_queue_feeds_one_receiver_in_order_then_fails_o
     rabbit.wait_for_consumer(&q, WAIT).await;
     let (mut second, _) = start_receiver(config.clone());
     tokio::time::sleep(Duration::from_millis(300)).await;
-    for n in 0..10 {
-        rabbit.publish("", &q, format!("m{n}").as_bytes(), BasicProperties::default()).await;
+    // Publishes m<n> for each n, then expects them on `rx` in that order.
+    async fn in_order(rabbit: &Rabbit, q: &str, rx: &mut RunningReceiver, numbers: std::ops::Range<u32>) {
+        for n in numbers.clone() {
+            rabbit.publish("", q, format!("m{n}").as_bytes(), BasicProperties::default()).await;
+        }
+        for n in numbers {
+            let d = rx.expect(WAIT).await;
+            assert_eq!(d.envelope.payload().as_ref(), format!("m{n}").as_bytes());
+            d.handle.ack().await.expect("acked");
+        }
     }
     // The active one gets every message, in the queue's order (without the
     // argument RabbitMQ would deal them out between the two consumers).
-    for n in 0..10 {
-        let d = first.expect(WAIT).await;
-        assert_eq!(d.envelope.payload().as_ref(), format!("m{n}").as_bytes());
-        d.handle.ack().await.expect("acked");
-    }
+    in_order(&rabbit, &q, &mut first, 0..10).await;
     assert!(second.next(Duration::from_millis(500)).await.is_none(), "the standby consumer got a message");
 
     // When it goes, the other takes over, still in order.
     first.stop().await;
-    for n in 10..15 {
-        rabbit.publish("", &q, format!("m{n}").as_bytes(), BasicProperties::default()).await;
-    }
-    for n in 10..15 {
-        let d = second.expect(WAIT).await;
-        assert_eq!(d.envelope.payload().as_ref(), format!("m{n}").as_bytes());
-        d.handle.ack().await.expect("acked");
-    }
+    in_order(&rabbit, &q, &mut second, 10..15).await;
     second.stop().await;
     assert_eq!(rabbit.depth(&q).await, 0);
     rabbit.delete_queue(&q).await;
