@@ -15,11 +15,13 @@
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
 //!   RabbitMQ node a test can restart.
+//! - [`pg`]: a PostgreSQL schema of its own per test, for the shared store.
 
 pub mod amqp10_peer;
 pub mod daemon;
 pub mod http;
 pub mod mqtt;
+pub mod pg;
 pub mod rabbit;
 pub mod receiver;
 pub mod sqs;

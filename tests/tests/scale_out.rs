@@ -249,3 +249,166 @@ async fn two_daemons_on_one_amqp_queue_and_one_sqs_queue_deliver_each_message_on
     assert_eq!(rabbit.depth(&queue).await, 0);
     rabbit.delete_queue(&queue).await;
 }
+
+/// One instance's config on the shared PostgreSQL store: a `shared_outbox`
+/// route from the AMQP 0-9-1 queue `queue` (a competing consumer) to
+/// `<dst>/m`, its binding in six partitions.
+fn pg_outbox_config(db_url: &str, queue: &str, dst: &str) -> String {
+    format!(
+        r#"
+[store]
+type = "postgres"
+url = "{db_url}"
+lease_ttl_secs = {PG_TTL_SECS}
+
+[receivers.rabbit]
+type = "amqp091"
+url = "{URL091}"
+queue = "{queue}"
+prefetch = 50
+reconnect_initial_ms = 100
+
+[senders.out]
+type = "mqtt"
+url = "{mqtt}"
+
+[[routes]]
+id = "pg"
+receiver = "rabbit"
+delivery_mode = "shared_outbox"
+outbox_partitions = {PG_PARTITIONS}
+max_in_flight = {PG_IN_FLIGHT}
+
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/m"
+"#,
+        mqtt = broker_url(),
+    )
+}
+
+const PG_TTL_SECS: u64 = 3;
+const PG_PARTITIONS: usize = 6;
+const PG_IN_FLIGHT: usize = 20;
+
+/// Live leases per instance id (the owner name is `<instance>/<random>`).
+async fn lease_holders(db: &tokio_postgres::Client) -> BTreeMap<String, usize> {
+    let rows = db
+        .query("SELECT split_part(owner, '/', 1), count(*) FROM ferry_leases WHERE expires_at > now() GROUP BY 1", &[])
+        .await
+        .expect("leases");
+    rows.iter().map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1) as usize)).collect()
+}
+
+/// Waits until `pred` holds for the live leases; returns them and how long it took.
+async fn wait_for_leases(
+    db: &tokio_postgres::Client,
+    timeout: Duration,
+    pred: impl Fn(&BTreeMap<String, usize>) -> bool,
+) -> (BTreeMap<String, usize>, Duration) {
+    let started = tokio::time::Instant::now();
+    loop {
+        let holders = lease_holders(db).await;
+        if pred(&holders) || started.elapsed() > timeout {
+            return (holders, started.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_daemons_on_one_postgres_store_lose_nothing_when_one_is_killed_and_one_stopped() {
+    let db = ferry_tests::pg::TestDb::new().await;
+    let sql = db.client().await;
+    let rabbit = Rabbit::connect().await;
+    let queue = unique("pg-q");
+    rabbit.declare_queue(&queue).await;
+    let dst = unique("pg/dst");
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+
+    let ids = [unique("pg-a"), unique("pg-b"), unique("pg-c")];
+    let admin = format!("127.0.0.1:{}", free_port());
+    let mut workspaces = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_INSTANCE_ID", id)]);
+        let config = pg_outbox_config(&db.url, &queue, &dst);
+        // C serves the admin endpoints the CLI checks below.
+        ws.config(&if i == 2 { with_admin(&admin, config) } else { config });
+        workspaces.push(ws);
+    }
+    let mut daemons: Vec<Option<Daemon>> = workspaces.iter().map(|ws| Some(Daemon::start(ws, 2))).collect();
+    rabbit.wait_for_consumer(&queue, Duration::from_secs(10)).await;
+
+    // The six partitions spread: two per instance.
+    let (spread, took) = wait_for_leases(&sql, Duration::from_secs(6 * PG_TTL_SECS), |h| {
+        h.len() == 3 && h.values().all(|n| *n == PG_PARTITIONS / 3)
+    })
+    .await;
+    assert!(spread.len() == 3 && spread.values().all(|n| *n == 2), "leases after {took:?}: {spread:?}");
+
+    const TOTAL: usize = 10_000;
+    let publish = |from: usize, to: usize| {
+        let rabbit = &rabbit;
+        let queue = &queue;
+        async move {
+            for n in from..to {
+                let properties = BasicProperties::default().with_message_id(format!("m-{n}").into());
+                rabbit.publish("", queue, n.to_string().as_bytes(), properties).await;
+            }
+        }
+    };
+    publish(0, 3_000).await;
+    // A dies mid-stream: what it had persisted stays in the store, its
+    // unacknowledged deliveries go back to the queue, and its partitions
+    // are taken over once their leases expire.
+    daemons[0].take().expect("a").kill();
+    let killed = tokio::time::Instant::now();
+    publish(3_000, 6_000).await;
+    let (after_kill, _) = wait_for_leases(&sql, Duration::from_secs(PG_TTL_SECS + 10), |h| {
+        !h.contains_key(&ids[0]) && h.values().sum::<usize>() == PG_PARTITIONS
+    })
+    .await;
+    let takeover = killed.elapsed();
+    assert!(
+        !after_kill.contains_key(&ids[0]) && after_kill.values().sum::<usize>() == PG_PARTITIONS,
+        "A's partitions not taken over: {after_kill:?}"
+    );
+    assert!(
+        takeover <= Duration::from_secs(PG_TTL_SECS + 5),
+        "A's partitions taken over {takeover:?} after the kill (ttl {PG_TTL_SECS} s)"
+    );
+    // B stops cleanly: it finishes its sends and gives its leases up at once.
+    assert_eq!(daemons[1].take().expect("b").terminate().code(), Some(0));
+    let (after_stop, handover) = wait_for_leases(&sql, Duration::from_secs(PG_TTL_SECS), |h| {
+        h.len() == 1 && h.get(&ids[2]) == Some(&PG_PARTITIONS)
+    })
+    .await;
+    assert_eq!(after_stop.get(&ids[2]), Some(&PG_PARTITIONS), "C holds everything after {handover:?}: {after_stop:?}");
+    publish(6_000, TOTAL).await;
+
+    let mut tally = Tally::default();
+    tally.collect(&mut sub, &dst, TOTAL, Duration::from_secs(180)).await;
+    let missing = tally.missing(TOTAL);
+    assert_eq!(missing.len(), 0, "lost: {:?}", &missing[..missing.len().min(20)]);
+    // Only what A was sending when it died can come twice: at most its
+    // route's in-flight sends on each partition it held.
+    let dupes = tally.duplicates();
+    eprintln!(
+        "postgres store: {TOTAL} messages, {dupes} duplicates, A's partitions taken over in {takeover:?}, B's in {handover:?}"
+    );
+    assert!(dupes <= 2 * PG_IN_FLIGHT, "{dupes} duplicates");
+
+    // The operator's tools reach the shared store while C runs.
+    let stats = workspaces[0].ferry(&["outbox", "stats", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&stats.stdout);
+    assert!(stats.status.success(), "{text}{}", String::from_utf8_lossy(&stats.stderr));
+    assert!(text.contains("0 dead letter(s)"), "{text}");
+    let listed = workspaces[2].ferry(&["dlq", "list", "-c", "ferry.toml"]);
+    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+
+    assert_eq!(daemons[2].take().expect("c").terminate().code(), Some(0));
+    assert_eq!(rabbit.depth(&queue).await, 0);
+    rabbit.delete_queue(&queue).await;
+    db.drop().await;
+}

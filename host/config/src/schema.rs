@@ -144,19 +144,63 @@ fn default_shutdown_timeout_secs() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Directory for ferry's durable state. Default `ferry-data`.
+    /// Which store keeps the outbox, the leases and the dead letters:
+    /// `embedded` (default: a file under `path`, one process) or `postgres`
+    /// (a database at `url`, shared by every ferry instance that names it).
+    #[serde(rename = "type", default)]
+    pub kind: StoreKind,
+    /// Directory for ferry's durable state. Default `ferry-data`. The
+    /// embedded store's file lives here, and the plugin cache with either
+    /// store.
     #[serde(default = "default_store_path")]
     pub path: String,
+    /// `type = "postgres"`: `postgres://user:password@host:port/database`,
+    /// with libpq's URL parameters (`connect_timeout`, `application_name`,
+    /// `options=-csearch_path%3Dschema`). Secrets as for other URLs:
+    /// `${VAR}` or `{ file = "..." }`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Seconds an outbox partition's lease lasts without renewal, judged by
+    /// the database's clock; a holder renews it every third of it. An
+    /// instance that dies has its partitions taken over after this long.
+    /// Default 15.
+    #[serde(default = "default_lease_ttl_secs")]
+    pub lease_ttl_secs: u64,
+    /// `type = "postgres"`: connections each instance keeps to the database.
+    /// Default 8.
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+}
+
+/// `store.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreKind {
+    #[default]
+    Embedded,
+    Postgres,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
-        Self { path: default_store_path() }
+        Self {
+            kind: StoreKind::Embedded,
+            path: default_store_path(),
+            url: None,
+            lease_ttl_secs: default_lease_ttl_secs(),
+            pool_size: default_pool_size(),
+        }
     }
 }
 
 fn default_store_path() -> String {
     "ferry-data".to_owned()
+}
+fn default_lease_ttl_secs() -> u64 {
+    15
+}
+fn default_pool_size() -> usize {
+    8
 }
 
 /// `[receivers.NAME]`, chosen by `type`.
@@ -547,6 +591,13 @@ pub struct RouteConfig {
     /// Default 300 (SQS FIFO's window); 0 forgets the key at once.
     #[serde(default = "default_dedup_window_secs")]
     pub dedup_window_secs: u64,
+    /// `shared_outbox`: partitions per binding. Each has its own drainer and
+    /// lease, so several instances on one PostgreSQL store share a binding's
+    /// sends; a record goes to the partition a hash of its message id picks.
+    /// Order is kept within a partition only: with more than 1, messages to
+    /// a binding may be sent out of order. Default 1.
+    #[serde(default = "default_outbox_partitions")]
+    pub outbox_partitions: u32,
     /// Processor chain, run in order.
     #[serde(default)]
     pub processors: Vec<ProcessorConfig>,
@@ -574,6 +625,9 @@ fn default_max_hops() -> u32 {
 }
 fn default_dedup_window_secs() -> u64 {
     300
+}
+fn default_outbox_partitions() -> u32 {
+    1
 }
 
 /// `[[routes.processors]]`

@@ -345,3 +345,44 @@ fn a_share_group_prefixes_every_filter_and_must_be_a_share_name() {
     let err = parse_with_env(&doubled, &no_env).expect_err("doubled");
     assert_eq!(err.path, "receivers.in.topics[0]", "{err}");
 }
+
+#[test]
+fn the_store_is_embedded_by_default_and_postgres_needs_a_url() {
+    let c = parse_with_env(VALID, &no_env).expect("valid");
+    assert_eq!((c.store.kind, c.store.url.as_deref(), c.store.lease_ttl_secs), (StoreKind::Embedded, None, 15));
+    assert_eq!(c.routes[0].outbox_partitions, 1);
+
+    let pg = format!(
+        "[store]\ntype = \"postgres\"\nurl = \"${{PG_URL}}\"\nlease_ttl_secs = 5\npool_size = 4\n{VALID}"
+    );
+    let env = |n: &str| (n == "PG_URL").then(|| "postgres://ferry:secret@db:5432/ferry".to_owned());
+    let c = parse_with_env(&pg, &env).expect("valid");
+    assert_eq!(c.store.kind, StoreKind::Postgres);
+    assert_eq!(c.store.url.as_deref(), Some("postgres://ferry:secret@db:5432/ferry"));
+    assert_eq!((c.store.lease_ttl_secs, c.store.pool_size), (5, 4));
+
+    let cases = [
+        ("[store]\ntype = \"postgres\"\n", "store.url", "needs url"),
+        ("[store]\nurl = \"postgres://db/ferry\"\n", "store.url", "is for type = \"postgres\""),
+        ("[store]\ntype = \"postgres\"\nurl = \"mysql://db/ferry\"\n", "store.url", "postgres://"),
+        ("[store]\nlease_ttl_secs = 0\n", "store.lease_ttl_secs", "between 1 and 3600"),
+        ("[store]\npool_size = 0\n", "store.pool_size", "between 1 and 256"),
+        ("[store]\ntype = \"sqlite\"\n", "store.type", "unknown variant"),
+    ];
+    for (store, key, message) in cases {
+        let err = parse_with_env(&format!("{store}{VALID}"), &no_env).expect_err(store);
+        assert!(err.path.starts_with(key) || err.to_string().contains(key), "{store}: {err}");
+        assert!(err.message.contains(message), "{store}: {err}");
+    }
+}
+
+#[test]
+fn outbox_partitions_are_between_1_and_256() {
+    for (n, ok) in [(0, false), (1, true), (8, true), (256, true), (257, false)] {
+        let text = VALID.replace("delivery_mode = \"direct_hold\"", &format!("outbox_partitions = {n}"));
+        match parse_with_env(&text, &no_env) {
+            Ok(c) => assert!(ok && c.routes[0].outbox_partitions == n, "{n}"),
+            Err(e) => assert!(!ok && e.path == "routes[0].outbox_partitions", "{n}: {e}"),
+        }
+    }
+}

@@ -29,6 +29,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     if config.store.path.trim().is_empty() {
         return Err(ConfigError::new("store.path", "must not be empty"));
     }
+    check_store(&config.store)?;
 
     let mut client_ids: BTreeMap<String, String> = BTreeMap::new();
     let mut claim_client_id = |id: String, url: &str, key: String| -> Result<(), ConfigError> {
@@ -233,6 +234,12 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         if route.delivery_mode == DeliveryMode::SharedOutbox && route.max_outbox_depth == 0 {
             return Err(ConfigError::new(format!("{key}.max_outbox_depth"), "must be at least 1"));
         }
+        if !(1..=MAX_OUTBOX_PARTITIONS).contains(&route.outbox_partitions) {
+            return Err(ConfigError::new(
+                format!("{key}.outbox_partitions"),
+                format!("must be between 1 and {MAX_OUTBOX_PARTITIONS}"),
+            ));
+        }
         if route.max_hops == 0 {
             return Err(ConfigError::new(
                 format!("{key}.max_hops"),
@@ -414,4 +421,32 @@ fn check_share_group(group: &str, topics: &[String], key: &str) -> Result<(), Co
         ));
     }
     Ok(())
+}
+
+/// `routes[].outbox_partitions` at most.
+const MAX_OUTBOX_PARTITIONS: u32 = 256;
+
+fn check_store(store: &crate::StoreConfig) -> Result<(), ConfigError> {
+    if !(1..=3600).contains(&store.lease_ttl_secs) {
+        return Err(ConfigError::new("store.lease_ttl_secs", "must be between 1 and 3600"));
+    }
+    if !(1..=256).contains(&store.pool_size) {
+        return Err(ConfigError::new("store.pool_size", "must be between 1 and 256"));
+    }
+    match (store.kind, &store.url) {
+        (crate::StoreKind::Embedded, Some(_)) => {
+            Err(ConfigError::new("store.url", "is for type = \"postgres\"; the embedded store lives under store.path"))
+        }
+        (crate::StoreKind::Embedded, None) => Ok(()),
+        (crate::StoreKind::Postgres, None) => {
+            Err(ConfigError::new("store.url", "type = \"postgres\" needs url = \"postgres://user@host:5432/database\""))
+        }
+        (crate::StoreKind::Postgres, Some(url)) => {
+            let scheme_ok = url.starts_with("postgres://") || url.starts_with("postgresql://");
+            if !scheme_ok {
+                return Err(ConfigError::new("store.url", "must start with postgres:// or postgresql://"));
+            }
+            Ok(())
+        }
+    }
 }

@@ -13,11 +13,14 @@
 //!   version: a stale one is refused with [`StoreError::StaleFencingToken`],
 //!   so two drainers can never both complete or replay a partition's records.
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use ferry_envelope::Envelope;
 use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
 /// A record to persist.
 #[derive(Debug, Clone)]
@@ -118,9 +121,31 @@ pub struct Persisted {
 pub trait OutboxStore: Send + Sync {
     /// Stores the records atomically and returns once they are durable.
     async fn persist(&self, records: Vec<NewRecord>) -> Result<Persisted, StoreError>;
-    /// Takes the partition's lease for `owner`, fencing out every earlier
-    /// holder (the version grows by one); durable when it returns.
-    async fn acquire_lease(&self, partition: &str, owner: &str) -> Result<LeaseToken, StoreError>;
+    /// Takes the partition's lease for `owner` for `ttl` when it is free,
+    /// expired or already `owner`'s; the version grows by one with every
+    /// grant, fencing out every earlier holder. `None`: another owner holds
+    /// it and it has not expired. Durable when it returns. A store only one
+    /// process can open (the embedded one) grants it always.
+    async fn acquire_lease(
+        &self,
+        partition: &str,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Option<LeaseToken>, StoreError>;
+    /// Extends a held lease to `ttl` from now; false when it is no longer
+    /// this token's (another owner took it).
+    async fn renew_lease(&self, partition: &str, token: &LeaseToken, ttl: Duration) -> Result<bool, StoreError>;
+    /// Gives a held lease up at once, so another instance may take it
+    /// without waiting for it to expire.
+    async fn release_lease(&self, partition: &str, token: &LeaseToken) -> Result<(), StoreError>;
+    /// Marks `owner` alive for `ttl` and tells how many owners are alive and
+    /// who holds an unexpired lease on each of `partitions`.
+    async fn lease_view(&self, owner: &str, ttl: Duration, partitions: &[String]) -> Result<LeaseView, StoreError>;
+    /// Says `owner` is gone (a clean stop), so the others count it out at
+    /// once rather than after its last `lease_view` expires.
+    async fn leave(&self, _owner: &str) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Up to `limit` records due at `now_ms` and not claimed under this
     /// token yet, oldest first, marked as claimed by it.
     async fn claim(
@@ -147,4 +172,45 @@ pub trait OutboxStore: Send + Sync {
     fn oldest(&self, partition: &str) -> Option<i64>;
     /// Depth and oldest record of every partition with records.
     fn stats(&self) -> Vec<PartitionStats>;
+    /// Signalled when records for `partition` arrive from another process
+    /// (a store shared by several instances); `None` when only this process
+    /// writes.
+    fn arrivals(&self, _partition: &str) -> Option<Arc<Notify>> {
+        None
+    }
+    /// Signalled when another process gives a lease up.
+    fn lease_changes(&self) -> Option<Arc<Notify>> {
+        None
+    }
+}
+
+/// Who holds what, as [`OutboxStore::lease_view`] saw it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Owners alive (this one included).
+    pub live_owners: usize,
+    /// Partition -> owner of its unexpired lease; free partitions are absent.
+    pub holders: BTreeMap<String, String>,
+}
+
+/// The partition a record of `envelope_id` goes to among a binding's
+/// `count` partitions: `<route>/<binding>` for the first, `<route>/<binding>/<k>`
+/// for the others, `k` picked by an FNV-1a hash of the id, so every instance
+/// (and every restart) puts one message in the same partition and the
+/// duplicate key catches a redelivery.
+pub fn partition_for(route: &str, binding: &str, envelope_id: &str, count: u32) -> String {
+    if count <= 1 {
+        return partition_name(route, binding, 0);
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in envelope_id.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    partition_name(route, binding, (hash % u64::from(count)) as u32)
+}
+
+/// Partition `k` of a binding (see [`partition_for`]).
+pub fn partition_name(route: &str, binding: &str, k: u32) -> String {
+    if k == 0 { format!("{route}/{binding}") } else { format!("{route}/{binding}/{k}") }
 }

@@ -28,7 +28,7 @@ use crate::trace::DeliveryTrace;
 mod binding;
 mod outbox;
 pub use binding::{Binding, SendContext, Sent};
-pub use outbox::{Outbox, partition_of};
+pub use outbox::{Leasing, Outbox, partition_of};
 
 /// A route's processor chain. A hot reload swaps in a new chain for new
 /// deliveries; each delivery keeps the chain it started with, so in-flight
@@ -76,6 +76,9 @@ pub struct RoutePolicy {
     /// `shared_outbox`: how long a sent record's duplicate key is kept, so
     /// a source redelivery after the send is suppressed too.
     pub dedup_window: Duration,
+    /// `shared_outbox`: partitions per binding (each with its own lease
+    /// and drainer).
+    pub outbox_partitions: u32,
     /// `shared_outbox`: a binding's partition holding this many records
     /// stops the route from taking deliveries until it drains.
     pub max_outbox_depth: usize,
@@ -98,6 +101,7 @@ impl RoutePolicy {
             max_hops: c.max_hops,
             dedup_window: Duration::from_secs(c.dedup_window_secs),
             max_outbox_depth: c.max_outbox_depth,
+            outbox_partitions: c.outbox_partitions,
             unstable_identity: c.unstable_identity,
         }
     }
@@ -228,9 +232,7 @@ impl Route {
         let drainers_stop = CancellationToken::new();
         let mut drainers = JoinSet::new();
         if let Mode::SharedOutbox(outbox) = &self.mode {
-            for index in 0..self.bindings.len() {
-                drainers.spawn(self.clone().drain(outbox.clone(), index, drainers_stop.clone()));
-            }
+            drainers.spawn(self.clone().keep_leases(outbox.clone(), drainers_stop.clone()));
         }
         running.set(1);
         info!(route = %self.id, "route started");

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferry_config::Config;
 use ferry_core::metrics::Metrics;
-use ferry_store::RedbStore;
+use ferry_store::Store;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -41,7 +41,7 @@ pub type SharedReadiness = Arc<RwLock<Readiness>>;
 /// current config (replays go through the running routes' bindings).
 #[derive(Clone)]
 pub struct StoreAccess {
-    pub store: Arc<RedbStore>,
+    pub store: Arc<dyn Store>,
     pub config: Arc<RwLock<Config>>,
     /// The running routes' bindings: a replay sends through them (header
     /// mapper, sender, span and metrics of a first send), not through
@@ -185,8 +185,16 @@ async fn dlq_replay(State(state): State<AdminState>, RawQuery(query): RawQuery) 
     };
     info!(?ids, route = ?p.get("route"), dry_run, "dead-letter replay requested");
     let route = p.get("route").map(String::as_str);
-    match crate::dlq::replay_entries(&config, &state.store.store, &ids, route, dry_run, Some(bindings), &state.metrics)
-        .await
+    match crate::dlq::replay_entries(
+        &config,
+        state.store.store.as_ref(),
+        &ids,
+        route,
+        dry_run,
+        Some(bindings),
+        &state.metrics,
+    )
+    .await
     {
         Ok(report) => json(StatusCode::OK, &report),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
@@ -200,14 +208,14 @@ async fn dlq_purge(State(state): State<AdminState>, RawQuery(query): RawQuery) -
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     info!(?ids, route = ?p.get("route"), "dead-letter purge requested");
-    match crate::dlq::purge_entries(&state.store.store, &ids, p.get("route").map(String::as_str)).await {
+    match crate::dlq::purge_entries(state.store.store.as_ref(), &ids, p.get("route").map(String::as_str)).await {
         Ok(n) => json(StatusCode::OK, &serde_json::json!({ "purged": n })),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }
 
 async fn outbox_stats(State(state): State<AdminState>) -> Response {
-    match crate::dlq::stats(&state.store.store).await {
+    match crate::dlq::stats(state.store.store.as_ref()).await {
         Ok(report) => json(StatusCode::OK, &report),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }

@@ -10,14 +10,13 @@ use std::time::Duration;
 
 use ferry_config::{Config, DispatchMode};
 use ferry_core::metrics::Metrics;
-use ferry_core::outbox::OutboxStore as _;
 use ferry_core::route::{Binding, SendContext, Sent};
 use ferry_core::trace::DeliveryTrace;
 use ferry_envelope::{Envelope, Timestamp, names};
-use ferry_store::{OpenError, RedbStore, StoreOptions, StoredDeadLetter};
+use ferry_store::{OpenError, Store, StoreOptions, StoredDeadLetter};
 use serde::{Deserialize, Serialize};
 
-use crate::wiring::{RouteBindings, StandaloneBindings, store_dir};
+use crate::wiring::{RouteBindings, StandaloneBindings, store_engine};
 
 /// How long a replay waits for a sender to connect.
 const CONNECT_WAIT: Duration = Duration::from_secs(15);
@@ -25,25 +24,36 @@ const CONNECT_WAIT: Duration = Duration::from_secs(15);
 /// Where the store is reached.
 enum Access {
     /// Opened here (the daemon is stopped).
-    Local(Box<Config>, Arc<RedbStore>),
+    Local(Box<Config>, Arc<dyn Store>),
     /// Through a running daemon's admin server (`http://host:port`).
     Remote(String),
 }
 
-fn open(path: &Path) -> Result<Access, ExitCode> {
+/// Opens the config's store. The embedded store, locked by a running
+/// daemon, is reached through that daemon's admin server. A PostgreSQL
+/// store is opened here whether daemons run or not; only a replay
+/// (`through_daemon`) goes through a running daemon when `[admin] listen`
+/// names one that answers, so it sends on the daemon's own connections
+/// rather than opening second ones under the same client ids.
+async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
     let config = ferry_config::load(path).map_err(|e| {
         eprintln!("{}: {e}", path.display());
         ExitCode::from(2)
     })?;
-    let dir = store_dir(&config);
-    match RedbStore::open(&dir, StoreOptions::default()) {
+    let engine = store_engine(&config);
+    let admin = config.admin.listen.as_ref().map(|listen| format!("http://{listen}"));
+    if let (ferry_store::Engine::Postgres { .. }, true, Some(base)) = (&engine, through_daemon, &admin)
+        && daemon_answers(base).await
+    {
+        return Ok(Access::Remote(base.clone()));
+    }
+    match ferry_store::open(&engine, StoreOptions::default()).await {
         Ok(store) => Ok(Access::Local(Box::new(config), store)),
-        Err(OpenError::Locked { .. }) => match &config.admin.listen {
-            Some(listen) => Ok(Access::Remote(format!("http://{listen}"))),
+        Err(OpenError::Locked { path }) => match admin {
+            Some(base) => Ok(Access::Remote(base)),
             None => {
                 eprintln!(
-                    "{}: the store is in use by a running ferry and [admin] listen is not set, so it cannot be reached; set it or stop ferry",
-                    dir.display()
+                    "{path}: the store is in use by a running ferry and [admin] listen is not set, so it cannot be reached; set it or stop ferry"
                 );
                 Err(ExitCode::from(2))
             }
@@ -52,6 +62,15 @@ fn open(path: &Path) -> Result<Access, ExitCode> {
             eprintln!("{e}");
             Err(ExitCode::from(2))
         }
+    }
+}
+
+/// Whether a daemon's admin server answers at `base`.
+async fn daemon_answers(base: &str) -> bool {
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build();
+    match client {
+        Ok(client) => client.get(format!("{base}/healthz")).send().await.is_ok(),
+        Err(_) => false,
     }
 }
 
@@ -114,7 +133,7 @@ pub struct StatsReport {
 }
 
 /// The entries named by id, or all of a route's.
-pub async fn select(store: &RedbStore, ids: &[u64], route: Option<&str>) -> Result<Vec<StoredDeadLetter>, String> {
+pub async fn select(store: &dyn Store, ids: &[u64], route: Option<&str>) -> Result<Vec<StoredDeadLetter>, String> {
     if ids.is_empty() && route.is_none() {
         return Err("name dead letters by id, or all of a route with --route".into());
     }
@@ -133,16 +152,17 @@ pub async fn select(store: &RedbStore, ids: &[u64], route: Option<&str>) -> Resu
 }
 
 /// Removes the selected entries durably; how many.
-pub async fn purge_entries(store: &RedbStore, ids: &[u64], route: Option<&str>) -> Result<usize, String> {
+pub async fn purge_entries(store: &dyn Store, ids: &[u64], route: Option<&str>) -> Result<usize, String> {
     let chosen = select(store, ids, route).await?;
     let ids: Vec<u64> = chosen.iter().map(|e| e.id).collect();
     store.remove_dead_letters(&ids).await.map_err(|e| e.to_string())
 }
 
 /// Depth per outbox partition and the dead-letter count.
-pub async fn stats(store: &RedbStore) -> Result<StatsReport, String> {
+pub async fn stats(store: &dyn Store) -> Result<StatsReport, String> {
     let dead_letters = store.dead_letter_count().await.map_err(|e| e.to_string())?;
-    Ok(StatsReport { partitions: store.stats(), dead_letters })
+    let partitions = store.fresh_stats().await.map_err(|e| e.to_string())?;
+    Ok(StatsReport { partitions, dead_letters })
 }
 
 /// Sends each selected entry again through its route's binding (the one
@@ -155,7 +175,7 @@ pub async fn stats(store: &RedbStore) -> Result<StatsReport, String> {
 /// their senders closed at the end.
 pub async fn replay_entries(
     config: &Config,
-    store: &RedbStore,
+    store: &dyn Store,
     ids: &[u64],
     route: Option<&str>,
     dry_run: bool,
@@ -279,7 +299,7 @@ fn decode<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, E
 
 /// `ferry dlq list`: oldest first, as a table or JSON lines.
 pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) -> ExitCode {
-    let entries: Vec<StoredDeadLetter> = match open(path) {
+    let entries: Vec<StoredDeadLetter> = match open(path, false).await {
         Ok(Access::Local(_, store)) => match store.dead_letters(route, limit).await {
             Ok(e) => e,
             Err(e) => return fail(e),
@@ -323,7 +343,7 @@ pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) ->
 
 /// `ferry dlq show ID`: everything about one entry, with a payload preview.
 pub async fn show(path: &Path, id: u64) -> ExitCode {
-    let found: Option<StoredDeadLetter> = match open(path) {
+    let found: Option<StoredDeadLetter> = match open(path, false).await {
         Ok(Access::Local(_, store)) => match store.dead_letter(id).await {
             Ok(e) => e,
             Err(e) => return fail(e),
@@ -366,8 +386,8 @@ pub async fn show(path: &Path, id: u64) -> ExitCode {
 
 /// `ferry dlq purge`: removes entries for good.
 pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
-    let purged = match open(path) {
-        Ok(Access::Local(_, store)) => purge_entries(&store, ids, route).await.map_err(|e| {
+    let purged = match open(path, false).await {
+        Ok(Access::Local(_, store)) => purge_entries(store.as_ref(), ids, route).await.map_err(|e| {
             eprintln!("{e}");
             ExitCode::from(2)
         }),
@@ -390,9 +410,9 @@ pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
 
 /// `ferry dlq replay`: see [`replay_entries`].
 pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool) -> ExitCode {
-    let report: ReplayReport = match open(path) {
+    let report: ReplayReport = match open(path, true).await {
         Ok(Access::Local(config, store)) => {
-            match replay_entries(&config, &store, ids, route, dry_run, None, &Metrics::new()).await {
+            match replay_entries(&config, store.as_ref(), ids, route, dry_run, None, &Metrics::new()).await {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("{e}");
@@ -421,8 +441,8 @@ pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool
 
 /// `ferry outbox stats`: depth and oldest record per partition.
 pub async fn outbox_stats(path: &Path) -> ExitCode {
-    let report: StatsReport = match open(path) {
-        Ok(Access::Local(_, store)) => match stats(&store).await {
+    let report: StatsReport = match open(path, false).await {
+        Ok(Access::Local(_, store)) => match stats(store.as_ref()).await {
             Ok(r) => r,
             Err(e) => return fail(e),
         },

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use ferry_core::metrics::Metrics;
 use ferry_envelope::Timestamp;
-use ferry_store::RedbStore;
+use ferry_store::Store;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
@@ -53,7 +53,7 @@ pub struct Report {
 
 pub struct Watchdog {
     stall_after: Duration,
-    store: Arc<RedbStore>,
+    store: Arc<dyn Store>,
     metrics: Metrics,
     readiness: SharedReadiness,
     started: Instant,
@@ -63,7 +63,7 @@ pub struct Watchdog {
 }
 
 impl Watchdog {
-    pub fn new(stall_secs: u64, store: Arc<RedbStore>, metrics: Metrics, readiness: SharedReadiness) -> Arc<Self> {
+    pub fn new(stall_secs: u64, store: Arc<dyn Store>, metrics: Metrics, readiness: SharedReadiness) -> Arc<Self> {
         Arc::new(Self {
             stall_after: Duration::from_secs(stall_secs),
             store,
@@ -124,7 +124,7 @@ impl Watchdog {
     /// Looks now.
     pub fn check(&self) -> Report {
         let mut report = Report::default();
-        if self.store.writer_stopped() {
+        if self.store.broken() {
             report.reasons.push("the store's writer thread stopped (a panic; see the log)".into());
         }
         if let Some(stuck) = self.store.oldest_operation() {
@@ -180,13 +180,13 @@ mod tests {
     use super::*;
     use crate::admin::Readiness;
     use ferry_core::outbox::{NewRecord, OutboxStore};
-    use ferry_store::{Fault, Op, StoreOptions};
+    use ferry_store::{Fault, Op, RedbStore, StoreOptions};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_hung_store_call_and_a_route_that_stopped_moving_are_reported() {
         let dir = tempfile::tempdir().expect("tempdir");
         let metrics = Metrics::new();
-        let options = StoreOptions { op_seconds: None, fault: Some(Fault::Hang(Op::Persist)) };
+        let options = StoreOptions { fault: Some(Fault::Hang(Op::Persist)), ..Default::default() };
         let store = RedbStore::open(dir.path(), options).expect("open");
         let readiness: SharedReadiness = Arc::new(std::sync::RwLock::new(Readiness {
             transports: Vec::new(),

@@ -131,6 +131,11 @@ impl Index {
         }
     }
 
+    /// The partition's lease version (0: never leased).
+    pub fn lease(&self, partition: &str) -> u64 {
+        self.partitions.get(partition).map_or(0, |p| p.lease)
+    }
+
     pub fn depth(&self, partition: &str) -> u64 {
         self.partitions.get(partition).map_or(0, |p| p.entries.len() as u64)
     }

@@ -1,5 +1,12 @@
-//! ferry's embedded store on [redb]: the `shared_outbox` records with their
-//! leases, and the dead-letter queue, in one file `<store.path>/ferry.redb`.
+//! ferry's stores: the `shared_outbox` records with their leases, and the
+//! dead-letter queue. Two engines behind one [`Store`] trait:
+//! - [`RedbStore`] (this module), embedded on [redb], in one file
+//!   `<store.path>/ferry.redb` that one process opens;
+//! - [`postgres::PgStore`], on a PostgreSQL database shared by every
+//!   instance that names it.
+//!
+//! [`open`] opens the one a config names. The rest of this page is about
+//! the embedded store.
 //!
 //! Modules:
 //! - [`layout`]: the tables and how values are encoded;
@@ -37,7 +44,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
 use ferry_core::metrics::HistogramFamily;
-use ferry_core::outbox::{LeaseToken, NewRecord, OutboxRecord, OutboxStore, PartitionStats, Persisted, StoreError};
+use ferry_core::outbox::{
+    LeaseToken, LeaseView, NewRecord, OutboxRecord, OutboxStore, PartitionStats, Persisted, StoreError,
+};
 use ferry_envelope::Timestamp;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
@@ -46,6 +55,7 @@ use tokio::sync::{mpsc, oneshot};
 pub mod health;
 mod index;
 pub mod layout;
+pub mod postgres;
 mod writer;
 
 pub use health::{Op, Stuck};
@@ -71,8 +81,111 @@ pub struct StoredDeadLetter {
 pub struct StoreOptions {
     /// Where to record each operation's time (`ferry_store_op_seconds`).
     pub op_seconds: Option<HistogramFamily>,
-    /// An injected fault, for tests.
+    /// An injected fault, for tests (embedded store).
     pub fault: Option<Fault>,
+    /// PostgreSQL: `LISTEN` for other instances' records and lease
+    /// releases (a running daemon; not the CLI).
+    pub listen: bool,
+}
+
+/// Which store to open.
+#[derive(Debug, Clone)]
+pub enum Engine {
+    /// The embedded store in this directory.
+    Embedded { dir: std::path::PathBuf },
+    /// A PostgreSQL database.
+    Postgres { url: String, pool_size: usize },
+}
+
+/// Opens the store `engine` names.
+pub async fn open(engine: &Engine, options: StoreOptions) -> Result<Arc<dyn Store>, OpenError> {
+    match engine {
+        Engine::Embedded { dir } => {
+            let dir = dir.clone();
+            let store = tokio::task::spawn_blocking(move || RedbStore::open(&dir, options))
+                .await
+                .map_err(|e| OpenError::Other { path: "store.path".into(), detail: e.to_string() })??;
+            Ok(store)
+        }
+        Engine::Postgres { url, pool_size } => Ok(postgres::PgStore::open(url, *pool_size, options).await?),
+    }
+}
+
+/// What the daemon and the `ferry dlq` / `ferry outbox` commands need of a
+/// store beyond the route's ports.
+#[async_trait]
+pub trait Store: OutboxStore + DeadLetterStore {
+    /// `embedded` or `postgres`.
+    fn kind(&self) -> &'static str;
+    /// The oldest store operation still running, if any (the watchdog).
+    fn oldest_operation(&self) -> Option<Stuck>;
+    /// Whether the store can no longer change anything until a restart.
+    fn broken(&self) -> bool {
+        false
+    }
+    /// Dead letters, oldest first, optionally of one route.
+    async fn dead_letters(&self, route: Option<&str>, limit: usize) -> Result<Vec<StoredDeadLetter>, StoreError>;
+    /// One dead letter.
+    async fn dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, StoreError>;
+    /// Removes dead letters durably; returns how many existed.
+    async fn remove_dead_letters(&self, ids: &[u64]) -> Result<usize, StoreError>;
+    /// How many dead letters there are.
+    async fn dead_letter_count(&self) -> Result<u64, StoreError>;
+    /// Depth and age of every partition, as of now (a shared store's
+    /// `stats` may be a second old).
+    async fn fresh_stats(&self) -> Result<Vec<PartitionStats>, StoreError> {
+        Ok(self.stats())
+    }
+}
+
+#[async_trait]
+impl Store for RedbStore {
+    fn kind(&self) -> &'static str {
+        "embedded"
+    }
+    fn oldest_operation(&self) -> Option<Stuck> {
+        RedbStore::oldest_operation(self)
+    }
+    fn broken(&self) -> bool {
+        self.writer_stopped()
+    }
+    async fn dead_letters(&self, route: Option<&str>, limit: usize) -> Result<Vec<StoredDeadLetter>, StoreError> {
+        RedbStore::dead_letters(self, route, limit).await
+    }
+    async fn dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, StoreError> {
+        RedbStore::dead_letter(self, id).await
+    }
+    async fn remove_dead_letters(&self, ids: &[u64]) -> Result<usize, StoreError> {
+        RedbStore::remove_dead_letters(self, ids).await
+    }
+    async fn dead_letter_count(&self) -> Result<u64, StoreError> {
+        RedbStore::dead_letter_count(self).await
+    }
+}
+
+#[async_trait]
+impl Store for postgres::PgStore {
+    fn kind(&self) -> &'static str {
+        "postgres"
+    }
+    fn oldest_operation(&self) -> Option<Stuck> {
+        postgres::PgStore::oldest_operation(self)
+    }
+    async fn dead_letters(&self, route: Option<&str>, limit: usize) -> Result<Vec<StoredDeadLetter>, StoreError> {
+        postgres::PgStore::dead_letters(self, route, limit).await
+    }
+    async fn dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, StoreError> {
+        postgres::PgStore::dead_letter(self, id).await
+    }
+    async fn remove_dead_letters(&self, ids: &[u64]) -> Result<usize, StoreError> {
+        postgres::PgStore::remove_dead_letters(self, ids).await
+    }
+    async fn dead_letter_count(&self) -> Result<u64, StoreError> {
+        postgres::PgStore::dead_letter_count(self).await
+    }
+    async fn fresh_stats(&self) -> Result<Vec<PartitionStats>, StoreError> {
+        postgres::PgStore::fresh_stats(self).await
+    }
 }
 
 /// Why the store could not be opened.
@@ -90,6 +203,8 @@ pub enum OpenError {
     Format { path: String, found: u64 },
     #[error("cannot open the store at {path}: {detail}")]
     Other { path: String, detail: String },
+    #[error("cannot open the PostgreSQL store at {target}: {detail}")]
+    Postgres { target: String, detail: String },
 }
 
 struct Shared {
@@ -332,12 +447,33 @@ impl OutboxStore for RedbStore {
         }
     }
 
-    async fn acquire_lease(&self, partition: &str, owner: &str) -> Result<LeaseToken, StoreError> {
+    /// One process opens the file, so a lease is always granted: the new
+    /// version fences out any earlier holder (a route being replaced by a
+    /// reload), and there is no time to live to keep.
+    async fn acquire_lease(
+        &self,
+        partition: &str,
+        owner: &str,
+        _ttl: Duration,
+    ) -> Result<Option<LeaseToken>, StoreError> {
         let action = Action::AcquireLease { partition: partition.to_owned(), owner: owner.to_owned() };
         match self.change(action).await? {
-            Answer::Lease(token) => Ok(token),
+            Answer::Lease(token) => Ok(Some(token)),
             other => Err(unexpected(other)),
         }
+    }
+
+    async fn renew_lease(&self, partition: &str, token: &LeaseToken, _ttl: Duration) -> Result<bool, StoreError> {
+        Ok(self.index().lease(partition) == token.version)
+    }
+
+    async fn release_lease(&self, _partition: &str, _token: &LeaseToken) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// This process is the only owner there can be.
+    async fn lease_view(&self, _owner: &str, _ttl: Duration, _partitions: &[String]) -> Result<LeaseView, StoreError> {
+        Ok(LeaseView { live_owners: 1, holders: Default::default() })
     }
 
     async fn claim(

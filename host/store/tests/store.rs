@@ -11,6 +11,9 @@ use ferry_core::outbox::{NewRecord, OutboxStore, StoreError};
 use ferry_envelope::{Envelope, Timestamp};
 use ferry_store::{Fault, Op, OpenError, RedbStore, StoreOptions};
 
+/// Leases never expire in the embedded store; the time to live is ignored.
+const LEASE_TTL: Duration = Duration::from_secs(15);
+
 fn record(partition: &str, id: &str, binding: &str) -> NewRecord {
     let mut envelope = Envelope::new(id, format!("payload of {id}").into_bytes());
     envelope.subject = Some("order.created".into());
@@ -52,7 +55,7 @@ async fn persisted_records_survive_reopening_with_their_address_apart() {
 
     let store = reopen(dir.path()).await;
     assert_eq!(store.depth("r/a"), 2, "depth is rebuilt on open");
-    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let token = store.acquire_lease("r/a", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(claimed.iter().map(|r| r.envelope.id.as_str()).collect::<Vec<_>>(), vec!["m1", "m2"]);
     assert_eq!(claimed[0].address, "orders.a");
@@ -78,7 +81,7 @@ async fn a_pending_record_is_not_stored_twice() {
     assert_eq!((again.stored, again.duplicates), (1, 1), "same id, other binding is a new record");
     assert_eq!((store.depth("r/a"), store.depth("r/b")), (1, 1));
     // Completed with no dedup window, the same id may be stored again.
-    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let token = store.acquire_lease("r/a", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     store.complete(&claimed[0], &token, Duration::ZERO).await.expect("complete");
     let after = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
@@ -97,7 +100,7 @@ async fn one_binding_two_addresses_are_two_records() {
     assert_eq!((done.stored, done.duplicates), (2, 0));
     let again = store.persist(vec![record("r/a", "m1", "a"), to_b]).await.expect("persist");
     assert_eq!((again.stored, again.duplicates), (0, 2));
-    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let token = store.acquire_lease("r/a", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     let mut addresses: Vec<_> = claimed.iter().map(|r| r.address.as_str()).collect();
     addresses.sort_unstable();
@@ -111,7 +114,7 @@ async fn a_completed_key_suppresses_redeliveries_for_its_window() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(dir.path());
     store.persist(vec![record("r/a", "m1", "a"), record("r/a", "m2", "a")]).await.expect("persist");
-    let token = store.acquire_lease("r/a", "me").await.expect("lease");
+    let token = store.acquire_lease("r/a", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     store.complete(&claimed[0], &token, Duration::from_secs(3600)).await.expect("complete");
     store.complete(&claimed[1], &token, Duration::from_millis(300)).await.expect("complete");
@@ -139,10 +142,10 @@ async fn a_stale_lease_can_neither_claim_complete_nor_replay() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(dir.path());
     store.persist(vec![record("p", "m1", "a"), record("p", "m2", "a")]).await.expect("persist");
-    let old = store.acquire_lease("p", "first").await.expect("lease");
+    let old = store.acquire_lease("p", "first", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("p", &old, 10, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(claimed.len(), 2);
-    let new = store.acquire_lease("p", "second").await.expect("lease");
+    let new = store.acquire_lease("p", "second", LEASE_TTL).await.expect("lease").expect("granted");
     assert_eq!(new.version, old.version + 1);
 
     let stale = |r: Result<_, StoreError>| matches!(r, Err(StoreError::StaleFencingToken { .. }));
@@ -164,7 +167,7 @@ async fn a_replayed_record_waits_for_its_next_attempt_and_counts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = open(dir.path());
     store.persist(vec![record("p", "m1", "a")]).await.expect("persist");
-    let token = store.acquire_lease("p", "me").await.expect("lease");
+    let token = store.acquire_lease("p", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let now = Timestamp::now().as_millis();
     let first = store.claim("p", &token, 10, now).await.expect("claim").remove(0);
     assert_eq!(store.replay(&first, &token, now + 60_000).await.expect("replay"), 1);
@@ -249,7 +252,7 @@ async fn completions_are_durable_when_they_return() {
     let store = open(dir.path());
     let records: Vec<_> = (0..50).map(|i| record("p", &format!("m{i}"), "a")).collect();
     store.persist(records).await.expect("persist");
-    let token = store.acquire_lease("p", "me").await.expect("lease");
+    let token = store.acquire_lease("p", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("p", &token, 100, Timestamp::now().as_millis()).await.expect("claim");
     assert_eq!(claimed.len(), 50);
     for r in &claimed[..30] {
@@ -258,7 +261,7 @@ async fn completions_are_durable_when_they_return() {
     drop(store);
     let store = reopen(dir.path()).await;
     assert_eq!(store.depth("p"), 20, "completed records stay completed after reopening");
-    let token = store.acquire_lease("p", "me again").await.expect("lease");
+    let token = store.acquire_lease("p", "me again", LEASE_TTL).await.expect("lease").expect("granted");
     let left = store.claim("p", &token, 100, Timestamp::now().as_millis()).await.expect("claim");
     let ids: Vec<_> = left.iter().map(|r| r.envelope.id.clone()).collect();
     assert_eq!(ids, (30..50).map(|i| format!("m{i}")).collect::<Vec<_>>());
@@ -270,7 +273,7 @@ async fn a_completion_that_fails_to_commit_leaves_the_record_to_be_sent_again() 
     let options = StoreOptions { fault: Some(Fault::Fail(Op::Complete)), ..StoreOptions::default() };
     let store = RedbStore::open(dir.path(), options).expect("open");
     store.persist(vec![record("p", "m1", "a")]).await.expect("persist");
-    let token = store.acquire_lease("p", "me").await.expect("lease");
+    let token = store.acquire_lease("p", "me", LEASE_TTL).await.expect("lease").expect("granted");
     let claimed = store.claim("p", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
     let err = store.complete(&claimed[0], &token, Duration::ZERO).await.expect_err("the commit fails");
     assert!(matches!(err, StoreError::Io(_)), "{err}");

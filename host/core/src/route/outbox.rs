@@ -10,8 +10,16 @@
 //! - **Backpressure**: while a binding's partition holds `max_outbox_depth`
 //!   records, the route takes no delivery (nothing is acknowledged or
 //!   dropped; the source keeps them).
-//! - **Drain**: the drainer takes the partition's lease (fencing out any
-//!   earlier holder), claims due records in batches, sends them, and
+//! - **Partitions and leases**: each binding has `outbox_partitions`
+//!   partitions (a record goes to the one a hash of its message id picks).
+//!   The route's lease keeper holds a fair share of them — all of them when
+//!   this is the only instance, about one in N when N instances share a
+//!   PostgreSQL store — renews what it holds every third of
+//!   `store.lease_ttl_secs`, takes over partitions whose holder stopped
+//!   renewing, gives extras up when another instance holds fewer, and runs
+//!   one drainer per partition it holds.
+//! - **Drain**: the drainer, under its partition's lease (a version that
+//!   fences out every earlier holder), claims due records in batches, sends them, and
 //!   completes each one sent, through the same [`Binding::deliver`] as a
 //!   direct send; settling processors (a circuit breaker) hear each send's
 //!   real outcome. A transient failure puts the record back with
@@ -20,8 +28,9 @@
 //!   and then completes it. Polling backs off while the partition is empty
 //!   and a new record wakes it at once.
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use ferry_envelope::{Envelope, Timestamp};
 use tokio::sync::{Notify, Semaphore};
@@ -33,7 +42,7 @@ use super::{Attempt, Binding, Failed, Mode, Plan, Route, Sent, Settle, tell_sett
 use crate::backoff::sleep_or_shutdown;
 use crate::failure::{Failure, FailureReason};
 use crate::metrics::Metrics;
-use crate::outbox::{LeaseToken, NewRecord, OutboxRecord, OutboxStore, StoreError};
+use crate::outbox::{LeaseToken, NewRecord, OutboxRecord, OutboxStore, StoreError, partition_for, partition_name};
 use crate::ports::SendOutcome;
 use crate::trace::DeliveryTrace;
 
@@ -47,22 +56,54 @@ const UNAVAILABLE_WAIT: Duration = Duration::from_millis(100);
 /// How often a route that is paused by backpressure looks again.
 const ROOM_POLL: Duration = Duration::from_millis(20);
 
+/// How this process holds outbox leases: one owner name for all its
+/// routes, and the lease's time to live.
+#[derive(Debug, Clone)]
+pub struct Leasing {
+    /// `<instance id>/<random>`: new at every start, so a restarted
+    /// instance never mistakes its predecessor's leases for its own.
+    pub owner: String,
+    pub ttl: Duration,
+}
+
+impl Leasing {
+    pub fn new(instance: &str, ttl: Duration) -> Self {
+        let random = uuid::Uuid::new_v4().simple().to_string();
+        Self { owner: format!("{instance}/{}", &random[..12]), ttl }
+    }
+}
+
 /// A route's handle on the outbox store.
 #[derive(Clone)]
 pub struct Outbox {
     pub store: Arc<dyn OutboxStore>,
     wake: Arc<Notify>,
+    leasing: Arc<Leasing>,
+    /// The route's partitions, (binding index, name), worked out once.
+    partitions: Arc<OnceLock<Vec<(usize, String)>>>,
 }
 
 impl Outbox {
-    pub fn new(store: Arc<dyn OutboxStore>) -> Self {
-        Self { store, wake: Arc::new(Notify::new()) }
+    pub fn new(store: Arc<dyn OutboxStore>, leasing: Leasing) -> Self {
+        Self { store, wake: Arc::new(Notify::new()), leasing: Arc::new(leasing), partitions: Arc::default() }
     }
 }
 
-/// The partition a route's binding drains: `<route>/<binding>`.
+/// The first partition of a binding: `<route>/<binding>`.
 pub fn partition_of(route: &str, binding: &str) -> String {
-    format!("{route}/{binding}")
+    partition_name(route, binding, 0)
+}
+
+/// A partition whose lease this route holds.
+struct Held {
+    binding: usize,
+    token: LeaseToken,
+    /// Stops its drainer.
+    stop: CancellationToken,
+    task: tokio::task::Id,
+    renewed: Instant,
+    /// Given up on purpose: released once its drainer has finished.
+    leaving: bool,
 }
 
 impl Route {
@@ -82,7 +123,7 @@ impl Route {
             .map(|plan| {
                 let binding = &self.bindings[plan.binding];
                 NewRecord {
-                    partition: partition_of(route, &binding.id),
+                    partition: partition_for(route, &binding.id, &envelope.id, self.policy.outbox_partitions),
                     route: self.id.clone(),
                     binding: binding.id.clone(),
                     address: plan.address,
@@ -128,7 +169,8 @@ impl Route {
         let max = self.policy.max_outbox_depth as u64;
         let mut paused = false;
         loop {
-            let full = self.bindings.iter().find(|b| outbox.store.depth(&partition_of(&self.id, &b.id)) >= max);
+            let full =
+                (0..self.bindings.len()).find(|i| self.binding_depth(outbox, *i).0 >= max).map(|i| &self.bindings[i]);
             match full {
                 None => {
                     if paused {
@@ -149,25 +191,224 @@ impl Route {
         }
     }
 
-    /// Drains binding `index`'s partition until `stop`.
-    pub(super) async fn drain(self: Arc<Self>, outbox: Outbox, index: usize, stop: CancellationToken) {
-        let binding_id = self.bindings[index].id.clone();
-        let partition = partition_of(&self.id, &binding_id);
-        let owner = format!("ferry-{}-{}", std::process::id(), uuid::Uuid::new_v4().simple());
-        let mut attempt: u32 = 0;
-        let token = loop {
-            match outbox.store.acquire_lease(&partition, &owner).await {
-                Ok(t) => break t,
-                Err(e) => {
-                    warn!(%partition, error = %e, "cannot take the outbox lease, will retry");
-                    if !sleep_or_shutdown(self.policy.backoff.delay(attempt), &stop).await {
-                        return;
-                    }
-                    attempt = attempt.saturating_add(1);
+    /// The route's partitions: (binding index, name), bindings in order.
+    fn partitions<'a>(&self, outbox: &'a Outbox) -> &'a [(usize, String)] {
+        outbox.partitions.get_or_init(|| {
+            let count = self.policy.outbox_partitions.max(1);
+            (0..self.bindings.len())
+                .flat_map(|i| (0..count).map(move |k| (i, partition_name(&self.id, &self.bindings[i].id, k))))
+                .collect()
+        })
+    }
+
+    /// Pending records of binding `index` over its partitions, and the
+    /// creation time of the oldest.
+    fn binding_depth(&self, outbox: &Outbox, index: usize) -> (u64, Option<i64>) {
+        let mut depth = 0;
+        let mut oldest: Option<i64> = None;
+        for (_, partition) in self.partitions(outbox).iter().filter(|(i, _)| *i == index) {
+            let d = outbox.store.depth(partition);
+            if d > 0 {
+                depth += d;
+                if let Some(ms) = outbox.store.oldest(partition) {
+                    oldest = Some(oldest.map_or(ms, |o| o.min(ms)));
+                }
+            }
+        }
+        (depth, oldest)
+    }
+
+    /// Holds the leases of a fair share of the route's partitions and runs
+    /// a drainer for each, until `stop`; then stops the drainers, lets the
+    /// sends under way finish and gives the leases up, so another instance
+    /// takes them over at once.
+    pub(super) async fn keep_leases(self: Arc<Self>, outbox: Outbox, stop: CancellationToken) {
+        let ttl = outbox.leasing.ttl;
+        let period = (ttl / 3).max(Duration::from_millis(50));
+        let changes = outbox.store.lease_changes();
+        let mut held: BTreeMap<String, Held> = BTreeMap::new();
+        let mut drainers: JoinSet<String> = JoinSet::new();
+        let mut next_round = tokio::time::Instant::now();
+        loop {
+            let changed = async {
+                match &changes {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => break,
+                Some(ended) = drainers.join_next_with_id(), if !drainers.is_empty() => {
+                    self.drainer_ended(&outbox, &mut held, ended).await;
+                    continue;
+                }
+                _ = tokio::time::sleep_until(next_round) => {}
+                _ = changed => {}
+            }
+            self.renew_leases(&outbox, &mut held).await;
+            self.balance(&outbox, &mut held, &mut drainers).await;
+            next_round = tokio::time::Instant::now() + period;
+        }
+        for h in held.values_mut() {
+            h.leaving = true;
+            h.stop.cancel();
+        }
+        // The drainers finish their sends; the leases they hold are kept
+        // alive meanwhile and given up as each one ends.
+        while !drainers.is_empty() {
+            tokio::select! {
+                Some(ended) = drainers.join_next_with_id() => self.drainer_ended(&outbox, &mut held, ended).await,
+                _ = tokio::time::sleep(period) => self.renew_leases(&outbox, &mut held).await,
+            }
+        }
+    }
+
+    /// A drainer ended: given up on purpose (its lease is released now), or
+    /// its lease was lost.
+    async fn drainer_ended(
+        &self,
+        outbox: &Outbox,
+        held: &mut BTreeMap<String, Held>,
+        ended: Result<(tokio::task::Id, String), tokio::task::JoinError>,
+    ) {
+        let partition = match ended {
+            Ok((_, partition)) => partition,
+            Err(e) => {
+                let id = e.id();
+                error!(route = %self.id, error = %e, "an outbox drainer failed");
+                match held.iter().find(|(_, h)| h.task == id) {
+                    Some((p, _)) => p.clone(),
+                    None => return,
                 }
             }
         };
-        info!(route = %self.id, binding = %binding_id, lease = token.version, "outbox drainer started");
+        let Some(h) = held.remove(&partition) else { return };
+        if h.leaving {
+            if let Err(e) = outbox.store.release_lease(&partition, &h.token).await {
+                warn!(%partition, error = %e, "cannot give the outbox lease up; another instance takes it when it expires");
+            }
+            debug!(%partition, "outbox lease given up");
+        } else {
+            info!(%partition, "outbox drainer stopped: its lease is no longer this instance's");
+        }
+        self.observe_binding(outbox, h.binding);
+    }
+
+    /// Renews every held lease. One found taken, or not renewed for two
+    /// thirds of its time to live (another instance may take it after the
+    /// whole), has its drainer stopped.
+    async fn renew_leases(&self, outbox: &Outbox, held: &mut BTreeMap<String, Held>) {
+        let ttl = outbox.leasing.ttl;
+        for (partition, h) in held.iter_mut() {
+            if h.stop.is_cancelled() && !h.leaving {
+                continue;
+            }
+            match outbox.store.renew_lease(partition, &h.token, ttl).await {
+                Ok(true) => h.renewed = Instant::now(),
+                Ok(false) => {
+                    warn!(%partition, "outbox lease taken by another instance; this drainer stops");
+                    h.leaving = false;
+                    h.stop.cancel();
+                }
+                Err(e) if h.renewed.elapsed() > ttl * 2 / 3 => {
+                    error!(%partition, error = %e, "cannot renew the outbox lease before it may expire; this drainer stops");
+                    h.leaving = false;
+                    h.stop.cancel();
+                }
+                Err(e) => warn!(%partition, error = %e, "cannot renew the outbox lease, will retry"),
+            }
+        }
+    }
+
+    /// Takes free partitions up to this instance's share (the route's
+    /// partitions over the live instances, rounded up), or gives up the
+    /// ones beyond it while another live instance holds less than its part.
+    async fn balance(
+        self: &Arc<Self>,
+        outbox: &Outbox,
+        held: &mut BTreeMap<String, Held>,
+        drainers: &mut JoinSet<String>,
+    ) {
+        let partitions = self.partitions(outbox);
+        let names: Vec<String> = partitions.iter().map(|(_, p)| p.clone()).collect();
+        let Leasing { owner, ttl } = outbox.leasing.as_ref();
+        let view = match outbox.store.lease_view(owner, *ttl, &names).await {
+            Ok(view) => view,
+            Err(e) => {
+                warn!(route = %self.id, error = %e, "cannot read the outbox leases, will retry");
+                return;
+            }
+        };
+        let live = view.live_owners.max(1);
+        let share = partitions.len().div_ceil(live);
+        let least = partitions.len() / live;
+        let mine = held.values().filter(|h| !h.leaving).count();
+        if mine > share {
+            let mut others: BTreeMap<&str, usize> = BTreeMap::new();
+            for holder in view.holders.values().filter(|h| *h != owner) {
+                *others.entry(holder.as_str()).or_default() += 1;
+            }
+            let someone_short = others.len() + 1 < live || others.values().any(|n| *n < least);
+            if !someone_short {
+                return;
+            }
+            let extra: Vec<String> =
+                held.iter().rev().filter(|(_, h)| !h.leaving).take(mine - share).map(|(p, _)| p.clone()).collect();
+            for partition in extra {
+                if let Some(h) = held.get_mut(&partition) {
+                    info!(%partition, live, share, "giving an outbox partition up to another instance");
+                    h.leaving = true;
+                    h.stop.cancel();
+                }
+            }
+            return;
+        }
+        let mut mine = mine;
+        for (index, partition) in partitions {
+            if mine >= share {
+                break;
+            }
+            let free = !held.contains_key(partition) && view.holders.get(partition).is_none_or(|h| h == owner);
+            if !free {
+                continue;
+            }
+            match outbox.store.acquire_lease(partition, owner, *ttl).await {
+                Ok(Some(token)) => {
+                    info!(route = %self.id, %partition, lease = token.version, "outbox drainer started");
+                    let stop = CancellationToken::new();
+                    let (route, out, i, p, t, s) =
+                        (self.clone(), outbox.clone(), *index, partition.clone(), token.clone(), stop.clone());
+                    let task = drainers
+                        .spawn(async move {
+                            route.drain(out, i, &p, t, s).await;
+                            p
+                        })
+                        .id();
+                    held.insert(
+                        partition.clone(),
+                        Held { binding: *index, token, stop, task, renewed: Instant::now(), leaving: false },
+                    );
+                    mine += 1;
+                }
+                Ok(None) => {}
+                Err(e) => warn!(%partition, error = %e, "cannot take the outbox lease, will retry"),
+            }
+        }
+    }
+
+    /// Drains `partition` (of binding `index`) under `token` until `stop`
+    /// or until the lease is found taken.
+    pub(super) async fn drain(
+        self: Arc<Self>,
+        outbox: Outbox,
+        index: usize,
+        partition: &str,
+        token: LeaseToken,
+        stop: CancellationToken,
+    ) {
+        let partition = partition.to_owned();
+        let arrivals = outbox.store.arrivals(&partition);
         let limit = Arc::new(Semaphore::new(self.policy.max_in_flight));
         // Sends run concurrently (at most max_in_flight); the drainer claims
         // again as soon as there is room, not when a whole batch is done.
@@ -178,7 +419,7 @@ impl Route {
         let mut sends = JoinSet::new();
         let mut idle = MIN_POLL;
         while !stop.is_cancelled() {
-            self.observe_partition(&outbox, &partition, &binding_id);
+            self.observe_binding(&outbox, index);
             let room = limit.available_permits().min(CLAIM_BATCH);
             if room == 0 {
                 tokio::select! {
@@ -190,6 +431,15 @@ impl Route {
             let wake = outbox.wake.notified();
             tokio::pin!(wake);
             wake.as_mut().enable();
+            // Another process's records for this partition (a shared
+            // store): the store keeps one wake-up for the next wait, so
+            // records that arrive while the claim runs are not missed.
+            let arrived = async {
+                match &arrivals {
+                    Some(n) => n.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
             let batch = match outbox.store.claim(&partition, &token, room, self.clock.now().as_millis()).await {
                 Ok(batch) => batch,
                 Err(e @ StoreError::StaleFencingToken { .. }) => {
@@ -205,6 +455,7 @@ impl Route {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = &mut wake => {}
+                    _ = arrived => {}
                     _ = tokio::time::sleep(idle) => {}
                     Some(_) = sends.join_next(), if !sends.is_empty() => {}
                 }
@@ -223,14 +474,14 @@ impl Route {
             while sends.try_join_next().is_some() {}
         }
         while sends.join_next().await.is_some() {}
-        self.observe_partition(&outbox, &partition, &binding_id);
+        self.observe_binding(&outbox, index);
     }
 
-    fn observe_partition(&self, outbox: &Outbox, partition: &str, binding: &str) {
-        let labels = crate::metrics::labels(&[("route", &self.id), ("binding", binding)]);
-        let depth = outbox.store.depth(partition);
+    /// Sets binding `index`'s depth and oldest-age gauges from the store.
+    fn observe_binding(&self, outbox: &Outbox, index: usize) {
+        let labels = crate::metrics::labels(&[("route", &self.id), ("binding", &self.bindings[index].id)]);
+        let (depth, oldest) = self.binding_depth(outbox, index);
         self.metrics.outbox_depth.get_or_create(&labels).set(i64::try_from(depth).unwrap_or(i64::MAX));
-        let oldest = if depth == 0 { None } else { outbox.store.oldest(partition) };
         let age = oldest.map_or(0.0, |ms| (self.clock.now().as_millis() - ms).max(0) as f64 / 1000.0);
         self.metrics.outbox_oldest_age.get_or_create(&labels).set(age);
     }

@@ -140,6 +140,7 @@ fn policy() -> RoutePolicy {
         max_hops: 8,
         dedup_window: Duration::from_secs(300),
         max_outbox_depth: 10_000,
+        outbox_partitions: 1,
         unstable_identity: UnstableIdentity::CountContent,
     }
 }

@@ -7,13 +7,14 @@ use std::sync::{Arc, RwLock};
 
 use ferry_config::Config;
 use ferry_core::metrics::Metrics;
+use ferry_core::route::Leasing;
 use ferry_core::route::Route;
-use ferry_store::{RedbStore, StoreOptions};
+use ferry_store::{Store, StoreOptions};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::parts::{RouteBindings, StartError, injected_fault, store_dir, uses_plugins};
+use super::parts::{RouteBindings, StartError, injected_fault, leasing, store_engine, uses_plugins};
 use super::plan::{
     ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, prepare, warn_orphaned_records,
 };
@@ -46,8 +47,10 @@ pub struct Bridge {
     pub metrics: Metrics,
     /// What `/readyz` checks; replaced by a reload.
     pub readiness: SharedReadiness,
-    /// The embedded store: dead letters and the outbox.
-    store: Arc<RedbStore>,
+    /// The store: dead letters and the outbox.
+    store: Arc<dyn Store>,
+    /// This process's name on outbox leases, for every route and reload.
+    leasing: Leasing,
     /// The running config and routes' bindings, for the admin server's replays.
     shared_config: Arc<RwLock<Config>>,
     shared_bindings: Arc<RwLock<RouteBindings>>,
@@ -64,15 +67,20 @@ impl Bridge {
     /// Builds every part. Must run inside a (multi-threaded) tokio runtime:
     /// senders start connecting right away.
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
-        let options = StoreOptions { op_seconds: Some(metrics.store_op_seconds.clone()), fault: injected_fault() };
-        let dir = store_dir(&config);
-        let store = tokio::task::spawn_blocking(move || RedbStore::open(&dir, options))
-            .await
-            .map_err(|e| StartError::new("store.path", e))?
-            .map_err(|e| StartError::new("store.path", e))?;
+        let options =
+            StoreOptions { op_seconds: Some(metrics.store_op_seconds.clone()), fault: injected_fault(), listen: true };
+        let engine = store_engine(&config);
+        let key = match engine {
+            ferry_store::Engine::Embedded { .. } => "store.path",
+            ferry_store::Engine::Postgres { .. } => "store.url",
+        };
+        let store = ferry_store::open(&engine, options).await.map_err(|e| StartError::new(key, e))?;
+        info!(store = store.kind(), "store open");
+        let leasing = leasing(&config);
         let prepared =
-            prepare(&config, &metrics, &store, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
-        warn_orphaned_records(&config, &store);
+            prepare(&config, &metrics, &store, &leasing, &BTreeMap::new(), &SenderMap::new(), &PluginState::default())
+                .await?;
+        warn_orphaned_records(&config, store.as_ref());
         let shared_config = Arc::new(RwLock::new(config.clone()));
         let shared_bindings = Arc::new(RwLock::new(
             prepared.routes.iter().map(|p| (p.route.id.clone(), p.route.bindings.clone())).collect(),
@@ -85,6 +93,7 @@ impl Bridge {
             shared_config,
             shared_bindings,
             store,
+            leasing,
             senders: prepared.senders,
             plugins: prepared.plugins,
             routes: BTreeMap::new(),
@@ -95,8 +104,8 @@ impl Bridge {
         })
     }
 
-    /// The embedded store.
-    pub fn store(&self) -> Arc<RedbStore> {
+    /// The store.
+    pub fn store(&self) -> Arc<dyn Store> {
         self.store.clone()
     }
 
@@ -181,6 +190,10 @@ impl Bridge {
         for running in self.senders.values() {
             running.sender.close().await;
         }
+        // The other instances on a shared store count this one out now.
+        if let Err(e) = self.store.leave(&self.leasing.owner).await {
+            warn!(error = %e, "cannot tell the store this instance has stopped; the others see it when its leases expire");
+        }
         info!("all routes stopped");
         clean
     }
@@ -196,7 +209,8 @@ impl Bridge {
         }
         let running: BTreeMap<String, RouteKey> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
-        let prepared = prepare(&config, &self.metrics, &self.store, &running, &self.senders, &self.plugins).await;
+        let prepared =
+            prepare(&config, &self.metrics, &self.store, &self.leasing, &running, &self.senders, &self.plugins).await;
         let prepared = match prepared {
             Ok(p) => p,
             Err(e) => {
@@ -246,7 +260,7 @@ impl Bridge {
         for id in replaced.iter().filter(|id| !started.contains(id)) {
             self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
         }
-        warn_orphaned_records(&config, &self.store);
+        warn_orphaned_records(&config, self.store.as_ref());
         if let Ok(mut shared) = self.shared_config.write() {
             *shared = config.clone();
         }

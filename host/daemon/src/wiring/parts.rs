@@ -322,9 +322,22 @@ impl<'a> StandaloneBindings<'a> {
 /// The bindings of every running route, by route id (replays use them).
 pub type RouteBindings = BTreeMap<String, Vec<Binding>>;
 
-/// The store directory: `store.path` (the file is `ferry.redb` in it).
-pub fn store_dir(config: &Config) -> std::path::PathBuf {
-    PathBuf::from(&config.store.path)
+/// The store `[store]` names: the embedded one in `store.path` (the file is
+/// `ferry.redb` in it) or the PostgreSQL database at `store.url`.
+pub fn store_engine(config: &Config) -> ferry_store::Engine {
+    match (&config.store.kind, &config.store.url) {
+        (ferry_config::StoreKind::Postgres, Some(url)) => {
+            ferry_store::Engine::Postgres { url: url.clone(), pool_size: config.store.pool_size }
+        }
+        _ => ferry_store::Engine::Embedded { dir: PathBuf::from(&config.store.path) },
+    }
+}
+
+/// How this process holds outbox leases: the instance id in the owner name,
+/// and `store.lease_ttl_secs`.
+pub fn leasing(config: &Config) -> ferry_core::route::Leasing {
+    let id = config.instance.id.as_deref().unwrap_or("ferry");
+    ferry_core::route::Leasing::new(id, std::time::Duration::from_secs(config.store.lease_ttl_secs))
 }
 
 /// A store fault for the test suite: `FERRY_TEST_STORE_FAULT=hang:<op>`

@@ -11,7 +11,7 @@ use ferry_config::{Config, DeliveryMode, RouteConfig, SenderConfig};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::{Mode, Outbox, Route, RoutePolicy};
-use ferry_store::RedbStore;
+use ferry_store::Store;
 use ferry_wasm::{LoadedPlugin, PluginEngine, PluginRegistry};
 use tracing::warn;
 
@@ -117,7 +117,8 @@ pub(super) struct Prepared {
 pub(super) async fn prepare(
     config: &Config,
     metrics: &Metrics,
-    store: &Arc<RedbStore>,
+    store: &Arc<dyn Store>,
+    leasing: &ferry_core::route::Leasing,
     running: &BTreeMap<String, RouteKey>,
     old_senders: &SenderMap,
     old_plugins: &PluginState,
@@ -211,7 +212,7 @@ pub(super) async fn prepare(
             policy: RoutePolicy::from_config(route_config),
             dlq: store.clone(),
             mode: match route_config.delivery_mode {
-                DeliveryMode::SharedOutbox => Mode::SharedOutbox(Outbox::new(store.clone())),
+                DeliveryMode::SharedOutbox => Mode::SharedOutbox(Outbox::new(store.clone(), leasing.clone())),
                 DeliveryMode::DirectHold => Mode::DirectHold,
             },
             metrics: metrics.clone(),
@@ -238,13 +239,16 @@ pub(super) async fn prepare(
 /// Warns about outbox records no running drainer will send: their route or
 /// binding is gone, or no longer `shared_outbox`. They stay in the store
 /// until a config drains them again.
-pub(super) fn warn_orphaned_records(config: &Config, store: &RedbStore) {
-    use ferry_core::outbox::OutboxStore as _;
+pub(super) fn warn_orphaned_records(config: &Config, store: &dyn Store) {
     let drained: BTreeSet<String> = config
         .routes
         .iter()
         .filter(|r| r.delivery_mode == DeliveryMode::SharedOutbox)
-        .flat_map(|r| r.bindings.iter().map(|b| ferry_core::route::partition_of(&r.id, b.id())))
+        .flat_map(|r| {
+            r.bindings
+                .iter()
+                .flat_map(|b| (0..r.outbox_partitions).map(|k| ferry_core::outbox::partition_name(&r.id, b.id(), k)))
+        })
         .collect();
     for p in store.stats().iter().filter(|p| !drained.contains(&p.partition)) {
         warn!(
