@@ -22,8 +22,10 @@
 //!    ranges, nothing else), and against the raw publish (with confirms)
 //!    and consume (with acks) rates.
 //!
-//! 5. The outbox: the store's durable persist rates, and an AMQP 0-9-1
-//!    route in `direct_hold` against the same in `shared_outbox`; the store
+//! 5. The outbox: the durable persist rates of the embedded store and of
+//!    the PostgreSQL store (on a schema of its own in the test database),
+//!    one writer and 256, and an AMQP 0-9-1 route in `direct_hold` against
+//!    the same in `shared_outbox` on each store; the store
 //!    engines (redb, fjall, and sled that redb replaced) side by side, and
 //!    with `store` their RSS and disk use after 1,000,000 records (see
 //!    [`engines`]).
@@ -633,11 +635,17 @@ async fn minimal_bridge_run(rabbit: &Rabbit, n: usize) -> Run {
 
 /// ferry moving a queue pre-filled with `n` messages to another, in `mode`.
 async fn ferry_amqp_run(rabbit: &Rabbit, n: usize, mode: &str) -> Run {
+    ferry_amqp_run_on(rabbit, n, mode, "").await
+}
+
+/// As [`ferry_amqp_run`], with `store` (a `[store]` table, or nothing for
+/// the embedded default) in the config.
+async fn ferry_amqp_run_on(rabbit: &Rabbit, n: usize, mode: &str, store: &str) -> Run {
     let (src, dst) = (unique("bench-src"), unique("bench-dst"));
     rabbit.declare_queue(&src).await;
     rabbit.declare_queue(&dst).await;
     amqp_fill(rabbit, &src, n).await;
-    let run = ferry_queue_to_queue(rabbit, &src, &dst, n, mode).await;
+    let run = ferry_queue_to_queue(rabbit, &src, &dst, n, mode, store).await;
     rabbit.delete_queue(&src).await;
     rabbit.delete_queue(&dst).await;
     run
@@ -677,10 +685,11 @@ async fn amqp_rows() {
 
 /// Runs ferry on an AMQP 0-9-1 queue -> queue route in `mode` until `dst`
 /// holds `n` messages (`src` already holds them).
-async fn ferry_queue_to_queue(rabbit: &Rabbit, src: &str, dst: &str, n: usize, mode: &str) -> Run {
+async fn ferry_queue_to_queue(rabbit: &Rabbit, src: &str, dst: &str, n: usize, mode: &str, store: &str) -> Run {
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
         r#"
+{store}
 [receivers.in]
 type = "amqp091"
 url = "{url}"
@@ -711,11 +720,17 @@ address = "{dst}"
 }
 
 /// The store's durable write rate: `n` one-record persists, one at a time
-/// and `concurrency` at once (what group commit is for).
-async fn store_rate(n: usize, concurrency: usize) -> f64 {
-    use ferry_core::outbox::{NewRecord, OutboxStore};
+/// and `concurrency` at once (what group commit is for), on the embedded
+/// store or (`postgres`) on a schema of its own in the test database.
+async fn store_rate(n: usize, concurrency: usize, postgres: bool) -> f64 {
+    use ferry_core::outbox::NewRecord;
     let dir = std::env::temp_dir().join(unique("ferry-bench-store"));
-    let store = ferry_store::RedbStore::open(&dir, ferry_store::StoreOptions::default()).expect("open the store");
+    let db = if postgres { Some(ferry_tests::pg::TestDb::new().await) } else { None };
+    let engine = match &db {
+        Some(db) => ferry_store::Engine::Postgres { url: db.url.clone(), pool_size: 8 },
+        None => ferry_store::Engine::Embedded { dir: dir.clone() },
+    };
+    let store = ferry_store::open(&engine, ferry_store::StoreOptions::default()).await.expect("open the store");
     let payload = vec![b'x'; 1024];
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
@@ -739,30 +754,56 @@ async fn store_rate(n: usize, concurrency: usize) -> f64 {
     let rate = n as f64 / started.elapsed().as_secs_f64();
     drop(store);
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(db) = db {
+        db.drop().await;
+    }
     rate
+}
+
+/// A `shared_outbox` run on a fresh PostgreSQL schema.
+async fn ferry_amqp_postgres_run(rabbit: &Rabbit, n: usize) -> Run {
+    let db = ferry_tests::pg::TestDb::new().await;
+    let store = format!("[store]\ntype = \"postgres\"\nurl = \"{}\"\n", db.url);
+    let run = ferry_amqp_run_on(rabbit, n, "shared_outbox", &store).await;
+    db.drop().await;
+    run
 }
 
 async fn outbox_rows() {
     let n = amqp_messages();
-    let single = store_rate(n.min(2_000), 1).await;
-    let grouped = store_rate(n, AMQP_PREFETCH).await;
-    eprintln!("outbox: store {single:.0} records/s one at a time, {grouped:.0} with {AMQP_PREFETCH} writers");
+    let mut persist = Vec::new();
+    for (engine, postgres) in [("redb", false), ("PostgreSQL", true)] {
+        let single = store_rate(n.min(2_000), 1, postgres).await;
+        let grouped = store_rate(n, AMQP_PREFETCH, postgres).await;
+        eprintln!("outbox: {engine} {single:.0} records/s one at a time, {grouped:.0} with {AMQP_PREFETCH} writers");
+        persist.push((engine, single, grouped));
+    }
 
     let rabbit = Rabbit::connect().await;
     let direct = measure::median_of("direct_hold", || ferry_amqp_run(&rabbit, n, "direct_hold")).await;
     let outbox = measure::median_of("shared_outbox", || ferry_amqp_run(&rabbit, n, "shared_outbox")).await;
+    let postgres = measure::median_of("shared_outbox on PostgreSQL", || ferry_amqp_postgres_run(&rabbit, n)).await;
 
-    println!("\nshared_outbox on redb, 1 KiB records");
-    println!("  {:<40} {:>9.0} records/s", "durable persist, one writer", single);
-    println!("  {:<40} {:>9.0} records/s", format!("durable persist, {AMQP_PREFETCH} writers (group commit)"), grouped);
+    println!("\nshared_outbox stores, 1 KiB records");
+    for (engine, single, grouped) in persist {
+        println!("  {:<50} {:>9.0} records/s", format!("{engine}: durable persist, one writer"), single);
+        println!(
+            "  {:<50} {:>9.0} records/s",
+            format!("{engine}: durable persist, {AMQP_PREFETCH} writers (group commit)"),
+            grouped
+        );
+    }
     println!(
         "  AMQP 0-9-1 queue -> queue, 1 KiB persistent, prefetch {AMQP_PREFETCH}, {n} messages (median of {})",
         measure::repeats()
     );
     measure::header("RabbitMQ µs");
     measure::row("direct_hold", &direct);
-    measure::row("shared_outbox", &outbox);
-    measure::ratio("ratio shared_outbox / direct_hold", outbox.rate / direct.rate);
+    measure::row("shared_outbox (redb)", &outbox);
+    measure::row("shared_outbox (PostgreSQL)", &postgres);
+    measure::ratio("ratio shared_outbox redb / direct_hold", outbox.rate / direct.rate);
+    measure::ratio("ratio shared_outbox PostgreSQL / direct_hold", postgres.rate / direct.rate);
+    measure::ratio("ratio shared_outbox PostgreSQL / redb", postgres.rate / outbox.rate);
 }
 
 /// `ferry-bench --engine NAME --records N --bulk M`: one engine of the store

@@ -352,9 +352,7 @@ fn the_store_is_embedded_by_default_and_postgres_needs_a_url() {
     assert_eq!((c.store.kind, c.store.url.as_deref(), c.store.lease_ttl_secs), (StoreKind::Embedded, None, 15));
     assert_eq!(c.routes[0].outbox_partitions, 1);
 
-    let pg = format!(
-        "[store]\ntype = \"postgres\"\nurl = \"${{PG_URL}}\"\nlease_ttl_secs = 5\npool_size = 4\n{VALID}"
-    );
+    let pg = format!("[store]\ntype = \"postgres\"\nurl = \"${{PG_URL}}\"\nlease_ttl_secs = 5\npool_size = 4\n{VALID}");
     let env = |n: &str| (n == "PG_URL").then(|| "postgres://ferry:secret@db:5432/ferry".to_owned());
     let c = parse_with_env(&pg, &env).expect("valid");
     assert_eq!(c.store.kind, StoreKind::Postgres);

@@ -8,6 +8,7 @@
 //! | `dedup_expiry` | `(kept until, partition, envelope id, binding, address)` | `()` |
 //! | `leases` | partition | MessagePack [`LeaseToken`](ferry_core::outbox::LeaseToken) |
 //! | `dead_letters` | id | MessagePack [`DeadLetter`](ferry_core::dlq::DeadLetter) |
+//! | `depths` | partition | pending records (absent: none) |
 //!
 //! Records and dead letters share one sequence (`next_seq`), so every id
 //! the store hands out is unique and grows with time.
@@ -31,11 +32,15 @@ pub const DEDUP_V1: &str = "dedup";
 pub const PENDING: i64 = i64::MAX;
 pub const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
 pub const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead_letters");
+/// Pending records per partition, changed in the commit that adds or
+/// removes them, so opening the store need not count them.
+pub const DEPTHS: TableDefinition<&str, u64> = TableDefinition::new("depths");
 
-/// `meta["format"]`: the layout above. A file of format 1 (duplicate keys
-/// without the address, forgotten at completion) is upgraded at open; any
-/// other number is refused rather than misread.
-pub const FORMAT: u64 = 2;
+/// `meta["format"]`: the layout above. Files of format 1 (duplicate keys
+/// without the address, forgotten at completion) and 2 (no `depths`) are
+/// upgraded at open, once; any other number is refused rather than
+/// misread.
+pub const FORMAT: u64 = 3;
 pub const FORMAT_KEY: &str = "format";
 pub const NEXT_SEQ_KEY: &str = "next_seq";
 

@@ -59,12 +59,15 @@ pub mod postgres;
 mod writer;
 
 pub use health::{Op, Stuck};
+/// Outbox records of a partition the embedded store holds in memory at most.
+pub const OUTBOX_WINDOW: usize = index::WINDOW;
 pub use writer::Fault;
 
 use health::Tracker;
 use index::Index;
 use layout::{
-    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, FORMAT, FORMAT_KEY, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode, io,
+    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, DEPTHS, FORMAT, FORMAT_KEY, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode,
+    io,
 };
 use writer::{Action, Answer, Request, Writer};
 
@@ -279,6 +282,11 @@ impl RedbStore {
         self.shared.tracker.oldest()
     }
 
+    /// Outbox records held in memory (at most the window per partition).
+    pub fn records_in_memory(&self) -> usize {
+        self.index().held()
+    }
+
     /// Whether the writer thread died (a panic): the store cannot change
     /// anything any more and only a restart helps.
     pub fn writer_stopped(&self) -> bool {
@@ -402,6 +410,11 @@ fn init(db: &Database) -> Result<u64, InitError> {
         match format {
             Some(1) => {
                 upgrade_from_v1(&txn)?;
+                count_depths(&txn)?;
+                meta.insert(FORMAT_KEY, FORMAT).map_err(init_failed)?;
+            }
+            Some(2) => {
+                count_depths(&txn)?;
                 meta.insert(FORMAT_KEY, FORMAT).map_err(init_failed)?;
             }
             Some(f) if f != FORMAT => return Err(InitError::Format(f)),
@@ -416,9 +429,26 @@ fn init(db: &Database) -> Result<u64, InitError> {
         txn.open_table(DEDUP_EXPIRY).map_err(init_failed)?;
         txn.open_table(LEASES).map_err(init_failed)?;
         txn.open_table(DEAD_LETTERS).map_err(init_failed)?;
+        txn.open_table(DEPTHS).map_err(init_failed)?;
     }
     txn.commit().map_err(init_failed)?;
     Ok(next_seq)
+}
+
+/// Format 2 kept no depth counters: they are counted once, here; every
+/// later open reads them instead of the records.
+fn count_depths(txn: &redb::WriteTransaction) -> Result<(), InitError> {
+    let records = txn.open_table(RECORDS).map_err(init_failed)?;
+    let mut depths: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for item in records.iter().map_err(init_failed)? {
+        let (key, _) = item.map_err(init_failed)?;
+        *depths.entry(key.value().0.to_owned()).or_default() += 1;
+    }
+    let mut table = txn.open_table(DEPTHS).map_err(init_failed)?;
+    for (partition, depth) in depths {
+        table.insert(partition.as_str(), depth).map_err(init_failed)?;
+    }
+    Ok(())
 }
 
 /// Format 1 kept duplicate keys without the address: they are rebuilt from
@@ -484,6 +514,15 @@ impl OutboxStore for RedbStore {
         now_ms: i64,
     ) -> Result<Vec<OutboxRecord>, StoreError> {
         let version = token.version;
+        // A partition's oldest records wait in memory; a backlog beyond
+        // them is read from the file, in order, as they drain.
+        let refill = self.index().wants_refill(partition);
+        if let Some((after, room)) = refill {
+            let owned = partition.to_owned();
+            let (loaded, to_end) =
+                self.read(Op::Claim, move |s| writer::read_window(&s.db, &owned, after, room)).await?;
+            self.index().fill(partition, after, loaded, to_end);
+        }
         let seqs =
             self.index().claim(partition, version, limit, now_ms).map_err(|stale| StoreError::StaleFencingToken {
                 partition: partition.to_owned(),

@@ -14,6 +14,7 @@
 //! it synchronously: callers await a oneshot answer. If a commit hangs, the
 //! outbox stops, but nothing else does, and the watchdog sees it.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,9 +23,9 @@ use redb::{Database, ReadableDatabase, ReadableTable, Table, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::health::{Op, Tracker};
-use crate::index::{Effect, Index};
+use crate::index::{Effect, Index, Loaded};
 use crate::layout::{
-    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, LEASES, META, NEXT_SEQ_KEY, PENDING, RECORDS, decode, encode, io,
+    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, DEPTHS, LEASES, META, NEXT_SEQ_KEY, PENDING, RECORDS, decode, encode, io,
 };
 
 /// Requests applied in one commit at most.
@@ -129,6 +130,10 @@ struct Tables<'t> {
     dedup_expiry: Table<'t, (i64, &'static str, &'static str, &'static str, &'static str), ()>,
     leases: Table<'t, &'static str, &'static [u8]>,
     dead_letters: Table<'t, u64, &'static [u8]>,
+    depths: Table<'t, &'static str, u64>,
+    /// Records added (or removed) per partition by this transaction, added
+    /// to `depths` before it commits.
+    depth_delta: HashMap<String, i64>,
 }
 
 impl<'t> Tables<'t> {
@@ -140,7 +145,23 @@ impl<'t> Tables<'t> {
             dedup_expiry: txn.open_table(DEDUP_EXPIRY).map_err(io)?,
             leases: txn.open_table(LEASES).map_err(io)?,
             dead_letters: txn.open_table(DEAD_LETTERS).map_err(io)?,
+            depths: txn.open_table(DEPTHS).map_err(io)?,
+            depth_delta: HashMap::new(),
         })
+    }
+
+    /// Writes the depth changes of this transaction to `depths`.
+    fn write_depths(&mut self) -> Result<(), StoreError> {
+        for (partition, delta) in std::mem::take(&mut self.depth_delta) {
+            let old = self.depths.get(partition.as_str()).map_err(io)?.map_or(0, |v| v.value());
+            let new = old.saturating_add_signed(delta);
+            if new == 0 {
+                self.depths.remove(partition.as_str()).map_err(io)?;
+            } else {
+                self.depths.insert(partition.as_str(), new).map_err(io)?;
+            }
+        }
+        Ok(())
     }
 
     fn lease_version(&self, partition: &str) -> Result<u64, StoreError> {
@@ -233,6 +254,7 @@ impl Writer {
             if self.next_seq != seq_before {
                 tables.meta.insert(NEXT_SEQ_KEY, self.next_seq).map_err(io)?;
             }
+            tables.write_depths()?;
             if self.swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
                 self.swept = Some(Instant::now());
                 sweep_expired_keys(&mut tables, ferry_envelope::Timestamp::now().as_millis())?;
@@ -275,6 +297,7 @@ impl Writer {
                     let record = OutboxRecord::stored(r, seq, *created_ms);
                     t.records.insert((r.partition.as_str(), seq), encode(&record)?.as_slice()).map_err(io)?;
                     t.dedup.insert(key, PENDING).map_err(io)?;
+                    *t.depth_delta.entry(r.partition.clone()).or_default() += 1;
                     effects.push(Effect::Insert { partition: r.partition.clone(), seq, created_ms: *created_ms });
                     done.stored += 1;
                 }
@@ -293,6 +316,7 @@ impl Writer {
                 }
                 let existed = t.records.remove((partition.as_str(), *seq)).map_err(io)?.is_some();
                 if existed {
+                    *t.depth_delta.entry(partition.clone()).or_default() -= 1;
                     let key = (partition.as_str(), envelope_id.as_str(), binding.as_str(), address.as_str());
                     if keep_key.is_zero() {
                         t.dedup.remove(key).map_err(io)?;
@@ -374,22 +398,47 @@ pub fn hang() -> ! {
     }
 }
 
-/// Reads what the index needs from the file: every pending record and
-/// lease. Runs once, at open.
+/// Reads what the index needs from the file at open: each partition's
+/// depth counter, lease version and oldest record's creation time — one
+/// read per partition, however many records wait.
 pub fn load_index(db: &Database) -> Result<Index, StoreError> {
     let txn = db.begin_read().map_err(io)?;
     let mut index = Index::default();
-    let records = txn.open_table(RECORDS).map_err(io)?;
-    for item in records.iter().map_err(io)? {
+    let mut leases: HashMap<String, u64> = HashMap::new();
+    for item in txn.open_table(LEASES).map_err(io)?.iter().map_err(io)? {
         let (key, value) = item.map_err(io)?;
-        let (partition, seq) = key.value();
-        let record: OutboxRecord = decode(value.value())?;
-        index.load_record(partition, seq, record.created_ms, record.next_attempt_ms);
+        leases.insert(key.value().to_owned(), decode::<LeaseToken>(value.value())?.version);
     }
-    let leases = txn.open_table(LEASES).map_err(io)?;
-    for item in leases.iter().map_err(io)? {
+    let records = txn.open_table(RECORDS).map_err(io)?;
+    for item in txn.open_table(DEPTHS).map_err(io)?.iter().map_err(io)? {
         let (key, value) = item.map_err(io)?;
-        index.load_lease(key.value(), decode::<LeaseToken>(value.value())?.version);
+        let partition = key.value();
+        let oldest = match records.range((partition, 0)..=(partition, u64::MAX)).map_err(io)?.next() {
+            Some(first) => Some(decode::<OutboxRecord>(first.map_err(io)?.1.value())?.created_ms),
+            None => None,
+        };
+        index.load_partition(partition, value.value(), leases.remove(partition).unwrap_or(0), oldest);
+    }
+    for (partition, version) in leases {
+        index.load_partition(&partition, 0, version, None);
     }
     Ok(index)
+}
+
+/// Up to `max` records of `partition` after seq `after`, oldest first, as
+/// the window needs them; and whether the read reached the last one.
+pub fn read_window(db: &Database, partition: &str, after: u64, max: usize) -> Result<(Vec<Loaded>, bool), StoreError> {
+    let txn = db.begin_read().map_err(io)?;
+    let records = txn.open_table(RECORDS).map_err(io)?;
+    let mut out = Vec::with_capacity(max.min(1024));
+    let mut range = records.range((partition, after.saturating_add(1))..=(partition, u64::MAX)).map_err(io)?;
+    for item in range.by_ref() {
+        let (key, value) = item.map_err(io)?;
+        let record: OutboxRecord = decode(value.value())?;
+        out.push((key.value().1, record.created_ms, record.next_attempt_ms));
+        if out.len() >= max {
+            return Ok((out, range.next().is_none()));
+        }
+    }
+    Ok((out, true))
 }

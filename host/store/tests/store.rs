@@ -312,3 +312,87 @@ async fn a_format_1_file_is_upgraded_with_its_pending_keys() {
     other.address = "orders.other".into();
     assert_eq!(store.persist(vec![other]).await.expect("persist").stored, 1, "another address is another record");
 }
+
+/// A file of format 2 (no depth counters) has them counted once at open.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_format_2_file_gets_its_depth_counters() {
+    use ferry_core::outbox::OutboxRecord;
+    use ferry_store::layout::{self, META, RECORDS};
+    let dir = tempfile::tempdir().expect("tempdir");
+    {
+        let db = redb::Database::create(dir.path().join(layout::FILE_NAME)).expect("create");
+        let txn = db.begin_write().expect("write");
+        {
+            let mut meta = txn.open_table(META).expect("meta");
+            meta.insert(layout::FORMAT_KEY, 2).expect("format");
+            meta.insert(layout::NEXT_SEQ_KEY, 10).expect("seq");
+            let mut records = txn.open_table(RECORDS).expect("records");
+            for (partition, seq) in [("r/a", 1), ("r/a", 2), ("r/b", 3)] {
+                let stored = OutboxRecord::stored(&record(partition, &format!("m{seq}"), "a"), seq, 1_000 + seq as i64);
+                records.insert((partition, seq), layout::encode(&stored).expect("encode").as_slice()).expect("record");
+            }
+        }
+        txn.commit().expect("commit");
+    }
+    let store = reopen(dir.path()).await;
+    assert_eq!((store.depth("r/a"), store.depth("r/b")), (2, 1));
+    assert_eq!(store.oldest("r/a"), Some(1_001));
+    let token = store.acquire_lease("r/a", "me", LEASE_TTL).await.expect("lease").expect("granted");
+    let batch = store.claim("r/a", &token, 10, i64::MAX).await.expect("claim");
+    assert_eq!(batch.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 2]);
+}
+
+/// A backlog far larger than the window: opening reads one counter per
+/// partition, memory holds at most the window, and the drain takes every
+/// record once, oldest first.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_backlog_beyond_the_window_opens_without_reading_it_and_drains_in_order() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let total = ferry_store::OUTBOX_WINDOW * 2 + 500;
+    {
+        let store = open(dir.path());
+        for chunk in 0..total.div_ceil(1_000) {
+            let records: Vec<_> = (chunk * 1_000..((chunk + 1) * 1_000).min(total))
+                .map(|i| record("big", &format!("m{i}"), "a"))
+                .collect();
+            store.persist(records).await.expect("persist");
+        }
+        store.persist(vec![record("small", "s", "a")]).await.expect("persist");
+    }
+    let store = reopen(dir.path()).await;
+    assert_eq!((store.depth("big"), store.depth("small")), (total as u64, 1));
+    assert_eq!(store.records_in_memory(), 0, "opening read no record");
+    assert!(store.oldest("big").is_some());
+
+    let token = store.acquire_lease("big", "me", LEASE_TTL).await.expect("lease").expect("granted");
+    let mut last_seq = 0;
+    let mut ids = Vec::new();
+    let mut most_in_memory = 0;
+    loop {
+        let batch = store.claim("big", &token, 256, i64::MAX).await.expect("claim");
+        if batch.is_empty() {
+            break;
+        }
+        most_in_memory = most_in_memory.max(store.records_in_memory());
+        for r in &batch {
+            assert!(r.seq > last_seq, "oldest first, each once");
+            last_seq = r.seq;
+            ids.push(r.envelope.id.clone());
+        }
+        // A record arriving meanwhile joins behind the backlog.
+        if ids.len() == 1_024 {
+            store.persist(vec![record("big", "late", "a")]).await.expect("persist");
+        }
+        for r in batch {
+            store.complete(&r, &token, Duration::ZERO).await.expect("complete");
+        }
+    }
+    let mut want: Vec<String> = (0..total).map(|i| format!("m{i}")).collect();
+    want.push("late".into());
+    assert!(ids == want, "{} records drained, not the {} persisted in order", ids.len(), want.len());
+    assert!(most_in_memory <= ferry_store::OUTBOX_WINDOW, "{most_in_memory} records in memory");
+    assert_eq!(store.depth("big"), 0);
+    drop(store);
+    let store = reopen(dir.path()).await;
+    assert_eq!((store.depth("big"), store.depth("small")), (0, 1), "the counters are durable");
+}
