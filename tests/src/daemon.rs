@@ -69,8 +69,8 @@ impl Workspace {
     }
 
     /// The dead letters in this workspace's store, read with
-    /// `ferry dlq list --json`. The daemon must be stopped: it locks the
-    /// store's file while it runs.
+    /// `ferry dlq list --json`: a stopped daemon's embedded store, a running
+    /// one's through its admin server, or the PostgreSQL store.
     pub fn dead_letters(&self) -> Vec<serde_json::Value> {
         let out = self.ferry(&["dlq", "list", "-c", "ferry.toml", "--json", "--limit", "1000000"]);
         assert!(out.status.success(), "ferry dlq list: {}", String::from_utf8_lossy(&out.stderr));

@@ -15,7 +15,8 @@
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
 //!   RabbitMQ node a test can restart.
-//! - [`pg`]: a PostgreSQL schema of its own per test, for the shared store.
+//! - [`pg`]: a PostgreSQL schema of its own per test, for the shared store;
+//!   [`tcp_proxy`]: a proxy a test can cut, as when a host goes away.
 
 pub mod amqp10_peer;
 pub mod daemon;
@@ -26,6 +27,7 @@ pub mod rabbit;
 pub mod receiver;
 pub mod sqs;
 pub mod sqs_proxy;
+pub mod tcp_proxy;
 pub mod tls;
 
 use std::path::PathBuf;

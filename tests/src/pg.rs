@@ -30,6 +30,20 @@ impl TestDb {
         Self { url, schema, base }
     }
 
+    /// The database's `host:port`.
+    pub fn address(&self) -> std::net::SocketAddr {
+        use std::net::ToSocketAddrs;
+        let (start, end) = host_span(&self.url);
+        self.url[start..end].to_socket_addrs().ok().and_then(|mut a| a.next()).expect("the test database's address")
+    }
+
+    /// The store URL with `127.0.0.1:<port>` in place of the database's
+    /// address (a proxy before it).
+    pub fn url_via(&self, port: u16) -> String {
+        let (start, end) = host_span(&self.url);
+        format!("{}127.0.0.1:{port}{}", &self.url[..start], &self.url[end..])
+    }
+
     /// A plain connection to the test schema.
     pub async fn client(&self) -> tokio_postgres::Client {
         connect(&self.url).await
@@ -39,6 +53,14 @@ impl TestDb {
         let client = connect(&self.base).await;
         client.batch_execute(&format!("DROP SCHEMA {} CASCADE", self.schema)).await.expect("drop the test schema");
     }
+}
+
+/// Where `host:port` is in a `postgres://[user[:password]@]host:port/db` URL.
+fn host_span(url: &str) -> (usize, usize) {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    let start = url[after_scheme..].find('@').map_or(after_scheme, |i| after_scheme + i + 1);
+    let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+    (start, end)
 }
 
 async fn connect(url: &str) -> tokio_postgres::Client {

@@ -116,3 +116,51 @@ async fn a_running_daemon_without_an_admin_server_is_refused_untouched() {
     assert!(daemon.terminate().success());
     assert_eq!(ws.dead_letters().len(), 1, "nothing was touched");
 }
+
+/// On the PostgreSQL store the commands read and change the database while
+/// daemons run (no "in use" refusal), from any workspace naming it; a
+/// replay goes through the running daemon when its admin server answers.
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letters_on_the_postgres_store_are_reached_while_daemons_run() {
+    let db = ferry_tests::pg::TestDb::new().await;
+    let store = format!("[store]\ntype = \"postgres\"\nurl = \"{}\"\n", db.url);
+    let (src, dst) = (unique("dlpg/src"), unique("dlpg/dst"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let running = Workspace::with_plugins(&["hostile"]);
+    running.config(&config(&format!("{store}[admin]\nlisten = \"{admin}\""), &src, &dst));
+    let daemon = Daemon::start(&running, 2);
+    let _publisher = dead_letter(&src, &["p-0", "p-1", "p-2"]).await;
+    daemon.wait_for_log("message dead-lettered", 3, WAIT);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+
+    // Another workspace, no admin server: straight to the database.
+    let operator = Workspace::with_plugins(&["hostile"]);
+    operator.config(&config(&store, &src, &dst));
+    let entries = operator.dead_letters();
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let id_of = |message: &str| {
+        entries
+            .iter()
+            .find(|e| e["envelope"]["id"] == message)
+            .and_then(|e| e["id"].as_u64())
+            .unwrap_or_else(|| panic!("{message} is not in {entries:?}"))
+            .to_string()
+    };
+    let shown = stdout(&operator.ferry(&["dlq", "show", "-c", "ferry.toml", &id_of("p-1")]));
+    assert!(shown.contains("message id:    p-1") && shown.contains("reason:        plugin_rejected"), "{shown}");
+
+    let replayed = running.ferry(&["dlq", "replay", "-c", "ferry.toml", &id_of("p-0")]);
+    assert!(replayed.status.success(), "{replayed:?}");
+    let p = sub.next(WAIT).await.expect("replayed by the running daemon");
+    assert_eq!(user_property(&p, "x-bridge.causation-id"), Some("p-0"));
+
+    let purged = operator.ferry(&["dlq", "purge", "-c", "ferry.toml", &id_of("p-2")]);
+    assert!(stdout(&purged).contains("purged 1"), "{purged:?}");
+    let left = operator.dead_letters();
+    assert_eq!(left.iter().map(|e| e["envelope"]["id"].as_str()).collect::<Vec<_>>(), [Some("p-1")]);
+    let stats = operator.ferry(&["outbox", "stats", "-c", "ferry.toml"]);
+    assert!(stdout(&stats).contains("1 dead letter(s) in the store"), "{}", stdout(&stats));
+    assert!(daemon.terminate().success());
+    db.drop().await;
+}

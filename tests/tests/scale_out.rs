@@ -412,3 +412,57 @@ async fn three_daemons_on_one_postgres_store_lose_nothing_when_one_is_killed_and
     rabbit.delete_queue(&queue).await;
     db.drop().await;
 }
+
+/// The database goes away under load and comes back: the route retries its
+/// persists (the source keeps its messages meanwhile), the drainers stop
+/// and take their leases again, and every message arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_postgres_store_going_away_and_coming_back_loses_nothing() {
+    let db = ferry_tests::pg::TestDb::new().await;
+    let proxy = ferry_tests::tcp_proxy::TcpProxy::start(db.address()).await;
+    let rabbit = Rabbit::connect().await;
+    let queue = unique("pgdown-q");
+    rabbit.declare_queue(&queue).await;
+    let dst = unique("pgdown/dst");
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_INSTANCE_ID", &unique("pgdown"))]);
+    ws.config(&pg_outbox_config(&db.url_via(proxy.port), &queue, &dst));
+    let daemon = Daemon::start(&ws, 2);
+    rabbit.wait_for_consumer(&queue, Duration::from_secs(10)).await;
+
+    const TOTAL: usize = 1_000;
+    let publish = |from: usize, to: usize| {
+        let (rabbit, queue) = (&rabbit, &queue);
+        async move {
+            for n in from..to {
+                let properties = BasicProperties::default().with_message_id(format!("m-{n}").into());
+                rabbit.publish("", queue, n.to_string().as_bytes(), properties).await;
+            }
+        }
+    };
+    publish(0, 300).await;
+    let mut tally = Tally::default();
+    tally.collect(&mut sub, &dst, 300, Duration::from_secs(30)).await;
+    assert_eq!(tally.missing(300), Vec::<usize>::new());
+
+    proxy.cut();
+    publish(300, TOTAL).await;
+    tokio::time::sleep(Duration::from_secs(2 * PG_TTL_SECS)).await;
+    assert!(daemon.count_log("cannot persist to the outbox") > 0, "{}", daemon.log_text());
+    proxy.restore();
+
+    tally.collect(&mut sub, &dst, TOTAL, Duration::from_secs(60)).await;
+    let missing = tally.missing(TOTAL);
+    assert_eq!(missing.len(), 0, "lost: {:?}", &missing[..missing.len().min(20)]);
+    eprintln!("postgres outage: {TOTAL} messages, {} duplicates", tally.duplicates());
+    // The leases ran out during the outage: every drainer stopped, and
+    // started again under a new lease once the database was back.
+    assert!(daemon.count_log("outbox drainer started") >= 2 * PG_PARTITIONS, "{}", daemon.log_text());
+    assert_eq!(daemon.count_log("message dead-lettered"), 0, "an outage is not the messages' fault");
+    assert!(tally.duplicates() <= PG_PARTITIONS * PG_IN_FLIGHT, "{} duplicates", tally.duplicates());
+    assert_eq!(daemon.terminate().code(), Some(0));
+    assert_eq!(rabbit.depth(&queue).await, 0);
+    rabbit.delete_queue(&queue).await;
+    db.drop().await;
+}

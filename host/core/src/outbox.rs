@@ -100,6 +100,11 @@ pub enum StoreError {
     StaleFencingToken { partition: String, presented: u64, current: u64 },
     #[error("store: {0}")]
     Io(String),
+    /// The store could not be reached (a database that is down or cut
+    /// off): not the fault of what was being written, so a route holds
+    /// the message and tries again rather than counting it a failure.
+    #[error("store unreachable: {0}")]
+    Unavailable(String),
 }
 
 /// What [`OutboxStore::persist`] did.

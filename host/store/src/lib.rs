@@ -376,7 +376,7 @@ impl RedbStore {
     /// record pending: it becomes claimable again, so it is sent again
     /// (a duplicate, never a loss) rather than stuck until a restart.
     fn unclaim_on_failure<T>(&self, record: &OutboxRecord, result: &Result<T, StoreError>) {
-        if matches!(result, Err(StoreError::Io(_))) {
+        if matches!(result, Err(StoreError::Io(_) | StoreError::Unavailable(_))) {
             self.index().unclaim(&record.partition, &[record.seq]);
         }
     }

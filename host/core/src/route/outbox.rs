@@ -94,6 +94,17 @@ pub fn partition_of(route: &str, binding: &str) -> String {
     partition_name(route, binding, 0)
 }
 
+/// A lease call given a third of the lease's time to live: a store that
+/// does not answer (a database host gone silent) must not keep the keeper
+/// from stopping drainers whose leases may expire meanwhile.
+async fn bounded<T>(outbox: &Outbox, call: impl Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+    let limit = (outbox.leasing.ttl / 3).max(Duration::from_millis(50));
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Unavailable(format!("no answer from the store within {limit:?}"))),
+    }
+}
+
 /// A partition whose lease this route holds.
 struct Held {
     binding: usize,
@@ -153,7 +164,17 @@ impl Route {
                     let delay = self.policy.backoff.delay(attempt);
                     warn!(route, message_id = %envelope.id, error = %reason, attempt, "cannot persist to the outbox, will retry");
                     Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "outbox")]);
-                    if let Some(settle) = self.retry_later(&envelope, delay, &reason, at).await {
+                    if matches!(e, StoreError::Unavailable(_)) {
+                        // The store is out of reach, not refusing this
+                        // message: it waits here (keeping its place in
+                        // max_in_flight, so the route takes no more) instead
+                        // of going back to its source, where every return
+                        // would count against max_replay_attempts and an
+                        // outage of a few seconds would dead-letter it.
+                        if !sleep_or_shutdown(delay, at.shutdown).await {
+                            return Settle::Release { after: delay, reason };
+                        }
+                    } else if let Some(settle) = self.retry_later(&envelope, delay, &reason, at).await {
                         return settle;
                     }
                     attempt = attempt.saturating_add(1);
@@ -285,7 +306,7 @@ impl Route {
         };
         let Some(h) = held.remove(&partition) else { return };
         if h.leaving {
-            if let Err(e) = outbox.store.release_lease(&partition, &h.token).await {
+            if let Err(e) = bounded(outbox, outbox.store.release_lease(&partition, &h.token)).await {
                 warn!(%partition, error = %e, "cannot give the outbox lease up; another instance takes it when it expires");
             }
             debug!(%partition, "outbox lease given up");
@@ -304,7 +325,7 @@ impl Route {
             if h.stop.is_cancelled() && !h.leaving {
                 continue;
             }
-            match outbox.store.renew_lease(partition, &h.token, ttl).await {
+            match bounded(outbox, outbox.store.renew_lease(partition, &h.token, ttl)).await {
                 Ok(true) => h.renewed = Instant::now(),
                 Ok(false) => {
                     warn!(%partition, "outbox lease taken by another instance; this drainer stops");
@@ -333,7 +354,7 @@ impl Route {
         let partitions = self.partitions(outbox);
         let names: Vec<String> = partitions.iter().map(|(_, p)| p.clone()).collect();
         let Leasing { owner, ttl } = outbox.leasing.as_ref();
-        let view = match outbox.store.lease_view(owner, *ttl, &names).await {
+        let view = match bounded(outbox, outbox.store.lease_view(owner, *ttl, &names)).await {
             Ok(view) => view,
             Err(e) => {
                 warn!(route = %self.id, error = %e, "cannot read the outbox leases, will retry");
@@ -373,7 +394,7 @@ impl Route {
             if !free {
                 continue;
             }
-            match outbox.store.acquire_lease(partition, owner, *ttl).await {
+            match bounded(outbox, outbox.store.acquire_lease(partition, owner, *ttl)).await {
                 Ok(Some(token)) => {
                     info!(route = %self.id, %partition, lease = token.version, "outbox drainer started");
                     let stop = CancellationToken::new();

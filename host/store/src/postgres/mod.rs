@@ -118,8 +118,20 @@ fn describe(config: &tokio_postgres::Config) -> String {
     format!("{host}:{port}/{}", config.get_dbname().unwrap_or(config.get_user().unwrap_or("")))
 }
 
-fn db(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Io(format!("postgres: {e}"))
+/// A database error: refused by the server (`Io`, counted against the
+/// message like a failing disk), or the server out of reach (`Unavailable`:
+/// the route waits for it).
+fn db(e: tokio_postgres::Error) -> StoreError {
+    if e.as_db_error().is_some() {
+        StoreError::Io(format!("postgres: {e}"))
+    } else {
+        StoreError::Unavailable(format!("postgres: {e}"))
+    }
+}
+
+/// No connection from the pool: the database is out of reach.
+fn no_connection(e: deadpool_postgres::PoolError) -> StoreError {
+    StoreError::Unavailable(format!("postgres: {e}"))
 }
 
 impl PgStore {
@@ -181,7 +193,7 @@ impl PgStore {
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
-        self.inner.pool.get().await.map_err(db)
+        self.inner.pool.get().await.map_err(no_connection)
     }
 
     /// Dead letters, oldest first, optionally of one route.
@@ -300,7 +312,7 @@ fn stale(partition: &str, token: &LeaseToken, current: u64) -> StoreError {
 
 impl Inner {
     async fn refresh_depths(&self) -> Result<(), StoreError> {
-        let client = self.pool.get().await.map_err(db)?;
+        let client = self.pool.get().await.map_err(no_connection)?;
         let rows = client
             .query(
                 "SELECT partition, count(*), min(created_ms) FROM ferry_outbox WHERE kept_until IS NULL GROUP BY partition",
@@ -342,7 +354,7 @@ impl Inner {
                 created.push(*created_ms);
             }
         }
-        let client = self.pool.get().await.map_err(db)?;
+        let client = self.pool.get().await.map_err(no_connection)?;
         let statement = client
             .prepare_cached(
                 "WITH stored AS (
@@ -446,7 +458,7 @@ async fn keep_view(inner: Arc<Inner>) {
         }
         last_sweep = tokio::time::Instant::now();
         let swept = async {
-            let client = inner.pool.get().await.map_err(db)?;
+            let client = inner.pool.get().await.map_err(no_connection)?;
             let keys = client
                 .execute(
                     "DELETE FROM ferry_outbox WHERE seq IN
