@@ -32,24 +32,41 @@ async fn dead_letter(src: &str, ids: &[&str]) -> TestMqtt {
     publisher
 }
 
+/// Starts a daemon in `ws` (configured already), has it dead-letter
+/// `ids`, and subscribes to what it sends to `dst`: the daemon, the
+/// publisher (kept alive until its messages are out) and the subscriber.
+async fn start_with_dead_letters(ws: &Workspace, src: &str, dst: &str, ids: &[&str]) -> (Daemon, TestMqtt, TestMqtt) {
+    let daemon = Daemon::start(ws, 2);
+    let publisher = dead_letter(src, ids).await;
+    daemon.wait_for_log("message dead-lettered", ids.len(), WAIT);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    (daemon, publisher, sub)
+}
+
+/// The store id of the dead letter of `message` among `entries`.
+fn id_of(entries: &[serde_json::Value], message: &str) -> String {
+    entries
+        .iter()
+        .find(|e| e["envelope"]["id"] == message)
+        .and_then(|e| e["id"].as_u64())
+        .unwrap_or_else(|| panic!("{message} is not in {entries:?}"))
+        .to_string()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn dead_letters_are_listed_shown_replayed_and_purged() {
     let (src, dst) = (unique("dl/src"), unique("dl/dst"));
     let ws = Workspace::with_plugins(&["hostile"]);
     let admin = format!("127.0.0.1:{}", free_port());
     ws.config(&config(&format!("[admin]\nlisten = \"{admin}\""), &src, &dst));
-    let daemon = Daemon::start(&ws, 2);
-    let _publisher = dead_letter(&src, &["r-0", "r-1", "r-2"]).await;
-    daemon.wait_for_log("message dead-lettered", 3, WAIT);
-    let mut sub = TestMqtt::connect(&broker_url()).await;
-    sub.subscribe(&format!("{dst}/#")).await;
+    let (daemon, _publisher, mut sub) = start_with_dead_letters(&ws, &src, &dst, &["r-0", "r-1", "r-2"]).await;
 
     // While the daemon runs the commands go through its admin server, and a
     // replay uses the daemon's own sender.
     let running = ws.dead_letters();
     assert_eq!(running.len(), 3, "{running:?}");
-    let r0 = running.iter().find(|e| e["envelope"]["id"] == "r-0").and_then(|e| e["id"].as_u64()).expect("r-0");
-    let replayed = ws.ferry(&["dlq", "replay", "-c", "ferry.toml", &r0.to_string()]);
+    let replayed = ws.ferry(&["dlq", "replay", "-c", "ferry.toml", &id_of(&running, "r-0")]);
     assert!(replayed.status.success(), "{replayed:?}");
     let p = sub.next(WAIT).await.expect("replayed by the running daemon");
     assert_eq!(user_property(&p, "x-bridge.causation-id"), Some("r-0"));
@@ -61,14 +78,7 @@ async fn dead_letters_are_listed_shown_replayed_and_purged() {
     assert_eq!(text.matches("plugin_rejected").count(), 2, "{text}");
     assert!(text.contains("2 dead letter(s)"), "{text}");
     let entries = ws.dead_letters();
-    let id_of = |message: &str| {
-        entries
-            .iter()
-            .find(|e| e["envelope"]["id"] == message)
-            .and_then(|e| e["id"].as_u64())
-            .unwrap_or_else(|| panic!("{message} is not in {entries:?}"))
-    };
-    let (first, second) = (id_of("r-1").to_string(), id_of("r-2").to_string());
+    let (first, second) = (id_of(&entries, "r-1"), id_of(&entries, "r-2"));
 
     let shown = stdout(&ws.ferry(&["dlq", "show", "-c", "ferry.toml", &first]));
     assert!(shown.contains("reason:        plugin_rejected"), "{shown}");
@@ -128,34 +138,22 @@ async fn dead_letters_on_the_postgres_store_are_reached_while_daemons_run() {
     let admin = format!("127.0.0.1:{}", free_port());
     let running = Workspace::with_plugins(&["hostile"]);
     running.config(&config(&format!("{store}[admin]\nlisten = \"{admin}\""), &src, &dst));
-    let daemon = Daemon::start(&running, 2);
-    let _publisher = dead_letter(&src, &["p-0", "p-1", "p-2"]).await;
-    daemon.wait_for_log("message dead-lettered", 3, WAIT);
-    let mut sub = TestMqtt::connect(&broker_url()).await;
-    sub.subscribe(&format!("{dst}/#")).await;
+    let (daemon, _publisher, mut sub) = start_with_dead_letters(&running, &src, &dst, &["p-0", "p-1", "p-2"]).await;
 
     // Another workspace, no admin server: straight to the database.
     let operator = Workspace::with_plugins(&["hostile"]);
     operator.config(&config(&store, &src, &dst));
     let entries = operator.dead_letters();
     assert_eq!(entries.len(), 3, "{entries:?}");
-    let id_of = |message: &str| {
-        entries
-            .iter()
-            .find(|e| e["envelope"]["id"] == message)
-            .and_then(|e| e["id"].as_u64())
-            .unwrap_or_else(|| panic!("{message} is not in {entries:?}"))
-            .to_string()
-    };
-    let shown = stdout(&operator.ferry(&["dlq", "show", "-c", "ferry.toml", &id_of("p-1")]));
+    let shown = stdout(&operator.ferry(&["dlq", "show", "-c", "ferry.toml", &id_of(&entries, "p-1")]));
     assert!(shown.contains("message id:    p-1") && shown.contains("reason:        plugin_rejected"), "{shown}");
 
-    let replayed = running.ferry(&["dlq", "replay", "-c", "ferry.toml", &id_of("p-0")]);
+    let replayed = running.ferry(&["dlq", "replay", "-c", "ferry.toml", &id_of(&entries, "p-0")]);
     assert!(replayed.status.success(), "{replayed:?}");
     let p = sub.next(WAIT).await.expect("replayed by the running daemon");
     assert_eq!(user_property(&p, "x-bridge.causation-id"), Some("p-0"));
 
-    let purged = operator.ferry(&["dlq", "purge", "-c", "ferry.toml", &id_of("p-2")]);
+    let purged = operator.ferry(&["dlq", "purge", "-c", "ferry.toml", &id_of(&entries, "p-2")]);
     assert!(stdout(&purged).contains("purged 1"), "{purged:?}");
     let left = operator.dead_letters();
     assert_eq!(left.iter().map(|e| e["envelope"]["id"].as_str()).collect::<Vec<_>>(), [Some("p-1")]);

@@ -291,6 +291,15 @@ const PG_TTL_SECS: u64 = 3;
 const PG_PARTITIONS: usize = 6;
 const PG_IN_FLIGHT: usize = 20;
 
+/// Publishes `from..to` to `queue` as payloads `"<n>"` with message ids
+/// `m-<n>` (a redelivery keeps its id, so the outbox can tell it).
+async fn publish_numbered(rabbit: &Rabbit, queue: &str, from: usize, to: usize) {
+    for n in from..to {
+        let properties = BasicProperties::default().with_message_id(format!("m-{n}").into());
+        rabbit.publish("", queue, n.to_string().as_bytes(), properties).await;
+    }
+}
+
 /// Live leases per instance id (the owner name is `<instance>/<random>`).
 async fn lease_holders(db: &tokio_postgres::Client) -> BTreeMap<String, usize> {
     let rows = db
@@ -348,16 +357,7 @@ async fn three_daemons_on_one_postgres_store_lose_nothing_when_one_is_killed_and
     assert!(spread.len() == 3 && spread.values().all(|n| *n == 2), "leases after {took:?}: {spread:?}");
 
     const TOTAL: usize = 10_000;
-    let publish = |from: usize, to: usize| {
-        let rabbit = &rabbit;
-        let queue = &queue;
-        async move {
-            for n in from..to {
-                let properties = BasicProperties::default().with_message_id(format!("m-{n}").into());
-                rabbit.publish("", queue, n.to_string().as_bytes(), properties).await;
-            }
-        }
-    };
+    let publish = |from: usize, to: usize| publish_numbered(&rabbit, &queue, from, to);
     publish(0, 3_000).await;
     // A dies mid-stream: what it had persisted stays in the store, its
     // unacknowledged deliveries go back to the queue, and its partitions
@@ -432,15 +432,7 @@ async fn the_postgres_store_going_away_and_coming_back_loses_nothing() {
     rabbit.wait_for_consumer(&queue, Duration::from_secs(10)).await;
 
     const TOTAL: usize = 1_000;
-    let publish = |from: usize, to: usize| {
-        let (rabbit, queue) = (&rabbit, &queue);
-        async move {
-            for n in from..to {
-                let properties = BasicProperties::default().with_message_id(format!("m-{n}").into());
-                rabbit.publish("", queue, n.to_string().as_bytes(), properties).await;
-            }
-        }
-    };
+    let publish = |from: usize, to: usize| publish_numbered(&rabbit, &queue, from, to);
     publish(0, 300).await;
     let mut tally = Tally::default();
     tally.collect(&mut sub, &dst, 300, Duration::from_secs(30)).await;
