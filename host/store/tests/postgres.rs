@@ -230,3 +230,46 @@ async fn persist_under_256_concurrent_writers() {
     assert_eq!(stats[0].depth, 256 * 20);
     db.drop().await;
 }
+
+/// Completions arriving together are grouped into one statement; each is
+/// still checked against its own lease version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grouped_completions_are_fenced_one_by_one() {
+    let db = pg::TestDb::new().await;
+    let store = open(&db, false).await;
+    let records: Vec<_> = (0..100).map(|i| record("p", &format!("m{i}"), "x")).collect();
+    store.persist(records).await.expect("persist");
+    store.persist(vec![record("q", "old", "x")]).await.expect("persist");
+    let ttl = Duration::from_secs(30);
+    let p = store.acquire_lease("p", "me", ttl).await.expect("lease").expect("granted");
+    let q_old = store.acquire_lease("q", "me", ttl).await.expect("lease").expect("granted");
+    let batch = store.claim("p", &p, 100, Timestamp::now().as_millis()).await.expect("claim");
+    let stale = store.claim("q", &q_old, 1, Timestamp::now().as_millis()).await.expect("claim");
+    let q_new = store.acquire_lease("q", "me", ttl).await.expect("lease").expect("same owner: granted anew");
+    assert_eq!(q_new.version, q_old.version + 1);
+
+    let mut calls = tokio::task::JoinSet::new();
+    for (i, r) in batch.into_iter().enumerate() {
+        let (store, token) = (store.clone(), p.clone());
+        let keep = if i % 2 == 0 { Duration::ZERO } else { Duration::from_secs(60) };
+        calls.spawn(async move { store.complete(&r, &token, keep).await });
+    }
+    let (old_store, old_record) = (store.clone(), stale[0].clone());
+    calls.spawn(async move { old_store.complete(&old_record, &q_old, Duration::ZERO).await });
+    let mut done = 0;
+    let mut refused = 0;
+    while let Some(result) = calls.join_next().await {
+        match result.expect("join") {
+            Ok(()) => done += 1,
+            Err(StoreError::StaleFencingToken { partition, .. }) if partition == "q" => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!((done, refused), (100, 1));
+    let stats = store.fresh_stats().await.expect("stats");
+    let depth = |name: &str| stats.iter().find(|s| s.partition == name).map_or(0, |s| s.depth);
+    assert_eq!((depth("p"), depth("q")), (0, 1), "the fenced-out record is still pending");
+    let kept = store.persist((0..100).map(|i| record("p", &format!("m{i}"), "x")).collect()).await.expect("persist");
+    assert_eq!((kept.stored, kept.duplicates), (50, 50), "keys kept for their window, the others forgotten");
+    db.drop().await;
+}

@@ -84,7 +84,8 @@ struct Inner {
 /// depth view) end when it is dropped.
 pub struct PgStore {
     inner: Arc<Inner>,
-    commits: mpsc::Sender<PersistRequest>,
+    commits: mpsc::Sender<Grouped<(Vec<NewRecord>, i64), Persisted>>,
+    completions: mpsc::Sender<Grouped<Completion, Option<u64>>>,
     /// Where it is, without the password, for messages.
     target: String,
     tasks: Vec<JoinHandle<()>>,
@@ -98,10 +99,28 @@ impl Drop for PgStore {
     }
 }
 
-struct PersistRequest {
-    records: Vec<NewRecord>,
-    created_ms: i64,
-    reply: oneshot::Sender<Result<Persisted, StoreError>>,
+/// A call waiting for the statement its group runs as one: what it asks,
+/// how many rows that is, and where its answer goes.
+struct Grouped<Q, A> {
+    ask: Q,
+    rows: usize,
+    reply: oneshot::Sender<Result<A, StoreError>>,
+}
+
+/// A record sent (or dead-lettered) under a lease version, its key kept for
+/// `keep_ms` (0: forgotten now).
+struct Completion {
+    seq: i64,
+    partition: String,
+    version: i64,
+    keep_ms: f64,
+}
+
+/// Hands `ask` to a group runner and waits for its answer.
+async fn grouped<Q, A>(runner: &mpsc::Sender<Grouped<Q, A>>, ask: Q, rows: usize) -> Result<A, StoreError> {
+    let (reply, answer) = oneshot::channel();
+    runner.send(Grouped { ask, rows, reply }).await.map_err(|_| io("the store's committer has stopped"))?;
+    answer.await.map_err(|_| io("the store's committer has stopped"))?
 }
 
 /// `host:port/database` of a connection config, for messages.
@@ -122,8 +141,8 @@ fn describe(config: &tokio_postgres::Config) -> String {
 /// message like a failing disk), or the server out of reach (`Unavailable`:
 /// the route waits for it).
 fn db(e: tokio_postgres::Error) -> StoreError {
-    if e.as_db_error().is_some() {
-        StoreError::Io(format!("postgres: {e}"))
+    if let Some(refused) = e.as_db_error() {
+        StoreError::Io(format!("postgres: {} ({})", refused.message(), refused.code().code()))
     } else {
         StoreError::Unavailable(format!("postgres: {e}"))
     }
@@ -174,12 +193,24 @@ impl PgStore {
             lease_changes: Arc::new(Notify::new()),
         });
         inner.refresh_depths().await.map_err(|e| failed(e.to_string()))?;
-        let (commits, rx) = mpsc::channel(QUEUE);
-        let mut tasks = vec![tokio::spawn(commit_groups(inner.clone(), rx)), tokio::spawn(keep_view(inner.clone()))];
+        let (commits, persists) = mpsc::channel(QUEUE);
+        let (completions, completes) = mpsc::channel(QUEUE);
+        let (for_inserts, for_completes) = (inner.clone(), inner.clone());
+        let mut tasks = vec![
+            tokio::spawn(run_groups(persists, move |asks| {
+                let inner = for_inserts.clone();
+                async move { inner.insert_group(&asks).await }
+            })),
+            tokio::spawn(run_groups(completes, move |asks| {
+                let inner = for_completes.clone();
+                async move { inner.complete_group(asks).await }
+            })),
+            tokio::spawn(keep_view(inner.clone())),
+        ];
         if options.listen {
             tasks.push(tokio::spawn(listen(inner.clone(), config, target.clone())));
         }
-        Ok(Arc::new(Self { inner, commits, target, tasks }))
+        Ok(Arc::new(Self { inner, commits, completions, target, tasks }))
     }
 
     /// `host:port/database`.
@@ -257,12 +288,6 @@ impl PgStore {
             .map_err(db)?;
         let current = row.map_or(0, |r| r.get::<_, i64>(0) as u64);
         Ok(if current == token.version { Ok(()) } else { Err(current) })
-    }
-
-    fn adjust_depth(&self, partition: &str, by: i64) {
-        let mut depths = self.inner.depths.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let entry = depths.entry(partition.to_owned()).or_default();
-        entry.depth = entry.depth.saturating_add_signed(by);
     }
 
     async fn reschedule(
@@ -404,28 +429,109 @@ impl Inner {
     }
 }
 
-/// The committer: takes every persist call waiting, inserts them in one
-/// statement, answers each. Up to [`COMMITTERS`] groups are in flight.
-async fn commit_groups(inner: Arc<Inner>, mut rx: mpsc::Receiver<PersistRequest>) {
+impl Inner {
+    /// Completes a group of records in one statement: each only if its
+    /// lease version is current (the lease row taken `FOR SHARE`). Answers
+    /// per completion: `None` done (or done before), `Some(current)` when
+    /// the lease has moved on.
+    async fn complete_group(&self, group: Vec<Completion>) -> Result<Vec<Option<u64>>, StoreError> {
+        let _running = self.tracker.start(Op::Complete);
+        let seqs: Vec<i64> = group.iter().map(|c| c.seq).collect();
+        let partitions: Vec<&str> = group.iter().map(|c| c.partition.as_str()).collect();
+        let versions: Vec<i64> = group.iter().map(|c| c.version).collect();
+        let keeps: Vec<f64> = group.iter().map(|c| c.keep_ms).collect();
+        let client = self.pool.get().await.map_err(no_connection)?;
+        let statement = client
+            .prepare_cached(
+                "WITH done AS (
+                     SELECT * FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::float8[])
+                            AS t(seq, partition, version, keep_ms)
+                 ), fenced AS (
+                     SELECT d.seq, d.partition, d.keep_ms FROM done d
+                       JOIN ferry_leases l ON l.partition = d.partition AND l.version = d.version
+                        FOR SHARE OF l
+                 ), forgotten AS (
+                     DELETE FROM ferry_outbox o USING fenced f
+                      WHERE o.seq = f.seq AND f.keep_ms = 0 AND o.kept_until IS NULL
+                     RETURNING o.seq, o.partition
+                 ), kept AS (
+                     UPDATE ferry_outbox o
+                        SET kept_until = now() + f.keep_ms * interval '1 millisecond', envelope = NULL
+                       FROM fenced f
+                      WHERE o.seq = f.seq AND f.keep_ms > 0 AND o.kept_until IS NULL
+                     RETURNING o.seq, o.partition
+                 ), changed AS (
+                     SELECT seq FROM forgotten UNION ALL SELECT seq FROM kept
+                 )
+                 SELECT f.seq, c.seq IS NOT NULL FROM fenced f LEFT JOIN changed c ON c.seq = f.seq",
+            )
+            .await
+            .map_err(db)?;
+        let rows = client.query(&statement, &[&seqs, &partitions, &versions, &keeps]).await.map_err(db)?;
+        let mut fenced: HashMap<i64, bool> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            fenced.insert(row.get(0), row.get(1));
+        }
+        {
+            let mut depths = self.depths.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            for c in group.iter().filter(|c| fenced.get(&c.seq) == Some(&true)) {
+                let d = depths.entry(c.partition.clone()).or_default();
+                d.depth = d.depth.saturating_sub(1);
+            }
+        }
+        // Those the lease check turned away: stale, unless the lease is
+        // still theirs (then the record was already completed).
+        let refused: Vec<&str> =
+            group.iter().filter(|c| !fenced.contains_key(&c.seq)).map(|c| c.partition.as_str()).collect();
+        let mut current: HashMap<String, i64> = HashMap::new();
+        if !refused.is_empty() {
+            let rows = client
+                .query("SELECT partition, version FROM ferry_leases WHERE partition = ANY($1)", &[&refused])
+                .await
+                .map_err(db)?;
+            current = rows.iter().map(|r| (r.get(0), r.get(1))).collect();
+        }
+        Ok(group
+            .iter()
+            .map(|c| {
+                if fenced.contains_key(&c.seq) {
+                    return None;
+                }
+                let now = current.get(&c.partition).copied().unwrap_or(0);
+                (now != c.version).then_some(now as u64)
+            })
+            .collect())
+    }
+}
+
+/// Runs grouped calls: takes every call waiting (up to [`MAX_GROUP_ROWS`]
+/// rows), has `run` answer them in one statement, and answers each caller.
+/// Up to [`COMMITTERS`] groups are in flight.
+async fn run_groups<Q, A, F, Fut>(mut rx: mpsc::Receiver<Grouped<Q, A>>, run: F)
+where
+    Q: Send + 'static,
+    A: Send + 'static,
+    F: Fn(Vec<Q>) -> Fut,
+    Fut: Future<Output = Result<Vec<A>, StoreError>> + Send + 'static,
+{
     let slots = Arc::new(tokio::sync::Semaphore::new(COMMITTERS));
     while let Some(first) = rx.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else { return };
-        let mut rows = first.records.len();
+        let mut rows = first.rows;
         let mut group = vec![first];
         while rows < MAX_GROUP_ROWS {
             match rx.try_recv() {
                 Ok(next) => {
-                    rows += next.records.len();
+                    rows += next.rows;
                     group.push(next);
                 }
                 Err(_) => break,
             }
         }
-        let inner = inner.clone();
+        let (asks, replies): (Vec<Q>, Vec<_>) = group.into_iter().map(|g| (g.ask, g.reply)).unzip();
+        let work = run(asks);
         tokio::spawn(async move {
-            let (records, replies): (Vec<_>, Vec<_>) =
-                group.into_iter().map(|r| ((r.records, r.created_ms), r.reply)).unzip();
-            match inner.insert_group(&records).await {
+            match work.await {
                 Ok(answers) => {
                     for (reply, answer) in replies.into_iter().zip(answers) {
                         let _ = reply.send(Ok(answer));
@@ -552,10 +658,8 @@ impl OutboxStore for PgStore {
         if records.is_empty() {
             return Ok(Persisted::default());
         }
-        let (reply, answer) = oneshot::channel();
-        let request = PersistRequest { records, created_ms: Timestamp::now().as_millis(), reply };
-        self.commits.send(request).await.map_err(|_| io("the store's committer has stopped"))?;
-        answer.await.map_err(|_| io("the store's committer has stopped"))?
+        let rows = records.len();
+        grouped(&self.commits, (records, Timestamp::now().as_millis()), rows).await
     }
 
     async fn acquire_lease(
@@ -709,30 +813,15 @@ impl OutboxStore for PgStore {
     }
 
     async fn complete(&self, record: &OutboxRecord, token: &LeaseToken, keep_key: Duration) -> Result<(), StoreError> {
-        let _running = self.inner.tracker.start(Op::Complete);
-        let client = self.client().await?;
-        let seq = record.seq as i64;
-        let version = token.version as i64;
-        let guard = "EXISTS (SELECT 1 FROM ferry_leases WHERE partition = $2 AND version = $3 FOR SHARE)";
-        let n = if keep_key.is_zero() {
-            let sql = format!("DELETE FROM ferry_outbox WHERE seq = $1 AND kept_until IS NULL AND {guard}");
-            client.execute(&sql, &[&seq, &record.partition, &version]).await.map_err(db)?
-        } else {
-            let sql = format!(
-                "UPDATE ferry_outbox SET kept_until = now() + $4 * interval '1 millisecond', envelope = NULL
-                  WHERE seq = $1 AND kept_until IS NULL AND {guard}"
-            );
-            let keep = keep_key.as_millis() as f64;
-            client.execute(&sql, &[&seq, &record.partition, &version, &keep]).await.map_err(db)?
+        let completion = Completion {
+            seq: record.seq as i64,
+            partition: record.partition.clone(),
+            version: token.version as i64,
+            keep_ms: keep_key.as_millis() as f64,
         };
-        if n == 1 {
-            self.adjust_depth(&record.partition, -1);
-            return Ok(());
-        }
-        match self.lease_is(&record.partition, token).await? {
-            // Already completed (a second completion of one record).
-            Ok(()) => Ok(()),
-            Err(current) => Err(stale(&record.partition, token, current)),
+        match grouped(&self.completions, completion, 1).await? {
+            None => Ok(()),
+            Some(current) => Err(stale(&record.partition, token, current)),
         }
     }
 
