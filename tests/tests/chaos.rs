@@ -3,6 +3,8 @@
 //! again on the same store. Every message the source broker accepted must
 //! reach the target at least once; duplicates are counted and reported.
 //!
+//! It runs on the embedded store and on the PostgreSQL store.
+//!
 //! CI runs the reduced form (2,000 messages, 4 kills); `just chaos` runs
 //! the full one on the release daemon (`FERRY_CHAOS_MESSAGES=20000
 //! FERRY_CHAOS_KILLS=100`) and prints the duplicates per kill: what was in flight when the process
@@ -24,6 +26,22 @@ use rand::Rng;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_in_the_middle_of_a_stream_loses_nothing() {
+    chaos("").await;
+}
+
+/// The same on the PostgreSQL store. A restarted daemon is a new lease
+/// owner: it takes its partition back once the dead one's lease expires
+/// (`lease_ttl_secs`, 2 s here).
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_in_the_middle_of_a_stream_loses_nothing_on_the_postgres_store() {
+    let db = ferry_tests::pg::TestDb::new().await;
+    chaos(&format!("[store]\ntype = \"postgres\"\nurl = \"{}\"\nlease_ttl_secs = 2\n", db.url)).await;
+    db.drop().await;
+}
+
+/// Kills and restarts the daemon under a stream, its config's `[store]`
+/// being `store` (empty: the embedded default).
+async fn chaos(store: &str) {
     let messages: usize = env_or("FERRY_CHAOS_MESSAGES", 2_000);
     let kills: usize = env_or("FERRY_CHAOS_KILLS", 4);
     // The source keeps every message for ferry's session while ferry is
@@ -38,6 +56,7 @@ async fn sigkill_in_the_middle_of_a_stream_loses_nothing() {
         .with_env(&[("FERRY_LOG", &std::env::var("FERRY_CHAOS_LOG").unwrap_or_else(|_| "info".into()))]);
     ws.config(&format!(
         r#"
+{store}
 [admin]
 listen = "{admin}"
 
@@ -114,7 +133,7 @@ address = "{queue}"
             let got = received.lock().expect("lock");
             (got.iter().filter(|b| expected.contains(*b)).collect::<HashSet<_>>().len(), got.len())
         };
-        if unique_seen == messages || started.elapsed() > Duration::from_secs(120) {
+        if unique_seen == messages || started.elapsed() > Duration::from_secs(180) {
             break (unique_seen, total);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -128,7 +147,8 @@ address = "{queue}"
     };
     let duplicates = total - unique_seen;
     eprintln!(
-        "chaos: {messages} messages, {kills} SIGKILLs, {} lost, {duplicates} duplicates ({:.1} per kill)",
+        "chaos ({}): {messages} messages, {kills} SIGKILLs, {} lost, {duplicates} duplicates ({:.1} per kill)",
+        if store.is_empty() { "embedded" } else { "postgres" },
         messages - unique_seen,
         duplicates as f64 / kills.max(1) as f64
     );

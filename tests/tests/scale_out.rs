@@ -385,6 +385,8 @@ async fn three_daemons_on_one_postgres_store_lose_nothing_when_one_is_killed_and
     })
     .await;
     assert_eq!(after_stop.get(&ids[2]), Some(&PG_PARTITIONS), "C holds everything after {handover:?}: {after_stop:?}");
+    let held = PG_PARTITIONS as f64;
+    http::wait_for_sample(&admin, "ferry_outbox_leases_held", "route=\"pg\"", held, Duration::from_secs(PG_TTL_SECS));
     publish(6_000, TOTAL).await;
 
     let mut tally = Tally::default();

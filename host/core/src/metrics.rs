@@ -93,6 +93,9 @@ pub struct Metrics {
     pub outbox_depth: GaugeFamily,
     /// Age of the oldest pending outbox record in seconds. Labels: route, binding.
     pub outbox_oldest_age: FloatGaugeFamily,
+    /// Outbox partitions whose lease this instance holds (one drainer each).
+    /// Labels: route.
+    pub outbox_leases_held: GaugeFamily,
     /// SIGHUP reloads. Labels: outcome (`applied`, `refused`).
     pub reloads: CounterFamily,
     /// MQTT user properties refused at ingress (too long, not UTF-8, control
@@ -223,6 +226,12 @@ impl Metrics {
             "Age of the oldest pending outbox record",
             outbox_oldest_age.clone(),
         );
+        let outbox_leases_held = GaugeFamily::default();
+        registry.register(
+            "outbox_leases_held",
+            "Outbox partitions whose lease this instance holds",
+            outbox_leases_held.clone(),
+        );
         let in_flight = GaugeFamily::default();
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
         let route_running = GaugeFamily::default();
@@ -279,6 +288,7 @@ impl Metrics {
             outbox_backpressure,
             outbox_depth,
             outbox_oldest_age,
+            outbox_leases_held,
             reloads,
             mqtt_ingress_header_dropped,
             mqtt_ingress_poison_dropped,

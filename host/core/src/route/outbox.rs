@@ -250,7 +250,10 @@ impl Route {
         let mut held: BTreeMap<String, Held> = BTreeMap::new();
         let mut drainers: JoinSet<String> = JoinSet::new();
         let mut next_round = tokio::time::Instant::now();
+        let held_gauge =
+            self.metrics.outbox_leases_held.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).clone();
         loop {
+            held_gauge.set(held.values().filter(|h| !h.stop.is_cancelled()).count() as i64);
             let changed = async {
                 match &changes {
                     Some(n) => n.notified().await,
@@ -269,12 +272,14 @@ impl Route {
             }
             self.renew_leases(&outbox, &mut held).await;
             self.balance(&outbox, &mut held, &mut drainers).await;
+            held_gauge.set(held.values().filter(|h| !h.stop.is_cancelled()).count() as i64);
             next_round = tokio::time::Instant::now() + period;
         }
         for h in held.values_mut() {
             h.leaving = true;
             h.stop.cancel();
         }
+        held_gauge.set(0);
         // The drainers finish their sends; the leases they hold are kept
         // alive meanwhile and given up as each one ends.
         while !drainers.is_empty() {
