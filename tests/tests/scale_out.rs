@@ -460,3 +460,33 @@ async fn the_postgres_store_going_away_and_coming_back_loses_nothing() {
     rabbit.delete_queue(&queue).await;
     db.drop().await;
 }
+
+/// One receiver with three sessions (`connections = 3`) on Mosquitto: three
+/// client ids in one shared subscription, every message delivered once,
+/// and `/readyz` ready only with all three connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_receiver_with_three_connections_delivers_each_message_once() {
+    let (src, dst) = (unique("conn/src"), unique("conn/dst"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let client = unique("conn-rx");
+    let ws = Workspace::with_plugins(&[]);
+    let config = instance_config(&src, &dst, "unused", "a")
+        .replace("share_group = \"unused\"\n", &format!("client_id = \"{client}\"\nconnections = 3\n"));
+    ws.config(&with_admin(&admin, config));
+    let daemon = Daemon::start(&ws, 4);
+    for id in [client.clone(), format!("{client}-1"), format!("{client}-2")] {
+        assert!(daemon.log_text().contains(&format!("client_id=\"{id}\"")), "{id}:\n{}", daemon.log_text());
+    }
+    assert_eq!(http::get(&admin, "/readyz").expect("readyz").0, 200);
+
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    const N: usize = 600;
+    publish_range(&publisher, &src, 0, N).await;
+    let mut tally = Tally::default();
+    tally.collect(&mut sub, &dst, N, Duration::from_secs(30)).await;
+    assert_eq!(tally.missing(N), Vec::<usize>::new());
+    assert_eq!(tally.duplicates(), 0, "one shared subscription: each message to one session");
+    assert_eq!(daemon.terminate().code(), Some(0));
+}

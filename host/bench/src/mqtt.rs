@@ -5,7 +5,10 @@
 //! - Mosquitto's own bridge: A bridges `bench-bridge/#` out to B at QoS 1
 //!   (`connection`, `topic … out 1`); publish on A, subscribe on B;
 //! - ferry: a route from A to B with the filter plugin; publish on A,
-//!   subscribe on B.
+//!   subscribe on B; as configured by default (one session with A), and
+//!   with `connections = 4` (four sessions in one shared subscription: A
+//!   lets each client have 20 messages unacknowledged, and ferry, a third
+//!   process in the chain, has twice the bridge's round trip per message).
 //!
 //! A bridge crosses two brokers, so the bridge is the fair peer; the raw
 //! rate is the ceiling of one broker. Every run publishes with the same
@@ -147,10 +150,10 @@ plugin = "filter"
 config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
 "#;
 
-async fn ferry_run(a: &PrivateMosquitto, b: &PrivateMosquitto, n: usize) -> Run {
+async fn ferry_run(a: &PrivateMosquitto, b: &PrivateMosquitto, n: usize, connections: usize) -> Run {
     let (src, dst) = (unique("bench/src"), unique("bench/dst"));
     let ws = Workspace::with_plugins(&["filter"]);
-    ws.config(&ferry_tests::mqtt::route_config(
+    let config = ferry_tests::mqtt::route_config(
         &a.url(),
         &src,
         &b.url(),
@@ -158,8 +161,10 @@ async fn ferry_run(a: &PrivateMosquitto, b: &PrivateMosquitto, n: usize) -> Run 
         FILTER,
         "max_in_flight = 256",
         "",
-    ));
-    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 2));
+    );
+    let topics = format!("topics = [\"{src}/#\"]");
+    ws.config(&config.replace(&topics, &format!("{topics}\nconnections = {connections}")));
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 1 + connections));
     let ferry = DaemonWindow::start(&daemon);
     let broker_cpu = CpuWindow::start(a.pid());
     let (rate, latency) = pub_sub(&a.url(), &format!("{src}/a"), &b.url(), &format!("{dst}/#"), n).await;
@@ -173,7 +178,8 @@ pub async fn rows(n: usize) {
     let (a, b) = brokers().await;
     let raw = measure::median_of("mqtt raw", || raw_run(&b, n)).await;
     let bridge = measure::median_of("mqtt bridge", || bridge_run(&a, &b, n)).await;
-    let ferry = measure::median_of("mqtt ferry", || ferry_run(&a, &b, n)).await;
+    let ferry = measure::median_of("mqtt ferry", || ferry_run(&a, &b, n, 1)).await;
+    let ferry4 = measure::median_of("mqtt ferry, 4 connections", || ferry_run(&a, &b, n, 4)).await;
 
     println!(
         "\nMQTT -> MQTT, QoS 1, 1 KiB payloads, {n} messages, window {WINDOW}, two private Mosquitto brokers A and B (median of {})",
@@ -183,7 +189,9 @@ pub async fn rows(n: usize) {
     measure::row("raw pub -> sub on B", &raw);
     measure::row("Mosquitto bridge A -> B", &bridge);
     measure::row("ferry A -> B (filter plugin)", &ferry);
+    measure::row("ferry, connections = 4", &ferry4);
     measure::ratio("ratio ferry / Mosquitto bridge", ferry.rate / bridge.rate);
+    measure::ratio("ratio ferry, 4 connections / bridge", ferry4.rate / bridge.rate);
     measure::ratio("ratio ferry / raw", ferry.rate / raw.rate);
     println!("  (broker µs: CPU per message of B for raw, of A with its bridge, of A for ferry)");
 }

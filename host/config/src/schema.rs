@@ -305,8 +305,21 @@ pub struct MqttReceiverConfig {
     /// Larger payloads are poison: dropped and counted. Default 1 MiB.
     #[serde(default = "default_max_payload_bytes")]
     pub max_payload_bytes: usize,
+    /// Sessions this receiver keeps with the broker (1..32), each with its
+    /// own client id (`<client_id>` then `<client_id>-1`, `-2`, …) and all
+    /// in one shared subscription (`share_group`, else one named after the
+    /// client id), so the broker splits the messages between them. A broker
+    /// caps the unacknowledged messages it sends to one client (Mosquitto:
+    /// `max_inflight_messages`, 20 by default); N sessions get N times as
+    /// many under way. Messages of one topic may then be handled out of
+    /// order. Default 1.
+    #[serde(default = "default_connections")]
+    pub connections: u16,
 }
 
+fn default_connections() -> u16 {
+    1
+}
 fn default_qos() -> u8 {
     1
 }
@@ -724,13 +737,33 @@ macro_rules! mqtt_connection {
 mqtt_connection!(MqttReceiverConfig);
 
 impl MqttReceiverConfig {
-    /// The filters as subscribed: `$share/<group>/<filter>` with a
-    /// `share_group`, else as written.
-    pub fn subscriptions(&self) -> Vec<String> {
-        match &self.share_group {
+    /// The filters as subscribed by the receiver `name`:
+    /// `$share/<group>/<filter>` with a `share_group`, or with several
+    /// `connections` (the group then named after the client id), else as
+    /// written.
+    pub fn subscriptions(&self, name: &str) -> Vec<String> {
+        let group = match &self.share_group {
+            Some(group) => Some(group.clone()),
+            None if self.connections > 1 => Some(share_name_of(&self.connection(name).client_id)),
+            None => None,
+        };
+        match group {
             Some(group) => self.topics.iter().map(|t| format!("$share/{group}/{t}")).collect(),
             None => self.topics.clone(),
         }
     }
+
+    /// The client id of each of the receiver's sessions: the configured
+    /// (or default) one, then `-1`, `-2`, ….
+    pub fn client_ids(&self, name: &str) -> Vec<String> {
+        let base = self.connection(name).client_id;
+        (0..self.connections.max(1)).map(|k| if k == 0 { base.clone() } else { format!("{base}-{k}") }).collect()
+    }
+}
+
+/// A share name made from a client id: the characters a share name cannot
+/// hold (`/`, `+`, `#`) become `_`.
+fn share_name_of(client_id: &str) -> String {
+    client_id.chars().map(|c| if matches!(c, '/' | '+' | '#') { '_' } else { c }).collect()
 }
 mqtt_connection!(MqttSenderConfig);

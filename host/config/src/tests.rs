@@ -330,10 +330,10 @@ fn a_share_group_prefixes_every_filter_and_must_be_a_share_name() {
         VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\", \"alarms\"]\nshare_group = \"g1\"");
     let c = parse_with_env(&shared, &no_env).expect("valid");
     let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.subscriptions(), ["$share/g1/sensors/#", "$share/g1/alarms"]);
+    assert_eq!(rx.subscriptions("in"), ["$share/g1/sensors/#", "$share/g1/alarms"]);
     let plain = parse_with_env(VALID, &no_env).expect("valid");
     let ReceiverConfig::Mqtt(rx) = &plain.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.subscriptions(), ["sensors/#"]);
+    assert_eq!(rx.subscriptions("in"), ["sensors/#"]);
 
     for bad in ["", "a/b", "a+", "#"] {
         let text =
@@ -383,4 +383,30 @@ fn outbox_partitions_are_between_1_and_256() {
             Err(e) => assert!(!ok && e.path == "routes[0].outbox_partitions", "{n}: {e}"),
         }
     }
+}
+
+#[test]
+fn several_connections_share_one_subscription_under_client_ids_of_their_own() {
+    let text =
+        VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\"]\nclient_id = \"br/x\"\nconnections = 3");
+    let c = parse_with_env(&text, &no_env).expect("valid");
+    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(rx.client_ids("in"), ["br/x", "br/x-1", "br/x-2"]);
+    assert_eq!(rx.subscriptions("in"), ["$share/br_x/sensors/#"], "a share name cannot hold '/'");
+    let grouped = text.replace("connections = 3", "connections = 3\nshare_group = \"g\"");
+    let c = parse_with_env(&grouped, &no_env).expect("valid");
+    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
+    assert_eq!(rx.subscriptions("in"), ["$share/g/sensors/#"], "the instances' group, shared by every session");
+
+    for (n, ok) in [(0, false), (1, true), (32, true), (33, false)] {
+        let text = VALID.replace("topics = [\"sensors/#\"]", &format!("topics = [\"sensors/#\"]\nconnections = {n}"));
+        match parse_with_env(&text, &no_env) {
+            Ok(_) => assert!(ok, "{n}"),
+            Err(e) => assert!(!ok && e.path == "receivers.in.connections", "{n}: {e}"),
+        }
+    }
+    // A sender may not take one of the sessions' ids.
+    let clash = text.replace("default_topic = \"bridged\"", "default_topic = \"bridged\"\nclient_id = \"br/x-2\"");
+    let err = parse_with_env(&clash, &no_env).expect_err("clash");
+    assert!(err.message.contains("also used by"), "{err}");
 }

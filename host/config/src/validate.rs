@@ -70,7 +70,22 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 if let Some(group) = &m.share_group {
                     check_share_group(group, &m.topics, &key)?;
                 }
-                claim_client_id(m.connection(name).client_id, &m.url, key)?;
+                if !(1..=32).contains(&m.connections) {
+                    return Err(ConfigError::new(format!("{key}.connections"), "must be between 1 and 32"));
+                }
+                if m.connections > 1
+                    && let Some((i, t)) = m.topics.iter().enumerate().find(|(_, t)| t.starts_with("$share/"))
+                {
+                    return Err(ConfigError::new(
+                        format!("{key}.topics[{i}]"),
+                        format!(
+                            "{t:?} is a shared subscription already; several connections subscribe the plain filter as one"
+                        ),
+                    ));
+                }
+                for id in m.client_ids(name) {
+                    claim_client_id(id, &m.url, key.clone())?;
+                }
             }
             ReceiverConfig::Sqs(q) => {
                 check_queue(&q.queue_url, &q.queue_name, &key)?;

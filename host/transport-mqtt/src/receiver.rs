@@ -7,10 +7,14 @@
 //! off, session expiry from the config). Each connection is a fresh rumqttc
 //! client, so an ack can never reach a connection other than the one the
 //! publish arrived on.
+//!
+//! With `connections = N` the receiver keeps N such sessions at once, each
+//! under a client id of its own and all in one shared subscription, so the
+//! broker's cap on unacknowledged messages per client applies N times.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,8 +60,9 @@ impl MqttReceiver {
         to_qos(self.config.qos)
     }
 
-    fn client_options(&self) -> Result<rumqttc::v5::MqttOptions, TransportError> {
-        let mut o = options(&self.connection)?;
+    fn client_options(&self, client_id: &str) -> Result<rumqttc::v5::MqttOptions, TransportError> {
+        let connection = MqttConnection { client_id: client_id.to_owned(), ..self.connection.clone() };
+        let mut o = options(&connection)?;
         o.set_clean_start(false);
         o.set_session_expiry_interval(Some(self.config.session_expiry_secs));
         o.set_manual_acks(true);
@@ -112,14 +117,45 @@ fn to_qos(q: u8) -> QoS {
 #[async_trait]
 impl Receiver for MqttReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
+        let ids = self.config.client_ids(&self.name);
+        let subscriptions = self.config.subscriptions(&self.name);
+        let up = AtomicUsize::new(0);
+        let sessions = ids.iter().map(|id| self.session(id, &subscriptions, ids.len(), &up, &sink, &shutdown));
+        for result in futures_util::future::join_all(sessions).await {
+            result?;
+        }
+        Ok(())
+    }
+}
+
+impl MqttReceiver {
+    /// One session under `client_id`, reconnecting until `shutdown`. `up`
+    /// counts the sessions connected; the receiver is connected (the gauge
+    /// `/readyz` reads) while all `of` are.
+    async fn session(
+        &self,
+        client_id: &str,
+        subscriptions: &[String],
+        of: usize,
+        up: &AtomicUsize,
+        sink: &DeliverySink,
+        shutdown: &CancellationToken,
+    ) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
         let backoff = reconnect_backoff(&self.connection);
         let labels = ferry_core::metrics::labels(&[("kind", "mqtt"), ("role", "receiver"), ("name", receiver)]);
         let mut failures: u32 = 0;
         let mut accepting = true;
+        let mut counted = false;
+        let went_down = |counted: &mut bool| {
+            if std::mem::take(counted) {
+                up.fetch_sub(1, Ordering::SeqCst);
+            }
+            self.metrics.connected.get_or_create(&labels).set(0);
+        };
         while !shutdown.is_cancelled() {
             let (client, mut events) =
-                AsyncClient::new(self.client_options()?, usize::from(self.receive_maximum) * 2 + 16);
+                AsyncClient::new(self.client_options(client_id)?, usize::from(self.receive_maximum) * 2 + 16);
             let alive = Arc::new(AtomicBool::new(true));
             let mut session_present = false;
             // Deliveries the route has no room for yet. The event loop is
@@ -145,22 +181,24 @@ impl Receiver for MqttReceiver {
                     Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                         failures = 0;
                         session_present = ack.session_present;
-                        let filters = self.config.subscriptions().into_iter().map(|t| Filter::new(t, self.qos()));
+                        let filters = subscriptions.iter().map(|t| Filter::new(t.clone(), self.qos()));
                         if let Err(e) = client.subscribe_many(filters).await {
                             warn!(receiver, error = %e, "subscribe request failed");
                         }
                     }
                     Ok(Event::Incoming(Packet::SubAck(ack))) => {
-                        for (topic, code) in self.config.subscriptions().iter().zip(&ack.return_codes) {
+                        for (topic, code) in subscriptions.iter().zip(&ack.return_codes) {
                             if !matches!(code, rumqttc::v5::mqttbytes::v5::SubscribeReasonCode::Success(_)) {
                                 warn!(receiver, %topic, ?code, "broker refused subscription");
                             }
                         }
                         // Connected means subscribed: from here on what is
                         // published to the topics reaches this receiver.
-                        info!(receiver, url = %redacted(&self.connection.url), session_present, "connected");
+                        info!(receiver, client_id, url = %redacted(&self.connection.url), session_present, "connected");
                         self.metrics.connections.get_or_create(&labels).inc();
-                        self.metrics.connected.get_or_create(&labels).set(1);
+                        if !std::mem::replace(&mut counted, true) && up.fetch_add(1, Ordering::SeqCst) + 1 == of {
+                            self.metrics.connected.get_or_create(&labels).set(1);
+                        }
                     }
                     Ok(Event::Incoming(Packet::Publish(publish))) => {
                         if accepting && let Some(delivery) = self.on_publish(publish, &client, &alive).await {
@@ -170,10 +208,10 @@ impl Receiver for MqttReceiver {
                     Ok(other) => debug!(receiver, event = ?other, "mqtt event"),
                     Err(e) => {
                         alive.store(false, Ordering::SeqCst);
-                        self.metrics.connected.get_or_create(&labels).set(0);
+                        went_down(&mut counted);
                         let delay = backoff.next(&mut failures);
-                        warn!(receiver, error = %e, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
-                        sleep_or_shutdown(delay, &shutdown).await;
+                        warn!(receiver, client_id, error = %e, retry_in_ms = delay.as_millis() as u64, "connection lost; reconnecting");
+                        sleep_or_shutdown(delay, shutdown).await;
                         break false;
                     }
                 }
@@ -192,8 +230,8 @@ impl Receiver for MqttReceiver {
                 };
                 let _ = tokio::time::timeout(CLOSE_GRACE, flush).await;
                 alive.store(false, Ordering::SeqCst);
-                self.metrics.connected.get_or_create(&labels).set(0);
-                info!(receiver, "disconnected");
+                went_down(&mut counted);
+                info!(receiver, client_id, "disconnected");
             }
         }
         Ok(())
