@@ -182,9 +182,15 @@ impl Daemon {
     }
 
     /// SIGTERM, then waits for the exit status.
-    pub fn terminate(mut self) -> ExitStatus {
+    pub fn terminate(self) -> ExitStatus {
+        self.signal("TERM");
+        self.wait_for_exit()
+    }
+
+    /// Waits (30 s at most) for the process to exit, after a stop signal
+    /// sent already; its exit status.
+    pub fn wait_for_exit(mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = child.try_wait() {

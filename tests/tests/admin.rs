@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::http::{get, metrics, sample, wait_for_sample};
+use ferry_tests::http::{get, metrics, request, sample, wait_for_sample};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, free_port};
 use ferry_tests::unique;
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
@@ -133,4 +133,85 @@ async fn readyz_follows_the_broker() {
     broker.restart().await;
     wait_status(200, &[]);
     assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+/// With `admin.token` every call needs it (401 without, with
+/// `WWW-Authenticate: Bearer`), and `ferry dlq` sends it from the config.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_token_every_admin_call_needs_it_and_the_cli_sends_it() {
+    const TOKEN: &str = "s3cret-admin-token-0123";
+    let broker = PrivateMosquitto::start().await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let (src, dst) = (unique("tok/src"), unique("tok/dst"));
+    let ws = Workspace::with_plugins(&[]);
+    let listen = format!("listen = \"{admin}\"");
+    ws.config(
+        &config(&admin, &broker.url(), &src, &dst, "").replace(&listen, &format!("{listen}\ntoken = \"{TOKEN}\"")),
+    );
+    let daemon = Daemon::start(&ws, 2);
+
+    for (method, path) in [("GET", "/metrics"), ("GET", "/readyz"), ("GET", "/dlq"), ("POST", "/dlq/purge?route=r1")] {
+        let (status, body) = request(&admin, method, path, None).expect("request");
+        assert_eq!(status, 401, "{method} {path} without the token: {body}");
+        let (status, _) = request(&admin, method, path, Some("wrong-token-of-some-length")).expect("request");
+        assert_eq!(status, 401, "{method} {path} with another token");
+        let (status, body) = request(&admin, method, path, Some(TOKEN)).expect("request");
+        assert_eq!(status, 200, "{method} {path} with the token: {body}");
+    }
+    let listed = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
+    assert!(listed.status.success(), "the CLI sends the token: {}", String::from_utf8_lossy(&listed.stderr));
+    let rendered = String::from_utf8_lossy(&ws.ferry(&["render", "-c", "ferry.toml"]).stdout).into_owned();
+    assert!(!rendered.contains(TOKEN), "render masks the token: {rendered}");
+    assert!(daemon.terminate().success());
+}
+
+/// A read-only admin server may listen beyond loopback without a token:
+/// reading works, changing answers 403.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_admin_server_refuses_changes() {
+    let broker = PrivateMosquitto::start().await;
+    let port = free_port();
+    let (src, dst) = (unique("ro/src"), unique("ro/dst"));
+    let ws = Workspace::with_plugins(&[]);
+    let wide = format!("0.0.0.0:{port}");
+    ws.config(
+        &config(&wide, &broker.url(), &src, &dst, "")
+            .replace(&format!("listen = \"{wide}\""), &format!("listen = \"{wide}\"\nread_only = true")),
+    );
+    let daemon = Daemon::start(&ws, 2);
+    let admin = format!("127.0.0.1:{port}");
+    assert_eq!(request(&admin, "GET", "/metrics", None).expect("metrics").0, 200);
+    let (status, body) = request(&admin, "POST", "/dlq/purge?route=r1", None).expect("purge");
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("read_only"), "{body}");
+    assert!(daemon.terminate().success());
+
+    // Beyond loopback, neither a token nor read_only: refused at start.
+    ws.config(&config(&wide, &broker.url(), &src, &dst, ""));
+    let refused = ws.ferry(&["run", "-c", "ferry.toml"]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("admin.token"), "{refused:?}");
+}
+
+/// From the moment a stop begins `/readyz` answers 503, while in-flight
+/// messages finish (here one a plugin holds for two seconds).
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_answers_503_from_the_moment_a_stop_begins() {
+    let broker = PrivateMosquitto::start().await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let (src, dst) = (unique("stop/src"), unique("stop/dst"));
+    let ws = Workspace::with_plugins(&["hostile"]);
+    let text = config(&admin, &broker.url(), &src, &dst, "[[routes.processors]]\nplugin = \"hostile\"\n");
+    ws.config(&format!("[plugins]\ncall_timeout_ms = 10000\n{text}"));
+    let daemon = Daemon::start(&ws, 2);
+    assert_eq!(get(&admin, "/readyz").expect("readyz").0, 200);
+    let publisher = TestMqtt::connect(&broker.url()).await;
+    publisher.publish_with(&format!("{src}/a"), "held", &[("hostile", "slow"), ("sleep-ms", "2500")]).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    daemon.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (status, body) = get(&admin, "/readyz").expect("the admin server still answers while stopping");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("stopping"), "{body}");
+    assert!(daemon.wait_for_exit().success(), "the held message finished and the stop was clean");
 }

@@ -109,11 +109,23 @@ fn default_memory_limit_mib() -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    /// `host:port` for `GET /metrics`, `/healthz` and `/readyz`, e.g.
-    /// `127.0.0.1:9464`. Off when unset. Bind to loopback unless the port
-    /// is protected otherwise: the endpoints have no authentication.
+    /// `host:port` of the admin server (`/metrics`, `/healthz`, `/readyz`,
+    /// the dead-letter and outbox endpoints), e.g. `127.0.0.1:9464`. Off
+    /// when unset. Without `token` it must be a loopback address unless
+    /// `read_only` is on.
     #[serde(default)]
     pub listen: Option<String>,
+    /// Bearer token every admin request must carry
+    /// (`Authorization: Bearer <token>`) when set; at least 16 characters.
+    /// A secret like any other: `${VAR}` or `{ file = "..." }`. `ferry
+    /// dlq` and `ferry outbox` send it from the config.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Refuse the endpoints that change anything (dead-letter replay and
+    /// purge) with 403, so the server may listen beyond loopback without a
+    /// token (a Prometheus scrape, a probe). Default false.
+    #[serde(default)]
+    pub read_only: bool,
     /// A store operation running this long, or an async runtime that has
     /// not run its heartbeat for this long, makes the daemon "stalled":
     /// `/healthz` answers 503 and `ferry_stalled` is 1. Default 30.
@@ -129,7 +141,13 @@ pub struct AdminConfig {
 
 impl Default for AdminConfig {
     fn default() -> Self {
-        Self { listen: None, stall_secs: default_stall_secs(), shutdown_timeout_secs: default_shutdown_timeout_secs() }
+        Self {
+            listen: None,
+            token: None,
+            read_only: false,
+            stall_secs: default_stall_secs(),
+            shutdown_timeout_secs: default_shutdown_timeout_secs(),
+        }
     }
 }
 

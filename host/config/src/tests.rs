@@ -410,3 +410,19 @@ fn several_connections_share_one_subscription_under_client_ids_of_their_own() {
     let err = parse_with_env(&clash, &no_env).expect_err("clash");
     assert!(err.message.contains("also used by"), "{err}");
 }
+
+#[test]
+fn an_admin_server_beyond_loopback_needs_a_token_or_read_only() {
+    let with = |admin: &str| format!("[admin]\n{admin}\n{VALID}");
+    assert!(parse_with_env(&with("listen = \"127.0.0.1:9464\""), &no_env).is_ok());
+    assert!(parse_with_env(&with("listen = \"[::1]:9464\""), &no_env).is_ok());
+    let open = parse_with_env(&with("listen = \"0.0.0.0:9464\""), &no_env).expect_err("open");
+    assert_eq!(open.path, "admin.listen");
+    assert!(open.message.contains("admin.token") && open.message.contains("read_only"), "{open}");
+    let token = "token = \"0123456789abcdef\"";
+    let c = parse_with_env(&with(&format!("listen = \"0.0.0.0:9464\"\n{token}")), &no_env).expect("token");
+    assert_eq!(c.admin.token.as_deref(), Some("0123456789abcdef"));
+    assert!(parse_with_env(&with("listen = \"0.0.0.0:9464\"\nread_only = true"), &no_env).is_ok());
+    let short = parse_with_env(&with("listen = \"127.0.0.1:9464\"\ntoken = \"short\""), &no_env).expect_err("short");
+    assert_eq!(short.path, "admin.token");
+}

@@ -15,10 +15,23 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     if p.memory_limit_mib == 0 || p.memory_limit_mib > 4096 {
         return Err(ConfigError::new("plugins.memory_limit_mib", "must be between 1 and 4096"));
     }
-    if let Some(listen) = &config.admin.listen
-        && listen.parse::<std::net::SocketAddr>().is_err()
+    if let Some(listen) = &config.admin.listen {
+        let Ok(addr) = listen.parse::<std::net::SocketAddr>() else {
+            return Err(ConfigError::new("admin.listen", format!("{listen:?} is not an address like 127.0.0.1:9464")));
+        };
+        if !addr.ip().is_loopback() && config.admin.token.is_none() && !config.admin.read_only {
+            return Err(ConfigError::new(
+                "admin.listen",
+                format!(
+                    "{listen} is not a loopback address: set admin.token (every request then needs it), or admin.read_only = true (no dead-letter replay or purge)"
+                ),
+            ));
+        }
+    }
+    if let Some(token) = &config.admin.token
+        && (token.chars().count() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()))
     {
-        return Err(ConfigError::new("admin.listen", format!("{listen:?} is not an address like 127.0.0.1:9464")));
+        return Err(ConfigError::new("admin.token", "must be at least 16 characters, without spaces"));
     }
     if config.admin.stall_secs == 0 {
         return Err(ConfigError::new("admin.stall_secs", "must be at least 1"));

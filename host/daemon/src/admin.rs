@@ -5,20 +5,27 @@
 //! otherwise 503 with a JSON body naming what is not ready), and the store
 //! for the `ferry dlq` / `ferry outbox` commands while the daemon runs:
 //! `GET /dlq?route=&limit=`, `GET /dlq/{id}`, `POST /dlq/replay?ids=&route=&dry_run=`,
-//! `POST /dlq/purge?ids=&route=`, `GET /outbox/stats`. No authentication:
-//! keep it on loopback.
+//! `POST /dlq/purge?ids=&route=`, `GET /outbox/stats`.
+//!
+//! With `admin.token` set every request needs `Authorization: Bearer
+//! <token>` (401 otherwise); without one the server must listen on
+//! loopback, or be `read_only` (the endpoints that change anything answer
+//! 403). Requests carry no body (64 KiB at most is read) and time out after
+//! five minutes (a replay waits for its senders to connect).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, RwLock};
 
 use axum::Router;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferry_config::Config;
 use ferry_core::metrics::Metrics;
 use ferry_store::Store;
+use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
@@ -49,13 +56,31 @@ pub struct StoreAccess {
     pub bindings: Arc<RwLock<crate::wiring::RouteBindings>>,
 }
 
+/// Who may call what.
+#[derive(Clone, Default)]
+pub struct AdminAccess {
+    /// Bearer token every request must carry, when set.
+    pub token: Option<Arc<str>>,
+    /// Refuse the endpoints that change anything.
+    pub read_only: bool,
+    /// Cancelled when the daemon starts to stop: `/readyz` answers 503
+    /// from then on.
+    pub stopping: CancellationToken,
+}
+
 #[derive(Clone)]
 struct AdminState {
     watchdog: Arc<Watchdog>,
     metrics: Metrics,
     readiness: SharedReadiness,
     store: StoreAccess,
+    access: AdminAccess,
 }
+
+/// How long one admin request may take.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+/// Request bodies read at most (the endpoints take none).
+const BODY_LIMIT: usize = 64 * 1024;
 
 /// Binds `listen` and serves until `shutdown`. Binding errors are returned
 /// so `ferry run` fails at start rather than running without its endpoints.
@@ -65,25 +90,71 @@ pub async fn serve(
     metrics: Metrics,
     readiness: SharedReadiness,
     store: StoreAccess,
+    access: AdminAccess,
     shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
+    let state = AdminState { watchdog, metrics, readiness, store, access };
+    let changes = Router::new()
+        .route("/dlq/replay", post(dlq_replay))
+        .route("/dlq/purge", post(dlq_purge))
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), refuse_when_read_only));
     let app = Router::new()
         .route("/metrics", get(metrics_text))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/dlq", get(dlq_list))
         .route("/dlq/{id}", get(dlq_show))
-        .route("/dlq/replay", post(dlq_replay))
-        .route("/dlq/purge", post(dlq_purge))
         .route("/outbox/stats", get(outbox_stats))
-        .with_state(AdminState { watchdog, metrics, readiness, store });
+        .merge(changes)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
+        .layer(tower_http::limit::RequestBodyLimitLayer::new(BODY_LIMIT))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        .with_state(state);
     info!(%listen, "admin server listening");
     Ok(tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await {
             error!(error = %e, "admin server failed");
         }
     }))
+}
+
+/// With a token configured, a request without it (or with another) gets
+/// 401. The comparison takes the same time wherever the tokens differ.
+async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    let Some(token) = &state.access.token else {
+        return next.run(request).await;
+    };
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if same_secret(presented.as_bytes(), token.as_bytes()) {
+        next.run(request).await
+    } else {
+        let mut response =
+            error(StatusCode::UNAUTHORIZED, "this admin server wants Authorization: Bearer <admin.token>");
+        response.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+        response
+    }
+}
+
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    let mut differ = a.len() ^ b.len();
+    for (i, byte) in b.iter().enumerate() {
+        differ |= usize::from(a.get(i).copied().unwrap_or(0) ^ byte);
+    }
+    differ == 0
+}
+
+async fn refuse_when_read_only(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    if state.access.read_only {
+        error(StatusCode::FORBIDDEN, "this admin server is read-only (admin.read_only)")
+    } else {
+        next.run(request).await
+    }
 }
 
 async fn metrics_text(State(state): State<AdminState>) -> Response {
@@ -108,6 +179,9 @@ async fn ready(State(state): State<AdminState>) -> Response {
         Err(poisoned) => poisoned.into_inner().clone(),
     };
     let mut not_ready = Vec::new();
+    if state.access.stopping.is_cancelled() {
+        not_ready.push("ferry is stopping".to_owned());
+    }
     for (kind, role, name) in &readiness.transports {
         if Metrics::gauge(&m.connected, &[("kind", kind), ("role", role), ("name", name)]) != 1 {
             not_ready.push(format!("{kind} {role} {name}: not connected"));
@@ -136,26 +210,37 @@ fn error(status: StatusCode, e: impl std::fmt::Display) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
-/// The query string as a map (last value wins).
-fn params(query: Option<String>) -> std::collections::HashMap<String, String> {
-    url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()).into_owned().collect()
+/// `GET /dlq?route=&limit=`.
+#[derive(Deserialize)]
+struct ListQuery {
+    route: Option<String>,
+    limit: Option<usize>,
 }
 
-fn ids(params: &std::collections::HashMap<String, String>) -> Result<Vec<u64>, String> {
-    match params.get("ids") {
-        None => Ok(Vec::new()),
-        Some(list) => list
-            .split(',')
-            .filter(|s| !s.is_empty())
-            .map(|s| s.trim().parse().map_err(|_| format!("not a dead-letter id: {s:?}")))
-            .collect(),
+/// `POST /dlq/replay` and `/dlq/purge`: `ids=1,2,3`, `route=`, `dry_run=true`.
+#[derive(Deserialize)]
+struct SelectQuery {
+    ids: Option<String>,
+    route: Option<String>,
+    #[serde(default)]
+    dry_run: bool,
+}
+
+impl SelectQuery {
+    fn ids(&self) -> Result<Vec<u64>, String> {
+        match &self.ids {
+            None => Ok(Vec::new()),
+            Some(list) => list
+                .split(',')
+                .filter(|s| !s.is_empty())
+                .map(|s| s.trim().parse().map_err(|_| format!("not a dead-letter id: {s:?}")))
+                .collect(),
+        }
     }
 }
 
-async fn dlq_list(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
-    let p = params(query);
-    let limit = p.get("limit").and_then(|l| l.parse().ok()).unwrap_or(100);
-    match state.store.store.dead_letters(p.get("route").map(String::as_str), limit).await {
+async fn dlq_list(State(state): State<AdminState>, Query(q): Query<ListQuery>) -> Response {
+    match state.store.store.dead_letters(q.route.as_deref(), q.limit.unwrap_or(100)).await {
         Ok(entries) => json(StatusCode::OK, &entries),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
@@ -168,13 +253,12 @@ async fn dlq_show(State(state): State<AdminState>, Path(id): Path<u64>) -> Respo
     }
 }
 
-async fn dlq_replay(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
-    let p = params(query);
-    let ids = match ids(&p) {
+async fn dlq_replay(State(state): State<AdminState>, Query(q): Query<SelectQuery>) -> Response {
+    let ids = match q.ids() {
         Ok(ids) => ids,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    let dry_run = p.get("dry_run").is_some_and(|v| v == "true" || v == "1");
+    let dry_run = q.dry_run;
     let config = match state.store.config.read() {
         Ok(c) => c.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
@@ -183,8 +267,8 @@ async fn dlq_replay(State(state): State<AdminState>, RawQuery(query): RawQuery) 
         Ok(s) => s.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
     };
-    info!(?ids, route = ?p.get("route"), dry_run, "dead-letter replay requested");
-    let route = p.get("route").map(String::as_str);
+    info!(?ids, route = ?q.route, dry_run, "dead-letter replay requested");
+    let route = q.route.as_deref();
     match crate::dlq::replay_entries(
         &config,
         state.store.store.as_ref(),
@@ -201,14 +285,13 @@ async fn dlq_replay(State(state): State<AdminState>, RawQuery(query): RawQuery) 
     }
 }
 
-async fn dlq_purge(State(state): State<AdminState>, RawQuery(query): RawQuery) -> Response {
-    let p = params(query);
-    let ids = match ids(&p) {
+async fn dlq_purge(State(state): State<AdminState>, Query(q): Query<SelectQuery>) -> Response {
+    let ids = match q.ids() {
         Ok(ids) => ids,
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
-    info!(?ids, route = ?p.get("route"), "dead-letter purge requested");
-    match crate::dlq::purge_entries(state.store.store.as_ref(), &ids, p.get("route").map(String::as_str)).await {
+    info!(?ids, route = ?q.route, "dead-letter purge requested");
+    match crate::dlq::purge_entries(state.store.store.as_ref(), &ids, q.route.as_deref()).await {
         Ok(n) => json(StatusCode::OK, &serde_json::json!({ "purged": n })),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }

@@ -44,6 +44,9 @@ pub fn render(path: &Path) -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
+            // The admin token is a secret however it was written.
+            let mut secrets = secrets;
+            secrets.extend(config.admin.token.clone());
             mask_secrets(&mut value, &secrets);
             match serde_json::to_string_pretty(&value) {
                 Ok(text) => {
@@ -64,7 +67,7 @@ pub fn render(path: &Path) -> ExitCode {
 }
 
 /// Masks the password of every `url` value, and the text of every secret
-/// file wherever it appears.
+/// (secret files, the admin token) wherever it appears.
 fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
     match value {
         serde_json::Value::Object(map) => {
@@ -105,6 +108,7 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
         }
     };
     let admin_listen = config.admin.listen.clone();
+    let (admin_token, admin_read_only) = (config.admin.token.clone(), config.admin.read_only);
     let (stall_secs, shutdown_timeout) =
         (config.admin.stall_secs, Duration::from_secs(config.admin.shutdown_timeout_secs));
     let version = env!("CARGO_PKG_VERSION");
@@ -148,6 +152,11 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
             bridge.metrics.clone(),
             bridge.readiness.clone(),
             bridge.store_access(),
+            crate::admin::AdminAccess {
+                token: admin_token.map(Into::into),
+                read_only: admin_read_only,
+                stopping: shutdown.clone(),
+            },
             admin_stop.clone(),
         )
         .await

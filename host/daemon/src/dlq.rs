@@ -25,8 +25,8 @@ const CONNECT_WAIT: Duration = Duration::from_secs(15);
 enum Access {
     /// Opened here (the daemon is stopped).
     Local(Box<Config>, Arc<dyn Store>),
-    /// Through a running daemon's admin server (`http://host:port`).
-    Remote(String),
+    /// Through a running daemon's admin server.
+    Remote(Admin),
 }
 
 /// Opens the config's store. The embedded store, locked by a running
@@ -41,16 +41,20 @@ async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
         ExitCode::from(2)
     })?;
     let engine = store_engine(&config);
-    let admin = config.admin.listen.as_ref().map(|listen| format!("http://{listen}"));
-    if let (ferry_store::Engine::Postgres { .. }, true, Some(base)) = (&engine, through_daemon, &admin)
-        && daemon_answers(base).await
+    let admin = config
+        .admin
+        .listen
+        .as_ref()
+        .map(|listen| Admin { base: format!("http://{listen}"), token: config.admin.token.clone() });
+    if let (ferry_store::Engine::Postgres { .. }, true, Some(admin)) = (&engine, through_daemon, &admin)
+        && daemon_answers(admin).await
     {
-        return Ok(Access::Remote(base.clone()));
+        return Ok(Access::Remote(admin.clone()));
     }
     match ferry_store::open(&engine, StoreOptions::default()).await {
         Ok(store) => Ok(Access::Local(Box::new(config), store)),
         Err(OpenError::Locked { path }) => match admin {
-            Some(base) => Ok(Access::Remote(base)),
+            Some(admin) => Ok(Access::Remote(admin)),
             None => {
                 eprintln!(
                     "{path}: the store is in use by a running ferry and [admin] listen is not set, so it cannot be reached; set it or stop ferry"
@@ -65,19 +69,38 @@ async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
     }
 }
 
-/// Whether a daemon's admin server answers at `base`.
-async fn daemon_answers(base: &str) -> bool {
+/// A running daemon's admin server: `http://host:port`, and the token it
+/// wants (`admin.token`).
+#[derive(Clone)]
+struct Admin {
+    base: String,
+    token: Option<String>,
+}
+
+impl Admin {
+    fn request(&self, client: &reqwest::Client, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = client.request(method, format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+}
+
+/// Whether a daemon's admin server answers.
+async fn daemon_answers(admin: &Admin) -> bool {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(2)).build();
     match client {
-        Ok(client) => client.get(format!("{base}/healthz")).send().await.is_ok(),
+        Ok(client) => admin.request(&client, reqwest::Method::GET, "/healthz").send().await.is_ok(),
         Err(_) => false,
     }
 }
 
 /// A request to a running daemon's admin server; the JSON it answers.
-async fn remote(method: reqwest::Method, url: String) -> Result<serde_json::Value, ExitCode> {
+async fn remote(admin: &Admin, method: reqwest::Method, path: String) -> Result<serde_json::Value, ExitCode> {
     let client = reqwest::Client::new();
-    let response = client.request(method, &url).send().await.map_err(|e| {
+    let url = format!("{}{path}", admin.base);
+    let response = admin.request(&client, method, &path).send().await.map_err(|e| {
         eprintln!("{url}: {e}");
         ExitCode::from(2)
     })?;
@@ -304,9 +327,9 @@ pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) ->
             Ok(e) => e,
             Err(e) => return fail(e),
         },
-        Ok(Access::Remote(base)) => {
+        Ok(Access::Remote(admin)) => {
             let q = query(&[("route", route.map(str::to_owned)), ("limit", Some(limit.to_string()))]);
-            match remote(reqwest::Method::GET, format!("{base}/dlq{q}")).await.and_then(decode) {
+            match remote(&admin, reqwest::Method::GET, format!("/dlq{q}")).await.and_then(decode) {
                 Ok(e) => e,
                 Err(code) => return code,
             }
@@ -348,7 +371,7 @@ pub async fn show(path: &Path, id: u64) -> ExitCode {
             Ok(e) => e,
             Err(e) => return fail(e),
         },
-        Ok(Access::Remote(base)) => match remote(reqwest::Method::GET, format!("{base}/dlq/{id}")).await {
+        Ok(Access::Remote(admin)) => match remote(&admin, reqwest::Method::GET, format!("/dlq/{id}")).await {
             Ok(serde_json::Value::Null) => None,
             Ok(v) => match decode(v) {
                 Ok(e) => Some(e),
@@ -391,9 +414,9 @@ pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
             eprintln!("{e}");
             ExitCode::from(2)
         }),
-        Ok(Access::Remote(base)) => {
+        Ok(Access::Remote(admin)) => {
             let q = query(&[("ids", join_ids(ids)), ("route", route.map(str::to_owned))]);
-            remote(reqwest::Method::POST, format!("{base}/dlq/purge{q}"))
+            remote(&admin, reqwest::Method::POST, format!("/dlq/purge{q}"))
                 .await
                 .map(|v| v["purged"].as_u64().unwrap_or(0) as usize)
         }
@@ -420,13 +443,13 @@ pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool
                 }
             }
         }
-        Ok(Access::Remote(base)) => {
+        Ok(Access::Remote(admin)) => {
             let q = query(&[
                 ("ids", join_ids(ids)),
                 ("route", route.map(str::to_owned)),
                 ("dry_run", dry_run.then(|| "true".to_owned())),
             ]);
-            match remote(reqwest::Method::POST, format!("{base}/dlq/replay{q}")).await.and_then(decode) {
+            match remote(&admin, reqwest::Method::POST, format!("/dlq/replay{q}")).await.and_then(decode) {
                 Ok(r) => r,
                 Err(code) => return code,
             }
@@ -446,8 +469,8 @@ pub async fn outbox_stats(path: &Path) -> ExitCode {
             Ok(r) => r,
             Err(e) => return fail(e),
         },
-        Ok(Access::Remote(base)) => {
-            match remote(reqwest::Method::GET, format!("{base}/outbox/stats")).await.and_then(decode) {
+        Ok(Access::Remote(admin)) => {
+            match remote(&admin, reqwest::Method::GET, "/outbox/stats".to_owned()).await.and_then(decode) {
                 Ok(r) => r,
                 Err(code) => return code,
             }
