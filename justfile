@@ -104,7 +104,7 @@ test: plugins test-plugins mosquitto moto rabbitmq
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     cargo build -p ferry-daemon
-    cargo test --workspace
+    cargo test --workspace --no-fail-fast
     cd processors && cargo test -p filter -p transform -p tenant -p circuitbreaker -p header-map
 
 # Benchmarks (release): processor call cost; MQTT->MQTT against Mosquitto's bridge, SQS and AMQP 0-9-1 routes against the broker's raw rate and RabbitMQ's shovel (medians of 3).

@@ -162,6 +162,8 @@ pub struct Metrics {
     /// 1, labelled with this process's instance id and ferry's version.
     /// Labels: instance, version.
     pub instance_info: GaugeFamily,
+    /// This build: always 1. Labels: version, commit.
+    pub build_info: GaugeFamily,
 }
 
 impl Default for Metrics {
@@ -264,6 +266,8 @@ impl Metrics {
             "This process's instance id and ferry version (always 1)",
             instance_info.clone(),
         );
+        let build_info = GaugeFamily::default();
+        registry.register("build_info", "This build's version and git commit (always 1)", build_info.clone());
         let stalled = Gauge::default();
         registry.register(
             "stalled",
@@ -307,6 +311,7 @@ impl Metrics {
             store_op_seconds,
             stalled,
             instance_info,
+            build_info,
             route_last_progress,
         }
     }

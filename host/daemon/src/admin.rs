@@ -158,8 +158,8 @@ async fn refuse_when_read_only(State(state): State<AdminState>, request: Request
 }
 
 async fn metrics_text(State(state): State<AdminState>) -> Response {
-    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], state.metrics.render())
-        .into_response()
+    let text = crate::process::with_process_metrics(state.metrics.render());
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 
 async fn health(State(state): State<AdminState>) -> Response {

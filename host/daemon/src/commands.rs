@@ -118,6 +118,10 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
         .instance_info
         .get_or_create(&ferry_core::metrics::labels(&[("instance", config.instance.id()), ("version", version)]))
         .set(1);
+    metrics
+        .build_info
+        .get_or_create(&ferry_core::metrics::labels(&[("version", version), ("commit", env!("FERRY_COMMIT"))]))
+        .set(1);
     let bridge = match Bridge::build(config, metrics).await {
         Ok(b) => b,
         Err(e) => {

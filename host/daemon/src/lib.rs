@@ -15,6 +15,7 @@ pub mod commands;
 pub mod dlq;
 pub mod logging;
 pub mod plugins;
+pub mod process;
 pub mod telemetry;
 pub mod watch;
 pub mod watchdog;

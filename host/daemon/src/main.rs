@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use ferry_daemon::logging::{self, LogFormat};
 use ferry_daemon::telemetry::Telemetry;
 
@@ -59,6 +59,15 @@ enum Command {
     /// The shared_outbox store (a running daemon's through its admin server).
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Print a shell completion script: `ferry completions bash >
+    /// /etc/bash_completion.d/ferry` (also zsh, fish, elvish, powershell).
+    Completions { shell: clap_complete::Shell },
+    /// Print the man page ferry(1); with --dir, write it and one page per
+    /// subcommand (ferry-run.1, ferry-dlq-list.1, …) into DIR.
+    Man {
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -145,10 +154,44 @@ enum PluginsCommand {
     },
 }
 
+/// `ferry man`: ferry(1) on stdout, or every page into `dir`.
+fn man(dir: Option<PathBuf>) -> ExitCode {
+    let command = Cli::command();
+    let result = match dir {
+        None => clap_mangen::Man::new(command).render(&mut std::io::stdout()),
+        Some(dir) => std::fs::create_dir_all(&dir).and_then(|()| write_pages(&dir, command, "")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("cannot write the man page: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes `<prefix><name>.1` for `command` and its subcommands.
+fn write_pages(dir: &std::path::Path, command: clap::Command, prefix: &str) -> std::io::Result<()> {
+    let name = format!("{prefix}{}", command.get_name());
+    let command = command.name(name.clone());
+    let mut page = Vec::new();
+    clap_mangen::Man::new(command.clone()).render(&mut page)?;
+    std::fs::write(dir.join(format!("{name}.1")), page)?;
+    for sub in command.get_subcommands().filter(|s| s.get_name() != "help") {
+        write_pages(dir, sub.clone(), &format!("{name}-"))?;
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(cli.log_format, &cli.log_level);
     match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "ferry", &mut std::io::stdout());
+            ExitCode::SUCCESS
+        }
+        Command::Man { dir } => man(dir),
         Command::Validate { config } => ferry_daemon::commands::validate(&config),
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
