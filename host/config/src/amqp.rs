@@ -2,6 +2,7 @@
 //! `rabbitmq_amqp1_0` plugin) and `type = "amqp091"` (AMQP 0-9-1, RabbitMQ's
 //! own protocol). Documented here and in the README.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::TlsConfig;
@@ -35,7 +36,7 @@ fn default_max_message_bytes() -> usize {
 }
 
 /// How an AMQP 1.0 receiver gives a message back for a retry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Amqp10RetryOutcome {
     /// `modified` with `delivery-failed = true`: the broker counts the
@@ -47,7 +48,7 @@ pub enum Amqp10RetryOutcome {
 }
 
 /// `type = "amqp10"` receiver: one receiving link.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp10ReceiverConfig {
     /// `amqp://[user:password@]host[:port]` (port 5672), or `amqps://` for
@@ -79,7 +80,7 @@ pub struct Amqp10ReceiverConfig {
 }
 
 /// `type = "amqp10"` sender: one sending link to a fixed target address.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp10SenderConfig {
     /// `amqp://[user:password@]host[:port]` (port 5672), or `amqps://` for
@@ -108,7 +109,7 @@ pub struct Amqp10SenderConfig {
 }
 
 /// One routing key or several.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(untagged)]
 pub enum RoutingKeys {
     One(String),
@@ -126,7 +127,7 @@ impl RoutingKeys {
 }
 
 /// `type = "amqp091"` receiver: consumes one queue.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp091ReceiverConfig {
     /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`;
@@ -177,7 +178,7 @@ pub struct Amqp091ReceiverConfig {
 }
 
 /// `type = "amqp091"` sender: publishes with publisher confirms.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp091SenderConfig {
     /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`;

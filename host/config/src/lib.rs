@@ -84,3 +84,47 @@ fn toml_message(e: &toml::de::Error) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// A JSON Schema (draft 2020-12) of the config file, from the config types:
+/// their doc comments as descriptions, serde's names and defaults. Any
+/// string may also be written as `{ file = "…" }` (a secret read from a
+/// file), which the schema allows wherever it allows a string.
+pub fn json_schema() -> serde_json::Value {
+    let mut schema = serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default();
+    allow_secret_files(&mut schema);
+    if let Some(map) = schema.as_object_mut() {
+        map.insert("title".into(), "ferry configuration".into());
+    }
+    schema
+}
+
+/// `{"type": "string", …}` becomes `{"anyOf": [{…}, {"type": "object",
+/// "properties": {"file": {"type": "string"}}, …}]}`.
+fn allow_secret_files(value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            let is_string = match map.get("type") {
+                Some(serde_json::Value::String(t)) => t == "string",
+                Some(serde_json::Value::Array(types)) => types.iter().any(|t| t == "string"),
+                _ => false,
+            } && !map.contains_key("const")
+                && !map.contains_key("enum");
+            for v in map.values_mut() {
+                allow_secret_files(v);
+            }
+            if is_string {
+                let plain = serde_json::Value::Object(std::mem::take(map));
+                let file = serde_json::json!({
+                    "type": "object",
+                    "description": "A secret read from this file (its trailing newline removed)",
+                    "properties": { "file": { "type": "string" } },
+                    "required": ["file"],
+                    "additionalProperties": false
+                });
+                map.insert("anyOf".into(), serde_json::json!([plain, file]));
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(allow_secret_files),
+        _ => {}
+    }
+}

@@ -3,12 +3,13 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::amqp::*;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// This process among several running the same config.
@@ -35,7 +36,7 @@ pub struct Config {
 }
 
 /// `[instance]`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InstanceConfig {
     /// Names this process among instances running the same config: logged
@@ -54,7 +55,7 @@ impl InstanceConfig {
 }
 
 /// `[plugins]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginsConfig {
     /// Directory scanned for `*.wasm` components (relative to the working
@@ -106,7 +107,7 @@ fn default_memory_limit_mib() -> u64 {
 }
 
 /// `[admin]`: the admin server, and how the process shows and ends a stall.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
     /// `host:port` of the admin server (`/metrics`, `/healthz`, `/readyz`,
@@ -159,7 +160,7 @@ fn default_shutdown_timeout_secs() -> u64 {
 }
 
 /// `[store]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// Which store keeps the outbox, the leases and the dead letters:
@@ -191,7 +192,7 @@ pub struct StoreConfig {
 }
 
 /// `store.type`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
     #[default]
@@ -222,7 +223,7 @@ fn default_pool_size() -> usize {
 }
 
 /// `[receivers.NAME]`, chosen by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
@@ -232,7 +233,7 @@ pub enum ReceiverConfig {
 }
 
 /// `[senders.NAME]`, chosen by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
@@ -243,7 +244,7 @@ pub enum SenderConfig {
 
 /// `tls = { ... }`: TLS files for `mqtts://` and `amqps://` connections.
 /// Without `ca_file` the system's trusted roots verify the broker.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
     /// PEM file of the CA certificates that may sign the broker's
@@ -282,7 +283,7 @@ fn default_reconnect_max_ms() -> u64 {
 }
 
 /// `type = "mqtt"` receiver.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MqttReceiverConfig {
     /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
@@ -349,7 +350,7 @@ fn default_max_payload_bytes() -> usize {
 }
 
 /// `type = "mqtt"` sender.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MqttSenderConfig {
     /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
@@ -394,7 +395,7 @@ fn default_ack_timeout_ms() -> u64 {
 
 /// `type = "sqs"` receiver. Credentials come from the standard AWS chain
 /// (environment, profile, instance role).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsReceiverConfig {
     /// Full queue URL. Give this or `queue_name`.
@@ -436,7 +437,7 @@ fn default_visibility_timeout() -> i32 {
 }
 
 /// `type = "sqs"` sender.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsSenderConfig {
     /// Full queue URL. Give this or `queue_name`.
@@ -485,7 +486,7 @@ fn default_batch_linger_ms() -> u64 {
 }
 
 /// How a route holds its source messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DeliveryMode {
     /// The source message is acknowledged only after every binding accepted it.
@@ -497,7 +498,7 @@ pub enum DeliveryMode {
 }
 
 /// How many bindings a message goes to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum DispatchMode {
     /// The first binding only.
@@ -508,7 +509,7 @@ pub enum DispatchMode {
 }
 
 /// What happens to a message that cannot be delivered (expired, rejected).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureAction {
     /// Acknowledge and count it.
@@ -519,7 +520,7 @@ pub enum FailureAction {
 
 /// How a route treats a transient failure of a message with a generated id
 /// (`x-bridge.generated-id`) at a source that redelivers (SQS, AMQP).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum UnstableIdentity {
     /// Release it like any other; the receiver counts its redeliveries by
@@ -533,7 +534,7 @@ pub enum UnstableIdentity {
 }
 
 /// `[routes.backoff]`: retry delays for transient failures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BackoffConfig {
     /// First delay in milliseconds. Default 100.
@@ -575,7 +576,7 @@ fn default_backoff_jitter() -> f64 {
 }
 
 /// `[[routes]]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// Unique route id; stamped as `x-bridge.route-id`.
@@ -662,7 +663,7 @@ fn default_outbox_partitions() -> u32 {
 }
 
 /// `[[routes.processors]]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessorConfig {
     /// Plugin name: the file `<plugins.dir>/<plugin>.wasm`.
@@ -677,7 +678,7 @@ pub struct ProcessorConfig {
 }
 
 /// `grants = { ... }` of a `[[routes.processors]]` entry.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrantsConfig {
     /// Names of the daemon's environment variables the plugin sees (with
@@ -706,7 +707,7 @@ fn empty_table() -> serde_json::Value {
 }
 
 /// `[[routes.bindings]]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BindingConfig {
     /// Binding id, for logs and metrics. Default: the sender name.

@@ -59,6 +59,9 @@ enum Command {
     /// The shared_outbox store (a running daemon's through its admin server).
     #[command(subcommand)]
     Outbox(OutboxCommand),
+    /// Print the JSON Schema of the config file (what `#:schema` lines and
+    /// editors validate against).
+    Schema,
     /// Print a shell completion script: `ferry completions bash >
     /// /etc/bash_completion.d/ferry` (also zsh, fish, elvish, powershell).
     Completions { shell: clap_complete::Shell },
@@ -192,6 +195,16 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Man { dir } => man(dir),
+        Command::Schema => match serde_json::to_string_pretty(&ferry_config::json_schema()) {
+            Ok(text) => {
+                println!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("cannot print the schema: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Command::Validate { config } => ferry_daemon::commands::validate(&config),
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
