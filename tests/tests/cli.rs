@@ -35,3 +35,41 @@ fn man_pages_cover_the_subcommands() {
     let replay = std::fs::read_to_string(ws.path().join("man/ferry-dlq-replay.1")).expect("page");
     assert!(replay.contains("dry") && replay.contains("route"), "the options are documented: {replay}");
 }
+
+/// `ferry validate` parses each URL with the code its transport connects
+/// with: what cannot work is refused with its key, before any connection.
+#[test]
+fn validate_refuses_urls_the_transports_could_not_use() {
+    let ws = Workspace::with_plugins(&[]);
+    let config = |receiver_url: &str, sender: &str| {
+        format!(
+            "[receivers.in]\ntype = \"mqtt\"\nurl = \"{receiver_url}\"\ntopics = [\"t/#\"]\n\n[senders.out]\n{sender}\n\n[[routes]]\nid = \"r\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"out\"\naddress = \"q\"\n"
+        )
+    };
+    let amqp = |url: &str| format!("type = \"amqp091\"\nurl = \"{url}\"");
+    let cases = [
+        (config("mqtt://127.0.0.1:70000", &amqp("amqp://127.0.0.1/%2f")), "receivers.in.url"),
+        (config("mqtt://user:%FF@127.0.0.1", &amqp("amqp://127.0.0.1/%2f")), "receivers.in.url"),
+        (config("mqtt://127.0.0.1", &amqp("amqp://127.0.0.1:99999/%2f")), "senders.out.url"),
+        (config("mqtt://127.0.0.1", &amqp("amqp://guest:%FF@127.0.0.1/%2f")), "senders.out.url"),
+        (config("mqtt://127.0.0.1", &amqp("amqp://127.0.0.1/%2f?heartbeat=often")), "senders.out.url"),
+        (
+            config("mqtt://127.0.0.1", "type = \"amqp10\"\nurl = \"amqp://127.0.0.1:123456\"\naddress = \"/q\""),
+            "senders.out.url",
+        ),
+    ];
+    for (text, key) in cases {
+        ws.config(&text);
+        let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{text}\n{stderr}");
+        assert!(stderr.contains(key), "{key} in: {stderr}");
+    }
+    ws.config(&config("mqtt://[::1]:1883", &amqp("amqp://guest:gu%40st@[::1]:5672/%2f")));
+    let ok = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    assert!(
+        ok.status.success(),
+        "IPv6 hosts and encoded credentials are fine: {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}

@@ -6,6 +6,7 @@ use ferry_config::TlsConfig;
 use ferry_core::TransportError;
 use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
+use lapin::uri::{AMQPScheme, AMQPUri};
 use lapin::{Channel, Connection, ConnectionProperties, ErrorKind};
 
 /// How long connecting (TCP, handshake, open) may take.
@@ -13,23 +14,43 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long closing may take before the connection is dropped.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Parses an `amqp[s]://[user:password@]host[:port][/vhost]` URL as the
+/// connection uses it: lapin's own parser (ports, percent-encoding, the
+/// vhost, query parameters), with the host taken as the URL writes it.
+/// lapin reads only domain names and falls back to `localhost` for an IP
+/// address, so `amqp://10.0.0.5` would have connected to this machine.
+/// `ferry validate` and the start of `ferry run` call this too, so a URL
+/// that cannot work is refused there rather than retried at connect.
+pub fn parse_url(raw: &str) -> Result<AMQPUri, String> {
+    let mut uri: AMQPUri = raw.parse()?;
+    let url = url::Url::parse(raw).map_err(|e| e.to_string())?;
+    match url.host() {
+        Some(url::Host::Ipv4(ip)) => uri.authority.host = ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => uri.authority.host = ip.to_string(),
+        Some(url::Host::Domain(_)) => {}
+        None => return Err("the URL has no host".into()),
+    }
+    Ok(uri)
+}
+
 /// Opens a connection named after the ferry component, for the broker's
 /// connection list. `amqps://` uses TLS: the broker is verified against
 /// `tls.ca_file` when given (else the system roots), and `cert_file` /
 /// `key_file` authenticate the client.
 pub async fn open(url: &str, name: &str, tls: Option<&TlsConfig>) -> Result<Connection, TransportError> {
     let properties = ConnectionProperties::default().with_connection_name(format!("ferry {name}").into());
+    let uri = parse_url(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
     let connect = async {
         match tls {
-            Some(tls) if url.starts_with("amqps://") => {
+            Some(tls) if uri.scheme == AMQPScheme::AMQPS => {
                 let config = tls_config(tls)?;
                 let runtime = lapin::runtime::default_runtime()
                     .map_err(|e| TransportError::permanent(format!("no async runtime for TLS: {e}")))?;
-                Connection::connect_with_config(url, properties, config, runtime)
+                Connection::connect_uri_with_config(uri, properties, config, runtime)
                     .await
                     .map_err(|e| TransportError::transient(format!("connect: {e}")))
             }
-            _ => Connection::connect(url, properties)
+            _ => Connection::connect_uri(uri, properties)
                 .await
                 .map_err(|e| TransportError::transient(format!("connect: {e}"))),
         }
@@ -85,4 +106,22 @@ pub fn is_not_found(e: &lapin::Error) -> bool {
 pub fn short(what: &str, s: &str) -> Result<lapin::types::ShortString, TransportError> {
     lapin::types::ShortString::try_new(s)
         .map_err(|_| TransportError::permanent(format!("{what} is {} bytes; AMQP 0-9-1 allows 255", s.len())))
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::*;
+
+    #[test]
+    fn an_ip_address_is_kept_and_a_url_that_cannot_work_is_refused() {
+        let uri = parse_url("amqp://u:p%40ss@10.1.2.3:5673/v%2fh").expect("valid");
+        assert_eq!(uri.authority.host, "10.1.2.3", "not lapin's localhost fallback");
+        assert_eq!((uri.authority.port, uri.authority.userinfo.password.as_str()), (5673, "p@ss"));
+        assert_eq!(uri.vhost, "v/h");
+        assert_eq!(parse_url("amqps://[::1]/%2f").expect("valid").authority.host, "::1");
+        assert_eq!(parse_url("amqp://broker.example/%2f").expect("valid").authority.host, "broker.example");
+        for bad in ["amqp://h:99999/%2f", "http://h/%2f", "amqp://u:%FF@h/", "amqp:///%2f", "amqp://h/?heartbeat=x"] {
+            assert!(parse_url(bad).is_err(), "{bad} should be refused");
+        }
+    }
 }

@@ -23,6 +23,27 @@ pub struct Link {
     pub session: SessionHandle<()>,
 }
 
+/// Parses an `amqp[s]://[user:password@]host[:port]` URL as the connection
+/// uses it (fe2o3-amqp takes a `url::Url`): the scheme, a host, a valid
+/// port and percent-encoded credentials that decode. `ferry validate` and
+/// the start of `ferry run` call this too, so a URL that cannot work is
+/// refused there rather than retried at connect.
+pub fn parse_url(raw: &str) -> Result<url::Url, String> {
+    let url = url::Url::parse(raw).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "amqp" | "amqps") {
+        return Err(format!("the scheme must be amqp:// or amqps://, not {}://", url.scheme()));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("the URL has no host".into());
+    }
+    for part in [url.username(), url.password().unwrap_or("")] {
+        percent_encoding::percent_decode_str(part)
+            .decode_utf8()
+            .map_err(|e| format!("the credentials do not percent-decode to UTF-8: {e}"))?;
+    }
+    Ok(url)
+}
+
 /// Opens a connection (credentials from the URL, SASL PLAIN) and begins a
 /// session. `amqps://` starts with TLS (no AMQP TLS upgrade header, as
 /// RabbitMQ's TLS listener expects): the broker is verified against
@@ -30,9 +51,10 @@ pub struct Link {
 /// authenticate the client. Unreadable TLS files are permanent errors (the
 /// config must change); every other failure is transient.
 pub async fn open(url: &str, container_id: &str, tls: Option<&TlsConfig>) -> Result<Link, TransportError> {
+    let parsed = parse_url(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
     let attempt = async {
         let builder = Connection::builder().container_id(container_id);
-        let opened = if url.starts_with("amqps://") {
+        let opened = if parsed.scheme() == "amqps" {
             let host = tls_host(url)?;
             builder
                 .rustls_connector(tls_connector(tls)?)

@@ -32,9 +32,14 @@ pub fn parse_url(raw: &str) -> Result<Endpoint, TransportError> {
     };
     let host =
         url.host_str().filter(|h| !h.is_empty()).ok_or_else(|| TransportError::permanent("MQTT url has no host"))?;
-    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
-    let username = (!url.username().is_empty()).then(|| decode(url.username()));
-    let password = url.password().map(decode);
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8()
+            .map(|d| d.into_owned())
+            .map_err(|e| TransportError::permanent(format!("MQTT url credentials do not percent-decode to UTF-8: {e}")))
+    };
+    let username = (!url.username().is_empty()).then(|| decode(url.username())).transpose()?;
+    let password = url.password().map(decode).transpose()?;
     Ok(Endpoint {
         host: host.trim_matches(['[', ']']).to_owned(),
         port: url.port().unwrap_or(if tls { 8883 } else { 1883 }),

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::parts::{RouteBindings, StartError, injected_fault, leasing, store_engine, uses_plugins};
+use super::parts::{RouteBindings, StartError, check_urls, injected_fault, leasing, store_engine, uses_plugins};
 use super::plan::{
     ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, prepare, warn_orphaned_records,
 };
@@ -69,6 +69,7 @@ impl Bridge {
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
         let options =
             StoreOptions { op_seconds: Some(metrics.store_op_seconds.clone()), fault: injected_fault(), listen: true };
+        check_urls(&config)?;
         let engine = store_engine(&config);
         let key = match engine {
             ferry_store::Engine::Embedded { .. } => "store.path",

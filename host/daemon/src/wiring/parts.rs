@@ -219,6 +219,55 @@ pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<Sh
     Ok(chains)
 }
 
+/// Parses every receiver's and sender's URLs with the code its transport
+/// connects with, so `ferry validate` and the start of `ferry run` refuse a
+/// URL that cannot work (a port out of range, credentials that do not
+/// decode, no host) instead of a connection retrying it for ever.
+pub fn check_urls(config: &Config) -> Result<(), StartError> {
+    let http = |url: &str| url::Url::parse(url).map(|_| ()).map_err(|e| e.to_string());
+    let mut checks: Vec<(String, Result<(), String>)> = Vec::new();
+    for (name, r) in &config.receivers {
+        let key = format!("receivers.{name}");
+        match r {
+            ReceiverConfig::Mqtt(m) => checks.push((format!("{key}.url"), mqtt_url(&m.url))),
+            ReceiverConfig::Amqp10(a) => checks.push((format!("{key}.url"), amqp10_url(&a.url))),
+            ReceiverConfig::Amqp091(a) => checks.push((format!("{key}.url"), amqp091_url(&a.url))),
+            ReceiverConfig::Sqs(q) => {
+                checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
+                checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
+            }
+        }
+    }
+    for (name, s) in &config.senders {
+        let key = format!("senders.{name}");
+        match s {
+            SenderConfig::Mqtt(m) => checks.push((format!("{key}.url"), mqtt_url(&m.url))),
+            SenderConfig::Amqp10(a) => checks.push((format!("{key}.url"), amqp10_url(&a.url))),
+            SenderConfig::Amqp091(a) => checks.push((format!("{key}.url"), amqp091_url(&a.url))),
+            SenderConfig::Sqs(q) => {
+                checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
+                checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
+            }
+        }
+    }
+    match checks.into_iter().find(|(_, r)| r.is_err()) {
+        Some((key, Err(e))) => Err(StartError::new(key, e)),
+        _ => Ok(()),
+    }
+}
+
+fn mqtt_url(url: &str) -> Result<(), String> {
+    ferry_transport_mqtt::connection::parse_url(url).map(|_| ()).map_err(|e| e.to_string())
+}
+
+fn amqp10_url(url: &str) -> Result<(), String> {
+    ferry_transport_amqp10::connection::parse_url(url).map(|_| ())
+}
+
+fn amqp091_url(url: &str) -> Result<(), String> {
+    ferry_transport_amqp091::connection::parse_url(url).map(|_| ())
+}
+
 pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
     Ok(match s {
         SenderConfig::Mqtt(m) => Arc::new(
