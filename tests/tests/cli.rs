@@ -73,3 +73,64 @@ fn validate_refuses_urls_the_transports_could_not_use() {
         String::from_utf8_lossy(&ok.stderr)
     );
 }
+
+/// `ferry validate --connect` reaches every broker and queue the config
+/// names, one line each, and exits 2 when one cannot be reached.
+#[tokio::test(flavor = "multi_thread")]
+async fn validate_connect_reaches_every_broker_and_queue() {
+    use ferry_tests::{mqtt, rabbit, sqs};
+    sqs::require_aws_env();
+    let queue = ferry_tests::unique("probe-q");
+    let client = sqs::client();
+    let (_, queue_url) = sqs::create_queue(&client, "probe", false).await;
+    let closed = mqtt::free_port();
+    let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_INSTANCE_ID", "probe")]);
+    let config = |amqp_queue: &str, mqtt_out: &str| {
+        format!(
+            r#"
+[receivers.in]
+type = "amqp091"
+url = "{amqp}"
+queue = "{amqp_queue}"
+queue_passive = true
+
+[senders.sqs]
+type = "sqs"
+queue_url = "{queue_url}"
+endpoint_url = "{endpoint}"
+
+[senders.mqtt]
+type = "mqtt"
+url = "{mqtt_out}"
+
+[[routes]]
+id = "r"
+receiver = "in"
+dispatch_mode = "fan_out"
+[[routes.bindings]]
+sender = "sqs"
+[[routes.bindings]]
+sender = "mqtt"
+address = "t"
+"#,
+            amqp = rabbit::URL091,
+            endpoint = sqs::endpoint(),
+        )
+    };
+    ws.config(&config(&queue, &format!("mqtt://127.0.0.1:{closed}")));
+    let out = ws.ferry(&["validate", "--connect", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("receivers.in (amqp091): FAILED") && text.contains(&queue), "no such queue: {text}");
+    assert!(text.contains("senders.mqtt (mqtt): FAILED"), "nothing listens there: {text}");
+    assert!(text.contains("senders.sqs (sqs): ok"), "{text}");
+
+    let rabbit = rabbit::Rabbit::connect().await;
+    rabbit.declare_queue(&queue).await;
+    ws.config(&config(&queue, &mqtt::broker_url()));
+    let out = ws.ferry(&["validate", "--connect", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(text.matches("): ok, ").count(), 3, "{text}");
+    rabbit.delete_queue(&queue).await;
+}

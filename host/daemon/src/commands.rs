@@ -31,6 +31,71 @@ pub fn validate(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `ferry validate --connect`: connects to every receiver's and sender's
+/// broker or queue and prints one line each; exit 2 when one fails.
+pub async fn probe(path: &Path) -> ExitCode {
+    use ferry_config::{ReceiverConfig, SenderConfig};
+    let config = match ferry_config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let sqs = |url: &Option<String>, name: &Option<String>, endpoint: &Option<String>, region: &Option<String>| {
+        ferry_transport_sqs::client::QueueTarget {
+            queue_url: url.clone(),
+            queue_name: name.clone(),
+            endpoint_url: endpoint.clone(),
+            region: region.clone(),
+        }
+    };
+    let mut failed = 0;
+    let mut report = |key: String, kind: &str, result: Result<String, ferry_core::TransportError>| match result {
+        Ok(what) => println!("{key} ({kind}): ok, {what}"),
+        Err(e) => {
+            failed += 1;
+            println!("{key} ({kind}): FAILED: {e}");
+        }
+    };
+    let mqtt = |c| async move { ferry_transport_mqtt::connection::probe(&c).await.map(|()| "connected".to_owned()) };
+    let amqp10 = |url: String, tls: Option<ferry_config::TlsConfig>| async move {
+        ferry_transport_amqp10::connection::probe(&url, tls.as_ref()).await.map(|()| "connected".to_owned())
+    };
+    for (name, r) in &config.receivers {
+        let key = format!("receivers.{name}");
+        match r {
+            ReceiverConfig::Mqtt(m) => report(key, "mqtt", mqtt(m.connection(name)).await),
+            ReceiverConfig::Amqp10(a) => report(key, "amqp10", amqp10(a.url.clone(), a.tls.clone()).await),
+            ReceiverConfig::Amqp091(a) => {
+                // A queue the receiver declares itself need not exist yet.
+                let queue = a.queue_passive.then_some(a.queue.as_str());
+                report(key, "amqp091", ferry_transport_amqp091::connection::probe(&a.url, a.tls.as_ref(), queue).await);
+            }
+            ReceiverConfig::Sqs(q) => {
+                let target = sqs(&q.queue_url, &q.queue_name, &q.endpoint_url, &q.region);
+                report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
+            }
+        }
+    }
+    for (name, s) in &config.senders {
+        let key = format!("senders.{name}");
+        match s {
+            SenderConfig::Mqtt(m) => report(key, "mqtt", mqtt(m.connection(name)).await),
+            SenderConfig::Amqp10(a) => report(key, "amqp10", amqp10(a.url.clone(), a.tls.clone()).await),
+            SenderConfig::Amqp091(a) => {
+                report(key, "amqp091", ferry_transport_amqp091::connection::probe(&a.url, a.tls.as_ref(), None).await);
+            }
+            SenderConfig::Sqs(q) if q.queue_url.is_some() || q.queue_name.is_some() => {
+                let target = sqs(&q.queue_url, &q.queue_name, &q.endpoint_url, &q.region);
+                report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
+            }
+            SenderConfig::Sqs(_) => report(key, "sqs", Ok("no queue configured (bindings name theirs)".into())),
+        }
+    }
+    if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) }
+}
+
 /// `ferry render`: the resolved config (defaults filled in, `${VAR}`
 /// substituted) as JSON, with passwords in URLs and every secret read from
 /// a file masked.

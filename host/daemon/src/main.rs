@@ -44,6 +44,10 @@ enum Command {
     Validate {
         #[arg(short, long)]
         config: PathBuf,
+        /// Also connect to every receiver's and sender's broker or queue
+        /// (under probe client ids) and report each one.
+        #[arg(long)]
+        connect: bool,
     },
     /// Print the resolved config as JSON (secrets masked).
     Render {
@@ -205,7 +209,14 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Validate { config } => ferry_daemon::commands::validate(&config),
+        Command::Validate { config, connect: false } => ferry_daemon::commands::validate(&config),
+        Command::Validate { config, connect: true } => {
+            let code = ferry_daemon::commands::validate(&config);
+            if code != ExitCode::SUCCESS {
+                return code;
+            }
+            block_on(ferry_daemon::commands::probe(&config))
+        }
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),

@@ -108,6 +108,30 @@ pub fn short(what: &str, s: &str) -> Result<lapin::types::ShortString, Transport
         .map_err(|_| TransportError::permanent(format!("{what} is {} bytes; AMQP 0-9-1 allows 255", s.len())))
 }
 
+/// `ferry validate --connect`: opens a connection and a channel and, when
+/// `queue` is given, checks it exists (a passive declare); `Ok` says what
+/// was found.
+pub async fn probe(url: &str, tls: Option<&TlsConfig>, queue: Option<&str>) -> Result<String, TransportError> {
+    let connection = open(url, "probe", tls).await?;
+    let found = async {
+        let channel =
+            connection.create_channel().await.map_err(|e| TransportError::transient(format!("channel: {e}")))?;
+        match queue {
+            Some(queue) => {
+                let options = lapin::options::QueueDeclareOptions { passive: true, ..Default::default() };
+                match channel.queue_declare(queue.into(), options, lapin::types::FieldTable::default()).await {
+                    Ok(q) => Ok(format!("queue {queue} exists ({} messages ready)", q.message_count())),
+                    Err(e) => Err(TransportError::permanent(format!("queue {queue}: {e}"))),
+                }
+            }
+            None => Ok("connected".to_owned()),
+        }
+    }
+    .await;
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, connection.close(200, "probe done".into())).await;
+    found
+}
+
 #[cfg(test)]
 mod url_tests {
     use super::*;

@@ -127,3 +127,11 @@ impl Link {
         .await;
     }
 }
+
+/// `ferry validate --connect`: opens a connection and a session under a
+/// container id of its own, then closes them.
+pub async fn probe(url: &str, tls: Option<&TlsConfig>) -> Result<(), TransportError> {
+    let container = format!("ferry-probe-{}", std::process::id());
+    open(url, &container, tls).await?.close().await;
+    Ok(())
+}

@@ -72,6 +72,33 @@ pub fn options(conn: &MqttConnection) -> Result<MqttOptions, TransportError> {
     Ok(options)
 }
 
+/// `ferry validate --connect`: connects under a client id of its own (so the
+/// daemon's sessions are not disturbed), with a clean start and no session
+/// kept, waits for the broker's CONNACK and disconnects.
+pub async fn probe(conn: &MqttConnection) -> Result<(), TransportError> {
+    let client_id = format!("{}-probe-{}", conn.client_id, std::process::id());
+    let mut options = options(&MqttConnection { client_id, ..conn.clone() })?;
+    options.set_clean_start(true);
+    let (client, mut events) = rumqttc::v5::AsyncClient::new(options, 8);
+    let connected = async {
+        loop {
+            match events.poll().await {
+                Ok(rumqttc::v5::Event::Incoming(rumqttc::v5::mqttbytes::v5::Packet::ConnAck(_))) => return Ok(()),
+                Ok(_) => {}
+                Err(e) => return Err(TransportError::transient(format!("connect: {e}"))),
+            }
+        }
+    };
+    let result = tokio::time::timeout(Duration::from_secs(10), connected)
+        .await
+        .unwrap_or_else(|_| Err(TransportError::transient("connect: no CONNACK within 10 s")));
+    if result.is_ok() {
+        let _ = client.disconnect().await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), events.poll()).await;
+    }
+    result
+}
+
 /// The system's CA bundle, used when `tls.ca_file` is not set.
 const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 

@@ -101,3 +101,18 @@ where
         _ => TransportError::transient(text),
     }
 }
+
+/// `ferry validate --connect`: resolves the queue and reads one attribute
+/// of it, so the endpoint, the credentials and the queue are all checked.
+pub async fn probe(target: &QueueTarget) -> Result<String, TransportError> {
+    let client = client(target).await;
+    let url = queue_url(&client, target).await?;
+    client
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .map_err(classify)?;
+    Ok(format!("queue {url} reachable"))
+}
