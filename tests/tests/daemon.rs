@@ -456,3 +456,27 @@ sender = "a10"
     assert!(!daemon.log_text().contains("topsecret-pw"), "a password reached the log after the reload");
     assert!(daemon.terminate().success());
 }
+
+/// Start-up compiles only the plugins the config names: a component in the
+/// directory that no route uses is neither compiled nor loaded.
+#[tokio::test(flavor = "multi_thread")]
+async fn only_the_plugins_a_config_names_are_loaded() {
+    let (src, dst) = (unique("named/src"), unique("named/dst"));
+    let ws = Workspace::with_plugins(&["filter", "hostile", "transform"]);
+    ws.config(&config(
+        &broker_url(),
+        &src,
+        &broker_url(),
+        &format!("{dst}/x"),
+        &filter(r#"{ header = "kind", op = "eq", value = "temp" }"#, ""),
+        "",
+        "",
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let log = daemon.log_text();
+    assert!(log.contains("plugin loaded") && log.contains("plugin=filter"), "{log}");
+    for unused in ["plugin=hostile", "plugin=transform"] {
+        assert!(!log.contains(unused), "{unused} was loaded though no route names it:\n{log}");
+    }
+    assert!(daemon.terminate().success());
+}

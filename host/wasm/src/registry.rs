@@ -119,11 +119,24 @@ impl PluginRegistry {
         dir: &Path,
         previous: Option<&PluginRegistry>,
     ) -> Result<Self, PluginError> {
+        Self::reload_named(engine, dir, previous, None)
+    }
+
+    /// As [`PluginRegistry::reload_dir`], loading only the plugins named in
+    /// `wanted` (when given): a config's start-up does not compile
+    /// components it does not use, however many the directory holds.
+    pub fn reload_named(
+        engine: &PluginEngine,
+        dir: &Path,
+        previous: Option<&PluginRegistry>,
+        wanted: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<Self, PluginError> {
         let entries = std::fs::read_dir(dir).map_err(|source| PluginError::Dir { dir: dir.to_owned(), source })?;
         let mut paths: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .map(|e| e.path())
             .filter(|p| p.extension().is_some_and(|e| e == "wasm") && p.is_file())
+            .filter(|p| wanted.is_none_or(|names| names.contains(&plugin_name(p))))
             .collect();
         paths.sort();
         let mut registry =

@@ -39,6 +39,20 @@ pub(super) fn uses_plugins(config: &Config) -> bool {
     config.routes.iter().any(|r| !r.processors.is_empty() || r.bindings.iter().any(|b| b.header_mapper.is_some()))
 }
 
+/// Every plugin a config names: processors and header mappers.
+fn plugin_names(config: &Config) -> std::collections::BTreeSet<String> {
+    config
+        .routes
+        .iter()
+        .flat_map(|r| {
+            r.processors
+                .iter()
+                .map(|p| p.plugin.clone())
+                .chain(r.bindings.iter().filter_map(|b| b.header_mapper.clone()))
+        })
+        .collect()
+}
+
 pub(super) fn plugin_limits(config: &Config) -> PluginLimits {
     PluginLimits {
         call_timeout: Duration::from_millis(config.plugins.call_timeout_ms),
@@ -87,8 +101,9 @@ pub(super) fn load_plugins(
     if !uses_plugins(config) {
         return Ok(None);
     }
-    let registry = PluginRegistry::reload_dir(engine, Path::new(&config.plugins.dir), previous)
-        .map_err(|e| StartError::new("plugins.dir", e))?;
+    let registry =
+        PluginRegistry::reload_named(engine, Path::new(&config.plugins.dir), previous, Some(&plugin_names(config)))
+            .map_err(|e| StartError::new("plugins.dir", e))?;
     Ok(Some(registry))
 }
 
