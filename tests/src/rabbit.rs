@@ -161,12 +161,23 @@ pub struct Amqp10Client {
     session: fe2o3_amqp::session::SessionHandle<()>,
 }
 
+/// How long one step of the test's AMQP 1.0 client (open, attach, accept,
+/// detach, close) may take: a step that never answers fails the test, or
+/// is given up at cleanup, instead of hanging the run (seen once, after
+/// fourteen runs that passed).
+const AMQP10_STEP: Duration = Duration::from_secs(15);
+
 impl Amqp10Client {
     pub async fn connect(url: &str) -> Self {
-        let mut connection = fe2o3_amqp::Connection::open(crate::unique("ferry-test"), url)
+        let opening = fe2o3_amqp::Connection::open(crate::unique("ferry-test"), url);
+        let mut connection = tokio::time::timeout(AMQP10_STEP, opening)
             .await
+            .unwrap_or_else(|_| panic!("AMQP 1.0 at {url}: no open within {AMQP10_STEP:?}"))
             .unwrap_or_else(|e| panic!("AMQP 1.0 at {url} (is rabbitmq_amqp1_0 enabled?): {e}"));
-        let session = fe2o3_amqp::Session::begin(&mut connection).await.expect("session");
+        let session = tokio::time::timeout(AMQP10_STEP, fe2o3_amqp::Session::begin(&mut connection))
+            .await
+            .expect("session begun in time")
+            .expect("session");
         Self { connection, session }
     }
 
@@ -187,27 +198,34 @@ impl Amqp10Client {
     /// Receives up to `n` messages from `address` (accepting each) within
     /// `timeout`.
     pub async fn receive(&mut self, address: &str, n: usize, timeout: Duration) -> Vec<Message<Body<Value>>> {
-        let mut receiver = fe2o3_amqp::Receiver::attach(&mut self.session, crate::unique("test-receiver"), address)
+        let attaching = fe2o3_amqp::Receiver::attach(&mut self.session, crate::unique("test-receiver"), address);
+        let mut receiver = tokio::time::timeout(AMQP10_STEP, attaching)
             .await
+            .expect("receiver attached in time")
             .expect("attach receiver");
         let mut out = Vec::new();
         let deadline = tokio::time::Instant::now() + timeout;
         while out.len() < n {
             match tokio::time::timeout_at(deadline, receiver.recv::<Body<Value>>()).await {
                 Ok(Ok(d)) => {
-                    receiver.accept(&d).await.expect("accept");
+                    tokio::time::timeout(AMQP10_STEP, receiver.accept(&d))
+                        .await
+                        .expect("accepted in time")
+                        .expect("accept");
                     out.push(d.into_message());
                 }
                 _ => break,
             }
         }
-        let _ = receiver.detach().await;
+        let _ = tokio::time::timeout(AMQP10_STEP, receiver.detach()).await;
         out
     }
 
+    /// Ends the session and closes the connection; a broker that does not
+    /// answer within [`AMQP10_STEP`] is left to drop them.
     pub async fn close(mut self) {
-        let _ = self.session.end().await;
-        let _ = self.connection.close().await;
+        let _ = tokio::time::timeout(AMQP10_STEP, self.session.end()).await;
+        let _ = tokio::time::timeout(AMQP10_STEP, self.connection.close()).await;
     }
 }
 
