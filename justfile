@@ -104,6 +104,7 @@ test: plugins test-plugins mosquitto moto rabbitmq
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
     cargo build -p ferry-daemon
+    {{host_target}}/debug/ferry test examples/tests/*.toml
     cargo test --workspace --no-fail-fast
     cd processors && cargo test -p filter -p transform -p tenant -p circuitbreaker -p header-map
 

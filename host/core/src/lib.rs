@@ -16,6 +16,8 @@
 //! - [`redact`]: passwords out of logged URLs.
 //! - [`route`]: the route runtime (direct_hold delivery, dispatch, retries).
 //! - [`trace`]: OpenTelemetry spans and W3C trace context in headers.
+//! - [`tap`]: live copies of a route's messages for `ferry tap`.
+//! - [`wire`]: messages as a transport carries them, as JSON (`ferry test`).
 //! - [`supervisor`]: keeps a sender's connection up and replaces it when broken.
 
 pub mod address;
@@ -32,7 +34,9 @@ pub mod ports;
 pub mod redact;
 pub mod route;
 pub mod supervisor;
+pub mod tap;
 pub mod trace;
+pub mod wire;
 
 pub use error::{ErrorClass, TransportError};
 pub use failure::{Failure, FailureReason};

@@ -164,6 +164,9 @@ pub struct Metrics {
     pub instance_info: GaugeFamily,
     /// This build: always 1. Labels: version, commit.
     pub build_info: GaugeFamily,
+    /// The live taps on routes (`ferry tap`): not a metric, but carried with
+    /// them so every place that counts a message can also show it.
+    pub taps: crate::tap::Taps,
 }
 
 impl Default for Metrics {
@@ -274,6 +277,8 @@ impl Metrics {
             "1 while a store operation or the runtime is stuck past admin.stall_secs",
             stalled.clone(),
         );
+        let taps_open = Gauge::default();
+        registry.register("taps_open", "Taps open on routes (ferry tap)", taps_open.clone());
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
@@ -312,6 +317,7 @@ impl Metrics {
             stalled,
             instance_info,
             build_info,
+            taps: crate::tap::Taps::counted(taps_open),
             route_last_progress,
         }
     }

@@ -23,6 +23,7 @@ use crate::failure::{Failure, FailureReason};
 use crate::headers::apply_ingress_rules;
 use crate::metrics::Metrics;
 use crate::ports::{Delivery, DeliveryHandle, ProcessError, Receiver, SendOutcome, SharedProcessor, Verdict};
+use crate::tap::TapPoint;
 use crate::trace::DeliveryTrace;
 
 mod binding;
@@ -317,6 +318,7 @@ impl Route {
         let message_id = envelope.id.clone();
         async {
             let hops = apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
+            self.metrics.taps.offer(route, TapPoint::Ingress, None, &[], &envelope);
             let attempt = Attempt { handle: handle.as_ref(), trace: &trace, first_seen: self.clock.now(), shutdown };
             let settle = if hops > self.policy.max_hops {
                 warn!(
@@ -437,6 +439,10 @@ impl Route {
         };
 
         let plans = self.plan(routed);
+        if self.metrics.taps.open_count() > 0 {
+            let addresses: Vec<&str> = plans.iter().map(|p| p.address.as_str()).collect();
+            self.metrics.taps.offer(route, TapPoint::AfterProcessors, None, &addresses, &envelope);
+        }
         if plans.is_empty() {
             Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
             return Settle::Ack;

@@ -5,7 +5,9 @@
 //! otherwise 503 with a JSON body naming what is not ready), and the store
 //! for the `ferry dlq` / `ferry outbox` commands while the daemon runs:
 //! `GET /dlq?route=&limit=`, `GET /dlq/{id}`, `POST /dlq/replay?ids=&route=&dry_run=`,
-//! `POST /dlq/purge?ids=&route=`, `GET /outbox/stats`.
+//! `POST /dlq/purge?ids=&route=`, `GET /outbox/stats`, and live messages of
+//! a route as server-sent events for `ferry tap`:
+//! `GET /tap/{route}?point=&binding=&sample=&rate=&payload_bytes=`.
 //!
 //! With `admin.token` set every request needs `Authorization: Bearer
 //! <token>` (401 otherwise); without one the server must listen on
@@ -106,6 +108,7 @@ pub async fn serve(
         .route("/dlq", get(dlq_list))
         .route("/dlq/{id}", get(dlq_show))
         .route("/outbox/stats", get(outbox_stats))
+        .route("/tap/{route}", get(tap))
         .merge(changes)
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(BODY_LIMIT))
@@ -302,4 +305,69 @@ async fn outbox_stats(State(state): State<AdminState>) -> Response {
         Ok(report) => json(StatusCode::OK, &report),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
+}
+
+/// `GET /tap/{route}`: what [`ferry_core::tap::TapRequest`] takes.
+#[derive(Debug, Deserialize)]
+struct TapQuery {
+    /// `ingress` (default), `after-processors` or `egress`.
+    point: Option<String>,
+    /// At `egress`, only this binding's copies.
+    binding: Option<String>,
+    /// Every n-th message (default 1).
+    sample: Option<u64>,
+    /// Events a second at most (default 10, at most 1000).
+    rate: Option<u32>,
+    /// Payload preview bytes (default 256, at most 65536).
+    payload_bytes: Option<usize>,
+}
+
+/// Live messages of a route as server-sent events, one JSON object per
+/// event, until the client goes away or the daemon stops. Opening a tap
+/// changes nothing for delivery (see [`ferry_core::tap`]).
+async fn tap(State(state): State<AdminState>, Path(route): Path<String>, Query(q): Query<TapQuery>) -> Response {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    use ferry_core::tap::{TapPoint, TapRequest};
+    let bindings = match state.store.config.read() {
+        Ok(config) => config
+            .routes
+            .iter()
+            .find(|r| r.id == route)
+            .map(|r| r.bindings.iter().map(|b| b.id().to_owned()).collect::<Vec<_>>()),
+        Err(_) => None,
+    };
+    let Some(bindings) = bindings else {
+        return error(StatusCode::NOT_FOUND, format!("no route {route:?}"));
+    };
+    let point = q.point.as_deref().unwrap_or("ingress");
+    let Some(point) = TapPoint::parse(point) else {
+        return error(StatusCode::BAD_REQUEST, format!("point {point:?} is not ingress, after-processors or egress"));
+    };
+    if let Some(b) = &q.binding {
+        if point != TapPoint::Egress {
+            return error(StatusCode::BAD_REQUEST, "binding is for point=egress");
+        }
+        if !bindings.contains(b) {
+            return error(StatusCode::NOT_FOUND, format!("route {route:?} has no binding {b:?}"));
+        }
+    }
+    let request = TapRequest {
+        route,
+        point,
+        binding: q.binding,
+        sample: q.sample.unwrap_or(1).max(1),
+        rate: q.rate.unwrap_or(10).clamp(1, 1000),
+        payload_bytes: q.payload_bytes.unwrap_or(256).min(64 * 1024),
+    };
+    let stream = state.metrics.taps.open(request);
+    let stopping = state.access.stopping.clone();
+    let events = futures_util::stream::unfold((stream, stopping), |(mut stream, stopping)| async move {
+        let event = tokio::select! {
+            event = stream.events.recv() => event?,
+            // A stop must not wait for a tap's reader to go away.
+            () = stopping.cancelled() => return None,
+        };
+        Some((Ok::<_, std::convert::Infallible>(Event::default().data(event.to_string())), (stream, stopping)))
+    });
+    Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }

@@ -41,11 +41,7 @@ async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
         ExitCode::from(2)
     })?;
     let engine = store_engine(&config);
-    let admin = config
-        .admin
-        .listen
-        .as_ref()
-        .map(|listen| Admin { base: format!("http://{listen}"), token: config.admin.token.clone() });
+    let admin = Admin::of(&config);
     if let (ferry_store::Engine::Postgres { .. }, true, Some(admin)) = (&engine, through_daemon, &admin)
         && daemon_answers(admin).await
     {
@@ -72,13 +68,24 @@ async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
 /// A running daemon's admin server: `http://host:port`, and the token it
 /// wants (`admin.token`).
 #[derive(Clone)]
-struct Admin {
+pub(crate) struct Admin {
     base: String,
     token: Option<String>,
 }
 
 impl Admin {
-    fn request(&self, client: &reqwest::Client, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+    /// The admin server a config names (`admin.listen`), if any.
+    pub(crate) fn of(config: &ferry_config::Config) -> Option<Self> {
+        let listen = config.admin.listen.as_ref()?;
+        Some(Admin { base: format!("http://{listen}"), token: config.admin.token.clone() })
+    }
+
+    pub(crate) fn request(
+        &self,
+        client: &reqwest::Client,
+        method: reqwest::Method,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
         let request = client.request(method, format!("{}{path}", self.base));
         match &self.token {
             Some(token) => request.bearer_auth(token),

@@ -5,7 +5,10 @@
 //! - [`commands`]: `run`, `validate` and `render`.
 //! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
 //! - [`dlq`]: `ferry dlq …` and `ferry outbox stats` on the store.
+//! - [`pipeline_test`]: `ferry test`, fixture messages through a config's
+//!   routes with no broker.
 //! - [`plugins`]: `ferry plugins list` and `ferry plugins check`.
+//! - [`tap`]: `ferry tap`, live messages of a running route.
 //! - [`watch`]: hot reload of plugins on changes in the plugin directory.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 //! - [`watchdog`]: whether the daemon is stuck (`/healthz`, `ferry_stalled`).
@@ -14,8 +17,10 @@ pub mod admin;
 pub mod commands;
 pub mod dlq;
 pub mod logging;
+pub mod pipeline_test;
 pub mod plugins;
 pub mod process;
+pub mod tap;
 pub mod telemetry;
 pub mod watch;
 pub mod watchdog;

@@ -21,9 +21,11 @@ struct Cli {
     /// Log line format.
     #[arg(long, global = true, value_enum, default_value = "text")]
     log_format: LogFormat,
-    /// Log level or filter (overridden by the FERRY_LOG environment variable).
-    #[arg(long, global = true, default_value = "info")]
-    log_level: String,
+    /// Log level or filter (overridden by the FERRY_LOG environment
+    /// variable); `info` by default, `error` for `ferry test`, whose report
+    /// already says what its routes would log as warnings.
+    #[arg(long, global = true)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -49,6 +51,19 @@ enum Command {
         #[arg(long)]
         connect: bool,
     },
+    /// Run test files: fixture messages through a config's routes (ingress
+    /// mapping, header rules, processors, header mappers, egress mapping)
+    /// with no broker, compared with what each case expects. Exit 0 when
+    /// every case passes, else 1.
+    Test {
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: ferry_daemon::pipeline_test::Format,
+    },
+    /// Watch live messages of a running route through its admin server
+    /// (sampled and rate limited; delivery is not affected).
+    Tap(ferry_daemon::tap::TapArgs),
     /// Print the resolved config as JSON (secrets masked).
     Render {
         #[arg(short, long)]
@@ -192,7 +207,8 @@ fn write_pages(dir: &std::path::Path, command: clap::Command, prefix: &str) -> s
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    logging::init(cli.log_format, &cli.log_level);
+    let default_level = if matches!(cli.command, Command::Test { .. }) { "error" } else { "info" };
+    logging::init(cli.log_format, cli.log_level.as_deref().unwrap_or(default_level));
     match cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "ferry", &mut std::io::stdout());
@@ -217,6 +233,8 @@ fn main() -> ExitCode {
             }
             block_on(ferry_daemon::commands::probe(&config))
         }
+        Command::Test { files, format } => block_on(ferry_daemon::pipeline_test::run(&files, format)),
+        Command::Tap(args) => block_on(ferry_daemon::tap::run(&args)),
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),

@@ -17,6 +17,7 @@
 
 use ferry_config::Amqp091SenderConfig;
 use ferry_core::TransportError;
+use ferry_core::ports::OutboundMessage;
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, ByteArray, FieldTable, LongString, ShortString};
@@ -36,7 +37,8 @@ pub struct Publish {
     pub dropped_headers: u32,
 }
 
-fn to_amqp(value: &HeaderValue) -> AMQPValue {
+/// An envelope value as an AMQP field value.
+pub(crate) fn to_amqp(value: &HeaderValue) -> AMQPValue {
     match value {
         HeaderValue::Text(s) => AMQPValue::LongString(LongString::from(s.as_str())),
         HeaderValue::Integer(n) => AMQPValue::LongLongInt(*n),
@@ -45,6 +47,13 @@ fn to_amqp(value: &HeaderValue) -> AMQPValue {
         HeaderValue::Time(t) => AMQPValue::Timestamp(u64::try_from(t.as_millis().div_euclid(1000)).unwrap_or(0)),
         HeaderValue::Bytes(b) => AMQPValue::ByteArray(ByteArray::from(b.to_vec())),
     }
+}
+
+/// The publish a sender with `config` makes of `msg`: the address template
+/// expanded, then [`to_publish`].
+pub fn prepare(config: &Amqp091SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<Publish, TransportError> {
+    let address = ferry_core::address::expand(&msg.address, &msg.envelope)?;
+    to_publish(&msg.envelope, &address, config, now)
 }
 
 /// Builds the publish for `envelope` sent to `address` (already a plain

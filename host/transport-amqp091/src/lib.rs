@@ -1,5 +1,7 @@
 //! ferry's AMQP 0-9-1 transport (RabbitMQ), on lapin.
 //!
+//! - [`fixture`]: fixture messages in and outbound messages as JSON, for
+//!   `ferry test`.
 //! - [`ingress`]: delivery -> envelope (routing key, exchange, properties
 //!   and typed headers; `gobridge.subject` is the subject carrier).
 //! - [`egress`]: envelope -> publish (routing key from the binding address,
@@ -14,6 +16,7 @@
 
 pub mod connection;
 pub mod egress;
+pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;

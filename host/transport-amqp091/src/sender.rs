@@ -25,7 +25,7 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Confirmation, Connection};
 
 use crate::connection::{close, close_with, is_not_found, open, short};
-use crate::egress::to_publish;
+use crate::egress::prepare;
 use crate::receiver::exchange_kind;
 
 /// An AMQP 0-9-1 publisher shared by every binding that names it.
@@ -98,8 +98,7 @@ async fn connect(c: &Amqp091SenderConfig, name: &str) -> Result<ConfirmChannel, 
 #[async_trait]
 impl Sender for Amqp091Sender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
-        let address = ferry_core::address::expand(&msg.address, &msg.envelope)?;
-        let publish = to_publish(&msg.envelope, &address, &self.config, Timestamp::now())?;
+        let publish = prepare(&self.config, &msg, Timestamp::now())?;
         // Counted once per message and binding, not on every retry.
         if publish.dropped_headers > 0 && msg.counts_losses() {
             self.metrics

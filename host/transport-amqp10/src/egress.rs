@@ -3,6 +3,7 @@
 
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Header, Message, MessageId, Properties};
 use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTime};
+use ferry_config::Amqp10SenderConfig;
 use ferry_core::TransportError;
 use ferry_envelope::{Envelope, HeaderValue, names};
 
@@ -25,7 +26,8 @@ fn text(envelope: &Envelope, name: &str) -> Option<String> {
     envelope.text_header(name).map(str::to_owned)
 }
 
-fn simple(value: &HeaderValue) -> SimpleValue {
+/// An envelope value as an application-property value.
+pub(crate) fn simple(value: &HeaderValue) -> SimpleValue {
     match value {
         HeaderValue::Text(s) => SimpleValue::String(s.clone()),
         HeaderValue::Integer(n) => SimpleValue::Long(*n),
@@ -34,6 +36,18 @@ fn simple(value: &HeaderValue) -> SimpleValue {
         HeaderValue::Time(t) => SimpleValue::Timestamp(AmqpTime::from_milliseconds(t.as_millis())),
         HeaderValue::Bytes(b) => SimpleValue::Binary(Binary::from(b.to_vec())),
     }
+}
+
+/// Refuses a per-message address other than the sender's link address: an
+/// AMQP 1.0 link has one target.
+pub fn check_address(config: &Amqp10SenderConfig, address: &str) -> Result<(), TransportError> {
+    if !address.is_empty() && address != config.address {
+        return Err(TransportError::permanent(format!(
+            "address {address:?} differs from the sender's link address {:?}; an AMQP 1.0 link has one target",
+            config.address
+        )));
+    }
+    Ok(())
 }
 
 /// Builds the message for `envelope`. `durable` is the sender's setting.

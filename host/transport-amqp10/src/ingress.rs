@@ -88,7 +88,7 @@ fn id_value(id: &MessageId) -> HeaderValue {
 
 /// An application-property value as a header value; `None` when it has no
 /// header form.
-fn simple_value(v: &SimpleValue) -> Option<HeaderValue> {
+pub(crate) fn simple_value(v: &SimpleValue) -> Option<HeaderValue> {
     Some(match v {
         SimpleValue::Bool(b) => HeaderValue::Boolean(*b),
         SimpleValue::Ubyte(n) => HeaderValue::Integer(i64::from(*n)),

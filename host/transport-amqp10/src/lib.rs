@@ -1,5 +1,7 @@
 //! ferry's AMQP 1.0 transport, on fe2o3-amqp.
 //!
+//! - [`fixture`]: fixture messages in and outbound messages as JSON, for
+//!   `ferry test`.
 //! - [`ingress`]: AMQP 1.0 message -> envelope (seed 000 "AMQP 1.0 into the
 //!   envelope").
 //! - [`egress`]: envelope -> AMQP 1.0 message (seed 000 "AMQP 1.0 out of the
@@ -13,6 +15,7 @@
 
 pub mod connection;
 pub mod egress;
+pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;

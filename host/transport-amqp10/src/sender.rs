@@ -22,7 +22,7 @@ use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_core::supervisor::{BoxFuture, Identity, SupervisedLink, Supervisor};
 
 use crate::connection::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Link, open};
-use crate::egress::to_message;
+use crate::egress::{check_address, to_message};
 
 /// An AMQP 1.0 sending link shared by every binding that names it.
 pub struct Amqp10Sender {
@@ -121,12 +121,7 @@ fn outcome_result(outcome: Outcome) -> Result<(), TransportError> {
 #[async_trait]
 impl Sender for Amqp10Sender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
-        if !msg.address.is_empty() && msg.address != self.config.address {
-            return Err(TransportError::permanent(format!(
-                "address {:?} differs from the sender's link address {:?}; an AMQP 1.0 link has one target",
-                msg.address, self.config.address
-            )));
-        }
+        check_address(&self.config, &msg.address)?;
         let message = to_message(&msg.envelope, self.config.durable)?;
         let (generation, delivery) = {
             let mut guard = self.supervisor.active().await;

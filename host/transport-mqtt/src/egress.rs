@@ -2,7 +2,9 @@
 //! envelope").
 
 use bytes::Bytes;
+use ferry_config::MqttSenderConfig;
 use ferry_core::TransportError;
+use ferry_core::ports::OutboundMessage;
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 
@@ -76,6 +78,17 @@ fn skipped(name: &str) -> bool {
     matches!(name, TOPIC | QOS | RETAINED | MESSAGE_ID | RESPONSE_TOPIC | names::SUBJECT_CARRIER)
         || name == names::CORRELATION_ID
         || names::is_private(name)
+}
+
+/// The publish a sender with `config` makes of `msg`: the address template
+/// expanded (or the sender's `default_topic`), then [`to_publish`].
+pub fn prepare(
+    config: &MqttSenderConfig,
+    msg: &OutboundMessage,
+    now: Timestamp,
+) -> Result<OutboundPublish, TransportError> {
+    let topic = resolve_topic(&msg.address, config.default_topic.as_deref(), &msg.envelope)?;
+    to_publish(&msg.envelope, topic, now)
 }
 
 /// Builds the publish for `envelope` on `topic`.

@@ -9,10 +9,13 @@
 //!   a QoS 1/2 message is acknowledged only when the route is done with it.
 //! - [`sender`]: [`MqttSender`], which completes a send on PUBACK (QoS 1)
 //!   or PUBCOMP (QoS 2).
+//! - [`fixture`]: fixture publishes in and outbound publishes as JSON, for
+//!   `ferry test`.
 //! - [`connection`]: URL parsing, client options and reconnect backoff.
 
 pub mod connection;
 pub mod egress;
+pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;

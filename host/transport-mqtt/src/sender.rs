@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::connection::{options, reconnect_backoff, redacted};
-use crate::egress::{resolve_topic, to_publish};
+use crate::egress::prepare;
 
 type Waiter = oneshot::Sender<Result<(), TransportError>>;
 
@@ -120,8 +120,7 @@ impl MqttSender {
 impl Sender for MqttSender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         let shared = &self.shared;
-        let topic = resolve_topic(&msg.address, shared.config.default_topic.as_deref(), &msg.envelope)?;
-        let publish = to_publish(&msg.envelope, topic, Timestamp::now())?;
+        let publish = prepare(&shared.config, &msg, Timestamp::now())?;
         let conn = shared
             .current
             .lock()

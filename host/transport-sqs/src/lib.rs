@@ -3,6 +3,8 @@
 //! - [`attributes`]: headers -> message attributes under SQS's ten-attribute
 //!   and byte budgets (seed 000), body checks, and the MD5 digests SQS
 //!   returns (seed 003).
+//! - [`fixture`]: fixture messages in and outbound messages as JSON, for
+//!   `ferry test`.
 //! - [`ingress`]: SQS message -> envelope (attributes, system attributes,
 //!   SNS unwrap).
 //! - [`client`]: SDK client set-up, queue URL resolution, and the one place
@@ -14,6 +16,7 @@
 
 pub mod attributes;
 pub mod client;
+pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;

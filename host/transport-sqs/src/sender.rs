@@ -44,7 +44,6 @@ type Reply = oneshot::Sender<Result<(), TransportError>>;
 pub struct SqsSender {
     name: String,
     config: SqsSenderConfig,
-    fifo: bool,
     queue: tokio::sync::OnceCell<(Client, String)>,
     target: QueueTarget,
     batches: mpsc::Sender<(PreparedMessage, Reply)>,
@@ -54,16 +53,10 @@ pub struct SqsSender {
 impl SqsSender {
     /// Creates the sender; the queue is resolved on first use.
     pub fn start(name: &str, config: SqsSenderConfig, metrics: Metrics) -> std::sync::Arc<Self> {
-        let target = QueueTarget {
-            queue_url: config.queue_url.clone(),
-            queue_name: config.queue_name.clone(),
-            endpoint_url: config.endpoint_url.clone(),
-            region: config.region.clone(),
-        };
+        let target = target_of(&config);
         let (tx, rx) = mpsc::channel(1024);
         let sender = std::sync::Arc::new(Self {
             name: name.to_owned(),
-            fifo: target.is_fifo(),
             config,
             queue: tokio::sync::OnceCell::new(),
             target,
@@ -107,42 +100,15 @@ impl SqsSender {
 
     /// Turns an outbound message into a batch entry, or a permanent error.
     pub fn prepare(&self, msg: &OutboundMessage) -> Result<PreparedMessage, TransportError> {
-        if !msg.address.is_empty() && msg.address != self.target.label() {
-            return Err(TransportError::permanent(format!(
-                "sqs sender {} sends to {}; a per-message address ({}) is not supported",
-                self.name,
-                self.target.label(),
-                msg.address
-            )));
-        }
-        let envelope = &msg.envelope;
-        let body = body(envelope)?;
-        if body.len() > self.config.max_message_bytes {
-            return Err(TransportError::permanent(format!(
-                "body is {} bytes, over max_message_bytes {}",
-                body.len(),
-                self.config.max_message_bytes
-            )));
-        }
-        let selection = select(envelope, body.len(), self.config.max_message_bytes);
+        let prepared = prepare(&self.config, &self.target, msg)?;
         // Counted once per message and binding, not on every retry.
-        if selection.dropped > 0 && msg.counts_losses() {
+        if prepared.selection.dropped > 0 && msg.counts_losses() {
             self.metrics
                 .sqs_dropped_attributes
                 .get_or_create(&labels(&[("sender", &self.name)]))
-                .inc_by(u64::from(selection.dropped));
+                .inc_by(u64::from(prepared.selection.dropped));
         }
-        let (group_id, dedup_id) = if self.fifo {
-            let group = envelope
-                .text_header(&self.config.message_group_header)
-                .filter(|g| !g.is_empty() && g.len() <= 128)
-                .unwrap_or(&self.config.default_message_group)
-                .to_owned();
-            (Some(group), Some(dedup_id(envelope)))
-        } else {
-            (None, None)
-        };
-        Ok(PreparedMessage { body, selection, group_id, dedup_id })
+        Ok(prepared)
     }
 
     /// Sends up to ten messages in one SendMessageBatch. Returns one result
@@ -169,6 +135,54 @@ impl SqsSender {
         }
         Ok(results)
     }
+}
+
+/// The queue a sender's config names.
+pub fn target_of(config: &SqsSenderConfig) -> QueueTarget {
+    QueueTarget {
+        queue_url: config.queue_url.clone(),
+        queue_name: config.queue_name.clone(),
+        endpoint_url: config.endpoint_url.clone(),
+        region: config.region.clone(),
+    }
+}
+
+/// The batch entry a sender with `config` makes of `msg` for `target`: the
+/// body, the attributes chosen under SQS's budgets, and on a FIFO queue the
+/// group and deduplication ids. Errors are permanent.
+pub fn prepare(
+    config: &SqsSenderConfig,
+    target: &QueueTarget,
+    msg: &OutboundMessage,
+) -> Result<PreparedMessage, TransportError> {
+    if !msg.address.is_empty() && msg.address != target.label() {
+        return Err(TransportError::permanent(format!(
+            "this sqs sender sends to {}; a per-message address ({}) is not supported",
+            target.label(),
+            msg.address
+        )));
+    }
+    let envelope = &msg.envelope;
+    let body = body(envelope)?;
+    if body.len() > config.max_message_bytes {
+        return Err(TransportError::permanent(format!(
+            "body is {} bytes, over max_message_bytes {}",
+            body.len(),
+            config.max_message_bytes
+        )));
+    }
+    let selection = select(envelope, body.len(), config.max_message_bytes);
+    let (group_id, dedup_id) = if target.is_fifo() {
+        let group = envelope
+            .text_header(&config.message_group_header)
+            .filter(|g| !g.is_empty() && g.len() <= 128)
+            .unwrap_or(&config.default_message_group)
+            .to_owned();
+        (Some(group), Some(dedup_id(envelope)))
+    } else {
+        (None, None)
+    };
+    Ok(PreparedMessage { body, selection, group_id, dedup_id })
 }
 
 /// The deduplication id: a trusted bridge header, else a hash of the

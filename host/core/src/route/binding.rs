@@ -83,6 +83,12 @@ impl Binding {
                 }
             },
         };
+        if cx.metrics.taps.open_count() > 0 {
+            // The address as the sender will expand it (a template's
+            // `{header}`s filled in), or as written when it cannot be.
+            let expanded = crate::address::expand(&address, &outbound).unwrap_or_else(|_| address.clone());
+            cx.metrics.taps.offer(cx.route, crate::tap::TapPoint::Egress, Some(&self.id), &[&expanded], &outbound);
+        }
         let span = cx.trace.send(&self.id, &address, &mut outbound);
         let result = self.sender.send(OutboundMessage { envelope: outbound, address, attempt }).await;
         span.end(result.as_ref().err());

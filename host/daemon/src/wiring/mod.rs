@@ -17,4 +17,6 @@ mod parts;
 mod plan;
 
 pub use bridge::{Bridge, ReloadRequest};
-pub use parts::{RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, leasing, store_engine};
+pub use parts::{
+    Processors, RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, leasing, store_engine,
+};

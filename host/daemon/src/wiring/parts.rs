@@ -221,17 +221,25 @@ pub(super) fn build_mappers(
     Ok(mappers)
 }
 
+/// Every route's processor chain and its bindings' header mappers, in
+/// config order.
+pub struct Processors {
+    pub chains: Vec<Vec<SharedProcessor>>,
+    pub mappers: Vec<Vec<Option<SharedHeaderMapper>>>,
+}
+
 /// Loads the plugins a config needs and builds every route's processors
-/// and header mappers, calling each plugin's `init`. What `validate` checks.
-pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Vec<Vec<SharedProcessor>>, StartError> {
+/// and header mappers, calling each plugin's `init`. What `validate` checks
+/// and what `ferry test` runs.
+pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Processors, StartError> {
     let engine = new_engine(config)?;
     let registry = load_plugins(config, &engine, None)?;
-    let mut chains = Vec::new();
+    let mut built = Processors { chains: Vec::new(), mappers: Vec::new() };
     for (i, r) in config.routes.iter().enumerate() {
-        build_mappers(registry.as_ref(), i, r, metrics)?;
-        chains.push(build_chain(registry.as_ref(), i, r, metrics)?);
+        built.mappers.push(build_mappers(registry.as_ref(), i, r, metrics)?);
+        built.chains.push(build_chain(registry.as_ref(), i, r, metrics)?);
     }
-    Ok(chains)
+    Ok(built)
 }
 
 /// Parses every receiver's and sender's URLs with the code its transport

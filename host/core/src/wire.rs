@@ -1,0 +1,189 @@
+//! Messages as a transport carries them, written as JSON, for `ferry test`
+//! (fixture messages in, the outbound message each binding would send out)
+//! and for showing messages to an operator. Each transport builds its own
+//! view with its native names (`user_properties`, `application_properties`,
+//! `message_attributes`, …); what is shared lives here: the payload, typed
+//! values, and the errors a fixture can have.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use ferry_envelope::{Envelope, HeaderValue, Timestamp};
+use serde_json::{Map, Value, json};
+
+/// A JSON object under construction.
+pub type View = Map<String, Value>;
+
+/// What a receiver makes of a fixture message: an envelope for the route,
+/// or a refusal at ingress (poison), named as the receiver's metric names it.
+#[derive(Debug)]
+pub enum Admitted {
+    Envelope(Envelope),
+    Refused { reason: String, detail: String },
+}
+
+/// Puts the payload into `view`: as `payload` when it is UTF-8 text, else
+/// as `payload_base64`.
+pub fn put_payload(view: &mut View, payload: &[u8]) {
+    match std::str::from_utf8(payload) {
+        Ok(text) => view.insert("payload".into(), Value::String(text.to_owned())),
+        Err(_) => view.insert("payload_base64".into(), Value::String(STANDARD.encode(payload))),
+    };
+}
+
+/// A typed envelope value in JSON: text, numbers and booleans as
+/// themselves, a time as `{ "time_ms": … }`, bytes as `{ "base64": … }`.
+pub fn header_value(value: &HeaderValue) -> Value {
+    match value {
+        HeaderValue::Text(s) => Value::String(s.clone()),
+        HeaderValue::Integer(n) => json!(n),
+        HeaderValue::Float(f) => json!(f),
+        HeaderValue::Boolean(b) => json!(b),
+        HeaderValue::Time(t) => json!({ "time_ms": t.as_millis() }),
+        HeaderValue::Bytes(b) => json!({ "base64": STANDARD.encode(b) }),
+    }
+}
+
+/// Bytes as standard base64.
+pub fn base64(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+/// Bytes in JSON: text when they are UTF-8, else `{ "base64": … }`.
+pub fn bytes_value(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Value::String(text.to_owned()),
+        Err(_) => json!({ "base64": STANDARD.encode(bytes) }),
+    }
+}
+
+/// Sets `key` when `value` is there.
+pub fn put<T: Into<Value>>(view: &mut View, key: &str, value: Option<T>) {
+    if let Some(v) = value {
+        view.insert(key.to_owned(), v.into());
+    }
+}
+
+/// A fixture message's payload: `payload` (text) or `payload_base64`; an
+/// empty payload when neither is given.
+pub fn payload_of(payload: Option<&str>, payload_base64: Option<&str>) -> Result<Bytes, String> {
+    match (payload, payload_base64) {
+        (Some(_), Some(_)) => Err("give payload or payload_base64, not both".into()),
+        (Some(text), None) => Ok(Bytes::copy_from_slice(text.as_bytes())),
+        (None, Some(b64)) => {
+            STANDARD.decode(b64.trim()).map(Bytes::from).map_err(|e| format!("payload_base64 is not base64: {e}"))
+        }
+        (None, None) => Ok(Bytes::new()),
+    }
+}
+
+/// A typed fixture value from TOML: strings, integers, floats and booleans
+/// as themselves, a TOML date-time as a time, `{ base64 = "…" }` as bytes
+/// and `{ time_ms = … }` as a time.
+pub fn header_of(name: &str, value: &toml_value::Value) -> Result<HeaderValue, String> {
+    use toml_value::Value as T;
+    Ok(match value {
+        T::String(s) => HeaderValue::Text(s.clone()),
+        T::Integer(n) => HeaderValue::Integer(*n),
+        T::Float(f) => HeaderValue::Float(*f),
+        T::Boolean(b) => HeaderValue::Boolean(*b),
+        T::Datetime(d) => {
+            let ms =
+                chrono_free_millis(&d.to_string()).ok_or_else(|| format!("{name}: {d} is not a full date-time"))?;
+            HeaderValue::Time(Timestamp(ms))
+        }
+        T::Table(t) if t.len() == 1 && t.contains_key("base64") => match &t["base64"] {
+            T::String(b64) => HeaderValue::Bytes(
+                STANDARD.decode(b64.trim()).map_err(|e| format!("{name}: base64 value is not base64: {e}"))?.into(),
+            ),
+            _ => return Err(format!("{name}: base64 takes a string")),
+        },
+        T::Table(t) if t.len() == 1 && t.contains_key("time_ms") => match &t["time_ms"] {
+            T::Integer(ms) => HeaderValue::Time(Timestamp(*ms)),
+            _ => return Err(format!("{name}: time_ms takes an integer")),
+        },
+        T::Table(_) | T::Array(_) => {
+            return Err(format!(
+                "{name}: a value is a string, number, boolean, date-time, {{ base64 = \"…\" }} or {{ time_ms = … }}"
+            ));
+        }
+    })
+}
+
+/// Milliseconds since the epoch of an RFC 3339 date-time with an offset
+/// (`2026-12-01T10:00:00Z`, `…+01:00`, fractions allowed).
+fn chrono_free_millis(s: &str) -> Option<i64> {
+    let (date, rest) = s.split_once(['T', ' '])?;
+    let mut d = date.splitn(3, '-');
+    let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
+    let (time, offset_secs) = if let Some(t) = rest.strip_suffix(['Z', 'z']) {
+        (t, 0)
+    } else {
+        let at = rest.rfind(['+', '-'])?;
+        let (t, off) = rest.split_at(at);
+        let sign = if off.starts_with('-') { -1 } else { 1 };
+        let (oh, om) = off[1..].split_once(':')?;
+        (t, sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60))
+    };
+    let mut t = time.splitn(3, ':');
+    let (h, min): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
+    let sec_text = t.next()?;
+    let (whole, frac) = sec_text.split_once('.').unwrap_or((sec_text, ""));
+    let sec: i64 = whole.parse().ok()?;
+    let ms: i64 = format!("{:0<3}", frac.get(..frac.len().min(3))?).parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(((days * 86_400 + h * 3600 + min * 60 + sec - offset_secs) * 1000) + ms)
+}
+
+/// The TOML value type fixtures are read as (re-exported so transports need
+/// no TOML dependency of their own).
+pub mod toml_value {
+    pub use toml::Value;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn date_times_become_epoch_millis() {
+        assert_eq!(chrono_free_millis("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(chrono_free_millis("2026-12-01T10:00:00.250Z"), Some(1_796_119_200_250));
+        assert_eq!(chrono_free_millis("2026-12-01T11:00:00+01:00"), Some(1_796_119_200_000));
+        assert_eq!(chrono_free_millis("2026-12-01"), None);
+    }
+
+    #[test]
+    fn payloads_are_text_or_base64() {
+        let mut v = View::new();
+        put_payload(&mut v, b"hi");
+        assert_eq!(v["payload"], "hi");
+        let mut v = View::new();
+        put_payload(&mut v, &[0xff, 0]);
+        assert_eq!(v["payload_base64"], "/wA=");
+        assert_eq!(payload_of(None, Some("/wA=")).expect("b64").as_ref(), &[0xff, 0]);
+        assert!(payload_of(Some("a"), Some("YQ==")).is_err());
+    }
+
+    #[test]
+    fn fixture_values_keep_their_types() {
+        let v: toml::Table = toml::from_str(
+            "s = 'x'\nn = 3\nf = 1.5\nb = true\nt = 1970-01-01T00:00:01Z\nraw = { base64 = 'AQI=' }\nbad = [1]",
+        )
+        .expect("toml");
+        assert_eq!(header_of("s", &v["s"]), Ok(HeaderValue::Text("x".into())));
+        assert_eq!(header_of("n", &v["n"]), Ok(HeaderValue::Integer(3)));
+        assert_eq!(header_of("f", &v["f"]), Ok(HeaderValue::Float(1.5)));
+        assert_eq!(header_of("b", &v["b"]), Ok(HeaderValue::Boolean(true)));
+        assert_eq!(header_of("t", &v["t"]), Ok(HeaderValue::Time(Timestamp(1000))));
+        assert_eq!(header_of("raw", &v["raw"]), Ok(HeaderValue::Bytes(Bytes::from_static(&[1, 2]))));
+        assert!(header_of("bad", &v["bad"]).is_err());
+    }
+}

@@ -1,0 +1,189 @@
+//! `ferry tap ROUTE`: live messages of a running route, read from its admin
+//! server's `/tap/{route}` stream (see [`ferry_core::tap`]), printed as text
+//! or JSON lines until `--count` events arrived or the stream ends.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+
+use serde_json::Value;
+
+use crate::dlq::Admin;
+
+/// How `ferry tap` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// One line per message: time, point, identity, addresses, headers and
+    /// the payload preview.
+    Text,
+    /// The events as the admin server sends them, one JSON object per line.
+    Json,
+}
+
+/// What to tap.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TapArgs {
+    /// The route's id.
+    pub route: String,
+    #[arg(short, long)]
+    pub config: std::path::PathBuf,
+    /// Where on the route: ingress (after the header rules),
+    /// after-processors (with the planned addresses) or egress (each
+    /// binding's copy after its header mapper).
+    #[arg(long, default_value = "ingress", value_parser = ["ingress", "after-processors", "egress"])]
+    pub point: String,
+    /// At egress, only this binding's copies.
+    #[arg(long)]
+    pub binding: Option<String>,
+    /// Every n-th message.
+    #[arg(long, default_value_t = 1)]
+    pub sample: u64,
+    /// Messages a second at most (the daemon caps it at 1000); what is left
+    /// out is counted in the next message's `skipped`.
+    #[arg(long, default_value_t = 10)]
+    pub rate: u32,
+    /// Payload bytes shown at most.
+    #[arg(long, default_value_t = 256)]
+    pub payload_bytes: usize,
+    /// Stop after this many messages.
+    #[arg(long)]
+    pub count: Option<u64>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// Runs the tap; exit 0 when the stream ended or `--count` was reached, 2
+/// when the daemon could not be reached or refused the tap.
+pub async fn run(args: &TapArgs) -> ExitCode {
+    let config = match ferry_config::load(&args.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", args.config.display());
+            return ExitCode::from(2);
+        }
+    };
+    let Some(admin) = Admin::of(&config) else {
+        eprintln!("{}: [admin] listen is not set, so the daemon cannot be reached", args.config.display());
+        return ExitCode::from(2);
+    };
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    query
+        .append_pair("point", &args.point)
+        .append_pair("sample", &args.sample.to_string())
+        .append_pair("rate", &args.rate.to_string())
+        .append_pair("payload_bytes", &args.payload_bytes.to_string());
+    if let Some(b) = &args.binding {
+        query.append_pair("binding", b);
+    }
+    let path = format!("/tap/{}?{}", encode(&args.route), query.finish());
+    let client = reqwest::Client::new();
+    let response = match admin.request(&client, reqwest::Method::GET, &path).send().await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot reach the daemon's admin server: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if !response.status().is_success() {
+        let status = response.status();
+        let body = response.text().await.unwrap_or_default();
+        let why = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or(body);
+        eprintln!("the daemon refused the tap ({status}): {why}");
+        return ExitCode::from(2);
+    }
+    read_events(response, args).await
+}
+
+async fn read_events(mut response: reqwest::Response, args: &TapArgs) -> ExitCode {
+    let mut buffer = String::new();
+    let mut seen = 0u64;
+    let mut out = std::io::stdout().lock();
+    loop {
+        let chunk = match response.chunk().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("the tap stream broke: {e}");
+                return ExitCode::from(2);
+            }
+        };
+        buffer.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let data: Vec<&str> = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+            if data.is_empty() {
+                continue; // a keep-alive comment
+            }
+            let text = data.join("\n");
+            let line = match args.format {
+                Format::Json => text,
+                Format::Text => match serde_json::from_str::<Value>(&text) {
+                    Ok(event) => text_line(&event),
+                    Err(_) => text,
+                },
+            };
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                return ExitCode::SUCCESS; // the reader went away (a closed pipe)
+            }
+            seen += 1;
+            if args.count.is_some_and(|n| seen >= n) {
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+}
+
+/// `12:00:01.250 egress out id=m-1 -> bridged/a {kind=temp, …} (12 B) payload`
+fn text_line(e: &Value) -> String {
+    let at = e["at_ms"].as_i64().unwrap_or(0);
+    let (secs, ms) = (at.div_euclid(1000), at.rem_euclid(1000));
+    let clock = format!("{:02}:{:02}:{:02}.{ms:03}", secs / 3600 % 24, secs / 60 % 60, secs % 60);
+    let mut line = format!("{clock} {}", e["point"].as_str().unwrap_or("?"));
+    if let Some(b) = e["binding"].as_str() {
+        line.push_str(&format!(" {b}"));
+    }
+    line.push_str(&format!(" id={}", e["id"].as_str().unwrap_or("?")));
+    if let Some(s) = e["subject"].as_str() {
+        line.push_str(&format!(" subject={s}"));
+    }
+    if let Some(a) = e["addresses"].as_array() {
+        let a: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
+        line.push_str(&format!(" -> {}", a.join(", ")));
+    }
+    if let Some(h) = e["headers"].as_object() {
+        let h: Vec<String> = h
+            .iter()
+            .map(|(k, v)| match v.as_str() {
+                Some(s) => format!("{k}={s}"),
+                None => format!("{k}={v}"),
+            })
+            .collect();
+        line.push_str(&format!(" {{{}}}", h.join(", ")));
+    }
+    line.push_str(&format!(" ({} B)", e["payload_size"].as_u64().unwrap_or(0)));
+    match (e["payload"].as_str(), e["payload_base64"].as_str()) {
+        (Some(p), _) => line.push_str(&format!(" {p:?}")),
+        (None, Some(b)) => line.push_str(&format!(" base64:{b}")),
+        _ => {}
+    }
+    if e["truncated"].as_bool() == Some(true) {
+        line.push('…');
+    }
+    if let Some(n) = e["skipped"].as_u64().filter(|n| *n > 0) {
+        line.push_str(&format!(" [{n} skipped]"));
+    }
+    line
+}
+
+/// A route id as a URL path segment.
+fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
