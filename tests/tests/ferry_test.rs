@@ -255,3 +255,118 @@ fn unusable_files_are_errors_not_passes() {
     assert!(text.contains("not a test file"), "{text}");
     assert!(text.contains("2 cases: 0 passed, 2 failed"), "{text}");
 }
+
+#[test]
+fn explain_reports_what_crosses_and_strict_fails_on_losses() {
+    let ws = Workspace::with_plugins(&["filter"]);
+    let example = |name: &str| repo_root().join("examples").join(name).to_string_lossy().into_owned();
+
+    // MQTT -> SQS: the identity lands in an attribute; expiry and user
+    // properties beyond SQS's ten attributes do not cross.
+    let sqs = example("mqtt-to-sqs.toml");
+    let out = ws.ferry(&["validate", "--explain", "-c", &sqs]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("route telemetry-to-sqs -> binding queue: mqtt (receivers.telemetry) -> sqs"), "{text}");
+    assert!(text.contains("ok    identity (mqtt.message-id) -> message_attributes.mqtt.message-id"), "{text}");
+    assert!(text.contains("ok    subject (gobridge.subject) -> message_attributes.Subject"), "{text}");
+    assert!(text.contains("LOST  expiry (message expiry interval) (SQS has no per-message expiry"), "{text}");
+    assert!(text.contains("LOST  other user properties (13): only "), "{text}");
+    let strict = ws.ferry(&["validate", "--explain", "--strict", "-c", &sqs]);
+    assert_eq!(strict.status.code(), Some(1), "{}", stdout(&strict));
+
+    // MQTT -> MQTT loses nothing, and says that the filter is not shown.
+    let mqtt = example("ferry.toml");
+    let out = ws.ferry(&["validate", "--explain", "--strict", "-c", &mqtt]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("route sensors: 1 processor(s) run before the bindings"), "{text}");
+    assert!(text.contains("ok    expiry (message expiry interval) -> properties.message_expiry_interval"), "{text}");
+    assert!(text.contains("nothing is lost"), "{text}");
+
+    // AMQP 0-9-1 -> MQTT: typed headers cannot be MQTT user properties.
+    let config = r#"
+[plugins]
+dir = "plugins"
+[receivers.in]
+type = "amqp091"
+url = "amqp://guest:guest@127.0.0.1:5672/%2f"
+queue = "q"
+[senders.out]
+type = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+[[routes]]
+id = "r"
+receiver = "in"
+[[routes.bindings]]
+sender = "out"
+address = "x/{amqp091.routing-key}"
+"#;
+    let path = ws.config(config);
+    let out = ws.ferry(&["validate", "--explain", "-c", &path.to_string_lossy()]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("ok    text header -> user_properties.probe-text"), "{text}");
+    assert!(text.contains("LOST  integer header (MQTT user properties are text"), "{text}");
+    assert!(text.contains("ok    expiry (expiration) -> properties.message_expiry_interval"), "{text}");
+}
+
+#[test]
+fn a_test_file_covers_a_python_plugin() {
+    let ws = Workspace::with_plugins(&["redact"]);
+    ws.config(
+        r#"
+[plugins]
+dir = "plugins"
+[store]
+path = "data"
+[receivers.in]
+type = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+topics = ["pay/#"]
+[senders.out]
+type = "mqtt"
+url = "mqtt://127.0.0.1:1883"
+[[routes]]
+id = "payments"
+receiver = "in"
+on_permanent_failure = "dlq"
+[[routes.processors]]
+plugin = "redact"
+config = { fields = ["card", "customer.email"] }
+[[routes.bindings]]
+sender = "out"
+address = "clean/{mqtt.topic}"
+"#,
+    );
+    let cases = r#"
+config = "ferry.toml"
+
+[[case]]
+name = "card numbers and e-mail addresses are masked"
+[case.input]
+topic = "pay/eu"
+payload = '{"card":"4111111111111111","amount":12,"customer":{"email":"a@b.c","name":"Ann"}}'
+[case.expect]
+outcome = "delivered"
+[case.expect.bindings.out]
+topic = "clean/pay/eu"
+payload_json = { card = "***", amount = 12, customer = { email = "***", name = "Ann" } }
+user_properties = { redacted = "2" }
+
+[[case]]
+name = "a payload that is not JSON is dead-lettered"
+[case.input]
+topic = "pay/eu"
+payload = "card=4111"
+[case.expect]
+outcome = "dead_lettered"
+reason = "plugin_rejected"
+bindings.out = "absent"
+"#;
+    std::fs::write(ws.path().join("cases.toml"), cases).expect("write cases");
+    let out = ws.ferry(&["test", "cases.toml"]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("2 cases: 2 passed, 0 failed"), "{text}");
+}

@@ -214,6 +214,48 @@ async fn an_open_tap_ends_when_the_daemon_stops_and_bad_taps_are_refused() {
 
 /// Whether the daemon counts an open tap (`ferry_taps_open`).
 fn daemon_has_open_tap(admin: &str) -> bool {
-    let text = ferry_tests::http::metrics(admin);
-    ferry_tests::http::sample(&text, "ferry_taps_open", "").is_some_and(|n| n >= 1.0)
+    // An unlabelled gauge: `ferry_taps_open 1`.
+    ferry_tests::http::metrics(admin)
+        .lines()
+        .find_map(|l| l.strip_prefix("ferry_taps_open "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .is_some_and(|n| n >= 1.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tap_client_that_never_reads_does_not_hold_up_the_route() {
+    use std::io::Write as _;
+    let Setup { broker, admin, src, dst, daemon, .. } = start().await;
+    let mut sub = TestMqtt::connect(&broker.url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    // Asks for everything, as fast and as large as the daemon allows, and
+    // never reads: its socket buffers fill within the first messages.
+    let mut stalled = std::net::TcpStream::connect(&admin).expect("admin");
+    write!(stalled, "GET /tap/r1?rate=1000&payload_bytes=65536 HTTP/1.1\r\nHost: ferry\r\n\r\n").expect("request");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && !daemon_has_open_tap(&admin) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(daemon_has_open_tap(&admin), "the tap did not open");
+
+    let client = TestMqtt::connect(&broker.url()).await;
+    let payload = "p".repeat(20_000);
+    let n = 1000;
+    let started = Instant::now();
+    for i in 0..n {
+        client.publish_with(&format!("{src}/bulk"), &payload, &[("seq", &i.to_string())]).await;
+    }
+    let mut got = 0;
+    while got < n {
+        let batch = sub.drain(Duration::from_secs(5)).await;
+        if batch.is_empty() {
+            break;
+        }
+        got += batch.len();
+    }
+    assert_eq!(got, n, "delivered {got} of {n} with a stalled tap open");
+    assert!(daemon_has_open_tap(&admin), "the tap was open throughout");
+    eprintln!("{n} messages of 20 kB with a stalled tap open: {:?}", started.elapsed());
+    drop(stalled);
+    drop(daemon);
 }

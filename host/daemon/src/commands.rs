@@ -31,6 +31,25 @@ pub fn validate(path: &Path) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `ferry validate --explain`: the fidelity report (see
+/// [`crate::explain`]); with `strict`, exit 1 when something is lost.
+pub fn explain(path: &Path, strict: bool) -> ExitCode {
+    let config = match ferry_config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            return ExitCode::from(2);
+        }
+    };
+    let (text, losses) = crate::explain::report(&config);
+    print!("{text}");
+    match losses {
+        0 => println!("nothing is lost"),
+        n => println!("{n} loss(es): see the LOST lines"),
+    }
+    if strict && losses > 0 { ExitCode::FAILURE } else { ExitCode::SUCCESS }
+}
+
 /// `ferry validate --connect`: connects to every receiver's and sender's
 /// broker or queue and prints one line each; exit 2 when one fails.
 pub async fn probe(path: &Path) -> ExitCode {

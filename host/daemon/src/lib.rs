@@ -4,6 +4,7 @@
 //! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
 //! - [`commands`]: `run`, `validate` and `render`.
 //! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! - [`explain`]: `ferry validate --explain`, the fidelity report.
 //! - [`dlq`]: `ferry dlq …` and `ferry outbox stats` on the store.
 //! - [`pipeline_test`]: `ferry test`, fixture messages through a config's
 //!   routes with no broker.
@@ -16,6 +17,7 @@
 pub mod admin;
 pub mod commands;
 pub mod dlq;
+pub mod explain;
 pub mod logging;
 pub mod pipeline_test;
 pub mod plugins;

@@ -50,6 +50,14 @@ enum Command {
         /// (under probe client ids) and report each one.
         #[arg(long)]
         connect: bool,
+        /// Also print, per route and binding, what of a message crosses to
+        /// the target transport, where it lands and what is lost (the
+        /// fidelity report).
+        #[arg(long)]
+        explain: bool,
+        /// With --explain: exit 1 when something is lost.
+        #[arg(long, requires = "explain")]
+        strict: bool,
     },
     /// Run test files: fixture messages through a config's routes (ingress
     /// mapping, header rules, processors, header mappers, egress mapping)
@@ -225,13 +233,18 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Validate { config, connect: false } => ferry_daemon::commands::validate(&config),
-        Command::Validate { config, connect: true } => {
+        Command::Validate { config, connect, explain, strict } => {
             let code = ferry_daemon::commands::validate(&config);
             if code != ExitCode::SUCCESS {
                 return code;
             }
-            block_on(ferry_daemon::commands::probe(&config))
+            if explain {
+                let code = ferry_daemon::commands::explain(&config, strict);
+                if code != ExitCode::SUCCESS {
+                    return code;
+                }
+            }
+            if connect { block_on(ferry_daemon::commands::probe(&config)) } else { ExitCode::SUCCESS }
         }
         Command::Test { files, format } => block_on(ferry_daemon::pipeline_test::run(&files, format)),
         Command::Tap(args) => block_on(ferry_daemon::tap::run(&args)),

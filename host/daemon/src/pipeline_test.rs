@@ -365,15 +365,7 @@ impl Rig {
             .receivers
             .get(&route_config.receiver)
             .ok_or_else(|| format!("no receiver {:?}", route_config.receiver))?;
-        let now = Timestamp::now();
-        let input = case.input.clone();
-        let admitted = match receiver {
-            ReceiverConfig::Mqtt(c) => ferry_transport_mqtt::fixture::receive(input, c, now),
-            ReceiverConfig::Amqp091(c) => ferry_transport_amqp091::fixture::receive(input, c, now),
-            ReceiverConfig::Amqp10(c) => ferry_transport_amqp10::fixture::receive(input, c, now),
-            ReceiverConfig::Sqs(c) => ferry_transport_sqs::fixture::receive(input, c, now),
-        }
-        .map_err(|e| format!("input: {e}"))?;
+        let admitted = receive(receiver, case.input.clone(), Timestamp::now()).map_err(|e| format!("input: {e}"))?;
         let envelope = match admitted {
             Admitted::Envelope(e) => e,
             Admitted::Refused { reason, detail } => {
@@ -606,6 +598,28 @@ fn toml_to_json(value: &toml::Value) -> Value {
     }
 }
 
+/// What a receiver with `config` makes of a fixture message (its ingress
+/// mapping).
+pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestamp) -> Result<Admitted, String> {
+    match config {
+        ReceiverConfig::Mqtt(c) => ferry_transport_mqtt::fixture::receive(input, c, now),
+        ReceiverConfig::Amqp091(c) => ferry_transport_amqp091::fixture::receive(input, c, now),
+        ReceiverConfig::Amqp10(c) => ferry_transport_amqp10::fixture::receive(input, c, now),
+        ReceiverConfig::Sqs(c) => ferry_transport_sqs::fixture::receive(input, c, now),
+    }
+}
+
+/// What a sender with `config` would send for `msg` (its egress mapping),
+/// as JSON.
+pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
+    match config {
+        SenderConfig::Mqtt(c) => ferry_transport_mqtt::fixture::send(c, msg, now),
+        SenderConfig::Amqp091(c) => ferry_transport_amqp091::fixture::send(c, msg, now),
+        SenderConfig::Amqp10(c) => ferry_transport_amqp10::fixture::send(c, msg),
+        SenderConfig::Sqs(c) => ferry_transport_sqs::fixture::send(c, msg),
+    }
+}
+
 /// A receiver that never receives: fixtures are handed to the route.
 struct Idle;
 
@@ -677,13 +691,7 @@ struct Dry {
 #[async_trait]
 impl Sender for Dry {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
-        let now = Timestamp::now();
-        let view: View = match &self.config {
-            SenderConfig::Mqtt(c) => ferry_transport_mqtt::fixture::send(c, &msg, now)?,
-            SenderConfig::Amqp091(c) => ferry_transport_amqp091::fixture::send(c, &msg, now)?,
-            SenderConfig::Amqp10(c) => ferry_transport_amqp10::fixture::send(c, &msg)?,
-            SenderConfig::Sqs(c) => ferry_transport_sqs::fixture::send(c, &msg)?,
-        };
+        let view = send(&self.config, &msg, Timestamp::now())?;
         if let Ok(mut sent) = self.sent.lock() {
             sent.push((self.binding.clone(), Value::Object(view)));
         }

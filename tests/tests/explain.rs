@@ -1,0 +1,131 @@
+//! `ferry validate --explain` against what the daemon really does: for a
+//! transport pair, the message the report's probe describes is sent through
+//! a running daemon on the real brokers, and what arrives is what the report
+//! said would (and what it said is lost does not arrive).
+
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::mqtt::{TestMqtt, broker_url, user_property};
+use ferry_tests::rabbit::Rabbit;
+use ferry_tests::sqs::{self, attribute, create_queue};
+use ferry_tests::{repo_root, unique};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+use rumqttc::v5::mqttbytes::v5::PublishProperties;
+
+fn explain(ws: &Workspace) -> String {
+    let out = ws.ferry(&["validate", "--explain", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    text
+}
+
+/// The extra user properties of the MQTT probe, by name.
+fn extras() -> Vec<(String, String)> {
+    (1..=12).map(|i| (format!("probe-extra-{i:02}"), format!("x{i}"))).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_sqs_keeps_as_many_user_properties_as_the_report_says() {
+    sqs::require_aws_env();
+    let client = sqs::client();
+    let (name, url) = create_queue(&client, "explain", false).await;
+    let base = unique("explain/telemetry");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_MQTT_TOPICS", &format!("{base}/#")),
+        ("FERRY_MQTT_CLIENT_ID", &unique("explain")),
+        ("FERRY_SQS_QUEUE", &name),
+        ("FERRY_SQS_ENDPOINT", &sqs::endpoint()),
+    ]);
+    ws.config(&std::fs::read_to_string(repo_root().join("examples/mqtt-to-sqs.toml")).expect("example"));
+    let report = explain(&ws);
+    assert!(report.contains("ok    identity (mqtt.message-id) -> message_attributes.mqtt.message-id"), "{report}");
+    assert!(report.contains("ok    user property -> message_attributes.probe-text"), "{report}");
+    let promised: usize = report
+        .split("LOST  other user properties (13): only ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count in the report:\n{report}"));
+
+    let daemon = Daemon::start(&ws, 1);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    // The report's probe, as a producer would publish it.
+    let mut user: Vec<(String, String)> = vec![
+        ("mqtt.message-id".into(), "probe-id".into()),
+        ("gobridge.subject".into(), "probe.subject".into()),
+        ("probe-text".into(), "text".into()),
+    ];
+    user.extend(extras());
+    let properties = PublishProperties {
+        content_type: Some("application/x-probe".into()),
+        correlation_data: Some("probe-corr".into()),
+        response_topic: Some("probe/reply".into()),
+        message_expiry_interval: Some(3600),
+        user_properties: user,
+        ..Default::default()
+    };
+    publisher.publish(&format!("{base}/probe"), "{}", properties).await;
+    let got = sqs::receive_first(&client, &url, Duration::from_secs(20)).await;
+    let m = got.first().expect("the probe arrived in SQS");
+    assert_eq!(attribute(m, "mqtt.message-id"), Some("probe-id"));
+    let arrived = m.message_attributes().map_or(0, |a| a.keys().filter(|k| k.starts_with("probe-")).count());
+    assert_eq!(arrived, promised, "the report promised {promised} of 13, the daemon delivered {arrived}");
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn amqp091_to_mqtt_carries_text_headers_and_loses_typed_ones_as_the_report_says() {
+    let rabbit = Rabbit::connect().await;
+    let queue = unique("explain-q");
+    let base = unique("explain/out");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "amqp091"
+url = "amqp://guest:guest@127.0.0.1:5672/%2f"
+queue = "{queue}"
+
+[senders.out]
+type = "mqtt"
+url = "{broker}"
+client_id = "{client}"
+
+[[routes]]
+id = "r"
+receiver = "in"
+
+[[routes.bindings]]
+sender = "out"
+address = "{base}/{{amqp091.routing-key}}"
+"#,
+        broker = broker_url(),
+        client = unique("explain-out"),
+    ));
+    let report = explain(&ws);
+    assert!(report.contains("ok    text header -> user_properties.probe-text"), "{report}");
+    assert!(report.contains("LOST  integer header"), "{report}");
+    assert!(report.contains("LOST  boolean header"), "{report}");
+    assert!(report.contains("ok    correlation id -> properties.correlation_data"), "{report}");
+
+    let daemon = Daemon::start(&ws, 2);
+    rabbit.wait_for_consumer(&queue, Duration::from_secs(20)).await;
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{base}/#")).await;
+    let mut headers = FieldTable::default();
+    headers.insert("probe-text".into(), AMQPValue::LongString("text".into()));
+    headers.insert("probe-int".into(), AMQPValue::LongLongInt(4242));
+    headers.insert("probe-bool".into(), AMQPValue::Boolean(true));
+    let properties = BasicProperties::default().with_correlation_id("probe-corr".into()).with_headers(headers);
+    rabbit.publish("", &queue, b"{}", properties).await;
+    let p = sub.next(Duration::from_secs(20)).await.expect("the probe arrived over MQTT");
+    assert_eq!(user_property(&p, "probe-text"), Some("text"));
+    assert_eq!(user_property(&p, "probe-int"), None, "the report said integer headers are lost");
+    assert_eq!(user_property(&p, "probe-bool"), None, "the report said boolean headers are lost");
+    let correlation = p.properties.as_ref().and_then(|p| p.correlation_data.clone());
+    assert_eq!(correlation.as_deref(), Some(&b"probe-corr"[..]));
+    assert!(daemon.terminate().success());
+    rabbit.delete_queue(&queue).await;
+}
