@@ -1,14 +1,20 @@
 //! `ferry validate --explain` against what the daemon really does: for a
 //! transport pair, the message the report's probe describes is sent through
 //! a running daemon on the real brokers, and what arrives is what the report
-//! said would (and what it said is lost does not arrive).
+//! said would (and what it said is lost does not arrive). Four pairs, so
+//! that every transport is checked as a source and as a target: MQTT -> SQS,
+//! AMQP 0-9-1 -> MQTT, MQTT -> AMQP 1.0, SQS -> AMQP 0-9-1.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
+use aws_sdk_sqs::primitives::Blob;
+use aws_sdk_sqs::types::MessageAttributeValue;
+use fe2o3_amqp::types::primitives::SimpleValue;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, user_property};
-use ferry_tests::rabbit::Rabbit;
-use ferry_tests::sqs::{self, attribute, create_queue};
+use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
+use ferry_tests::sqs::{self, attribute, create_queue, text};
 use ferry_tests::{repo_root, unique};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
@@ -24,6 +30,25 @@ fn explain(ws: &Workspace) -> String {
 /// The extra user properties of the MQTT probe, by name.
 fn extras() -> Vec<(String, String)> {
     (1..=12).map(|i| (format!("probe-extra-{i:02}"), format!("x{i}"))).collect()
+}
+
+/// The report's MQTT probe (with its extra user properties), as a producer
+/// would publish it.
+fn mqtt_probe() -> PublishProperties {
+    let mut user: Vec<(String, String)> = vec![
+        ("mqtt.message-id".into(), "probe-id".into()),
+        ("gobridge.subject".into(), "probe.subject".into()),
+        ("probe-text".into(), "text".into()),
+    ];
+    user.extend(extras());
+    PublishProperties {
+        content_type: Some("application/x-probe".into()),
+        correlation_data: Some("probe-corr".into()),
+        response_topic: Some("probe/reply".into()),
+        message_expiry_interval: Some(3600),
+        user_properties: user,
+        ..Default::default()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -51,21 +76,7 @@ async fn mqtt_to_sqs_keeps_as_many_user_properties_as_the_report_says() {
 
     let daemon = Daemon::start(&ws, 1);
     let publisher = TestMqtt::connect(&broker_url()).await;
-    // The report's probe, as a producer would publish it.
-    let mut user: Vec<(String, String)> = vec![
-        ("mqtt.message-id".into(), "probe-id".into()),
-        ("gobridge.subject".into(), "probe.subject".into()),
-        ("probe-text".into(), "text".into()),
-    ];
-    user.extend(extras());
-    let properties = PublishProperties {
-        content_type: Some("application/x-probe".into()),
-        correlation_data: Some("probe-corr".into()),
-        response_topic: Some("probe/reply".into()),
-        message_expiry_interval: Some(3600),
-        user_properties: user,
-        ..Default::default()
-    };
+    let properties = mqtt_probe();
     publisher.publish(&format!("{base}/probe"), "{}", properties).await;
     let got = sqs::receive_first(&client, &url, Duration::from_secs(20)).await;
     let m = got.first().expect("the probe arrived in SQS");
@@ -128,4 +139,95 @@ address = "{base}/{{amqp091.routing-key}}"
     assert_eq!(correlation.as_deref(), Some(&b"probe-corr"[..]));
     assert!(daemon.terminate().success());
     rabbit.delete_queue(&queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_amqp10_carries_everything_the_report_says() {
+    let rabbit = Rabbit::connect().await;
+    let queue = unique("explain-readings");
+    rabbit.declare_queue(&queue).await;
+    let base = unique("explain/sensors");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_MQTT_TOPICS", &format!("{base}/#")),
+        ("FERRY_MQTT_CLIENT_ID", &unique("explain-in")),
+        ("FERRY_AMQP_QUEUE", &queue),
+    ]);
+    ws.config(&std::fs::read_to_string(repo_root().join("examples/mqtt-to-amqp10.toml")).expect("example"));
+    let report = explain(&ws);
+    assert!(report.contains("nothing is lost"), "{report}");
+    assert!(report.contains("ok    subject (gobridge.subject) -> properties.subject"), "{report}");
+    assert!(report.contains("ok    content type -> properties.content_type"), "{report}");
+    assert!(report.contains("ok    response topic -> application_properties.mqtt.response-topic"), "{report}");
+    assert!(report.contains("ok    expiry (message expiry interval) -> properties.absolute_expiry_time"), "{report}");
+    assert!(report.contains("ok    other user properties (13) -> all 13"), "{report}");
+
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish(&format!("{base}/probe"), "{}", mqtt_probe()).await;
+    let mut client = Amqp10Client::connect(URL10).await;
+    let got = client.receive(&format!("/amq/queue/{queue}"), 1, Duration::from_secs(20)).await;
+    let m = got.first().expect("the probe reached RabbitMQ");
+    let p = m.properties.as_ref().expect("properties");
+    assert_eq!(p.subject.as_deref(), Some("probe.subject"));
+    assert_eq!(p.content_type.as_ref().map(|c| c.0.as_str()), Some("application/x-probe"));
+    assert!(p.absolute_expiry_time.is_some(), "the expiry crossed");
+    let app = &m.application_properties.as_ref().expect("application properties").0;
+    assert_eq!(app.get("mqtt.response-topic"), Some(&SimpleValue::String("probe/reply".into())));
+    let probes = app.iter().filter(|(k, _)| k.starts_with("probe-")).count();
+    assert_eq!(probes, 13, "the report promised all 13");
+    assert!(daemon.terminate().success());
+    client.close().await;
+    rabbit.delete_queue(&queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqs_to_amqp091_carries_every_attribute_the_report_says() {
+    sqs::require_aws_env();
+    let client = sqs::client();
+    let (inbox_name, inbox) = create_queue(&client, "explain-inbox", false).await;
+    let rabbit = Rabbit::connect().await;
+    let (exchange, eu) = (unique("explain-x"), unique("explain-eu"));
+    rabbit.declare_queue(&eu).await;
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_SQS_QUEUE", &inbox_name),
+        ("FERRY_SQS_ENDPOINT", &sqs::endpoint()),
+        ("FERRY_AMQP_EXCHANGE", &exchange),
+    ]);
+    ws.config(&std::fs::read_to_string(repo_root().join("examples/sqs-to-amqp091-by-content.toml")).expect("example"));
+    let report = explain(&ws);
+    assert!(report.contains("nothing is lost"), "{report}");
+    assert!(report.contains("ok    Number attribute -> headers.probe-int = \"4242\""), "{report}");
+    assert!(report.contains("ok    Binary attribute -> headers.probe-bytes"), "{report}");
+    assert!(report.contains("ok    attributes besides Subject (9) -> all 9"), "{report}");
+
+    let daemon = Daemon::start(&ws, 2);
+    rabbit.bind(&eu, &exchange, "orders.eu").await;
+    // The report's probe: the subject, three typed attributes and six more
+    // (one of them the region the route needs).
+    let mut attrs = HashMap::new();
+    attrs.insert("Subject".to_owned(), text("probe.subject"));
+    attrs.insert("region".to_owned(), text("eu"));
+    attrs.insert("probe-text".to_owned(), text("text"));
+    let number = MessageAttributeValue::builder().data_type("Number").string_value("4242").build().expect("number");
+    attrs.insert("probe-int".to_owned(), number);
+    let binary = MessageAttributeValue::builder()
+        .data_type("Binary")
+        .binary_value(Blob::new(vec![0u8, 0xff, 0x10]))
+        .build()
+        .expect("binary");
+    attrs.insert("probe-bytes".to_owned(), binary);
+    for (k, v) in extras().into_iter().take(5) {
+        attrs.insert(k, text(&v));
+    }
+    sqs::send(&client, &inbox, "{}", attrs).await;
+    let got = rabbit.get(&eu, Duration::from_secs(20)).await.expect("routed to orders.eu");
+    let headers = got.delivery.properties.headers().as_ref().expect("headers").inner();
+    assert_eq!(headers.get("gobridge.subject"), Some(&AMQPValue::LongString("probe.subject".into())));
+    assert_eq!(headers.get("probe-int"), Some(&AMQPValue::LongString("4242".into())));
+    assert!(headers.contains_key("probe-bytes"));
+    let probes = headers.keys().filter(|k| k.as_str().starts_with("probe-")).count();
+    assert_eq!(probes, 8, "text, int, bytes and five extras: every one the report promised");
+    assert!(daemon.terminate().success());
+    rabbit.delete_queue(&eu).await;
+    rabbit.delete_exchange(&exchange).await;
 }

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -19,14 +20,52 @@ use prometheus_client::registry::Registry;
 
 /// Label set: ordered (name, value) pairs.
 pub type Labels = Vec<(String, String)>;
-/// A counter family keyed by labels.
-pub type CounterFamily = Family<Labels, Counter>;
+
+/// The labels of a route's own series: `route`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+}
+
+impl RouteLabels {
+    pub fn new(route: &str) -> Self {
+        Self { route: route.to_owned() }
+    }
+}
+
+/// The labels of a route's series by reason: `route`, `reason`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub route: String,
+    pub reason: String,
+}
+
+impl ReasonLabels {
+    pub fn new(route: &str, reason: &str) -> Self {
+        Self { route: route.to_owned(), reason: reason.to_owned() }
+    }
+}
+
+/// The labels of a binding's series: `route`, `binding`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BindingLabels {
+    pub route: String,
+    pub binding: String,
+}
+
+impl BindingLabels {
+    pub fn new(route: &str, binding: &str) -> Self {
+        Self { route: route.to_owned(), binding: binding.to_owned() }
+    }
+}
+/// A counter family keyed by labels (pairs, or a typed label set).
+pub type CounterFamily<L = Labels> = Family<L, Counter>;
 /// A gauge family keyed by labels.
-pub type GaugeFamily = Family<Labels, Gauge>;
+pub type GaugeFamily<L = Labels> = Family<L, Gauge>;
 /// A gauge family holding floating-point values.
-pub type FloatGaugeFamily = Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>;
+pub type FloatGaugeFamily<L = Labels> = Family<L, Gauge<f64, std::sync::atomic::AtomicU64>>;
 /// A histogram family keyed by labels (seconds, 0.5 ms to about 9 min).
-pub type HistogramFamily = Family<Labels, Histogram, fn() -> Histogram>;
+pub type HistogramFamily<L = Labels> = Family<L, Histogram, fn() -> Histogram>;
 
 fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0005, 2.0, 21))
@@ -62,25 +101,25 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
 pub struct Metrics {
     registry: Arc<Registry>,
     /// Deliveries a route took from its receiver. Labels: route.
-    pub received: CounterFamily,
+    pub received: CounterFamily<RouteLabels>,
     /// Messages a binding's sender accepted. Labels: route, binding.
-    pub sent: CounterFamily,
+    pub sent: CounterFamily<BindingLabels>,
     /// Source messages acknowledged. Labels: route.
-    pub acked: CounterFamily,
+    pub acked: CounterFamily<RouteLabels>,
     /// Send or processing attempts that will be retried. Labels: route, reason.
-    pub retried: CounterFamily,
+    pub retried: CounterFamily<ReasonLabels>,
     /// Messages written to the dead-letter queue. Labels: route, reason.
-    pub dead_lettered: CounterFamily,
+    pub dead_lettered: CounterFamily<ReasonLabels>,
     /// Messages acknowledged without being sent. Labels: route, reason
     /// (`filtered`, `expired`, `permanent_failure`, `no_destination`,
     /// `loop_detected`).
-    pub dropped: CounterFamily,
+    pub dropped: CounterFamily<ReasonLabels>,
     /// Messages found expired on arrival. Labels: route.
-    pub expired: CounterFamily,
+    pub expired: CounterFamily<RouteLabels>,
     /// Messages being handled now. Labels: route.
-    pub in_flight: GaugeFamily,
+    pub in_flight: GaugeFamily<RouteLabels>,
     /// Whether a route is running (1/0). Labels: route.
-    pub route_running: GaugeFamily,
+    pub route_running: GaugeFamily<RouteLabels>,
     /// Time a plugin call took (instance taken to verdict). Labels: plugin, route.
     pub plugin_call_seconds: HistogramFamily,
     /// Outbox records not stored again because the same (partition,
@@ -129,11 +168,11 @@ pub struct Metrics {
     pub connected: GaugeFamily,
     /// Time from a delivery's arrival in the route to its settlement at the
     /// source (ack, reject or release), in seconds. Labels: route.
-    pub delivery_latency: HistogramFamily,
+    pub delivery_latency: HistogramFamily<RouteLabels>,
     /// Age of a message when a target accepted it: the acceptance time
     /// minus the envelope's creation time (the source's send time when the
     /// transport carries one), in seconds. Labels: route, binding.
-    pub age_at_egress: HistogramFamily,
+    pub age_at_egress: HistogramFamily<BindingLabels>,
     /// Plugin calls by outcome. Labels: plugin, route, outcome (`pass`,
     /// `drop`, `route`, `retry`, `reject`, `trap`, `deadline`; `settled`
     /// for the outcome calls of a settling processor; `map` for a header
@@ -158,7 +197,7 @@ pub struct Metrics {
     /// When a route last made progress (a delivery settled at its source,
     /// or an outbox record sent or failed for good), as Unix seconds; the
     /// watchdog reports a route with work that stopped moving. Labels: route.
-    pub route_last_progress: FloatGaugeFamily,
+    pub route_last_progress: FloatGaugeFamily<RouteLabels>,
     /// 1, labelled with this process's instance id and ferry's version.
     /// Labels: instance, version.
     pub instance_info: GaugeFamily,
@@ -178,18 +217,26 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("ferry");
+        // The per-message series have typed label sets (see RouteLabels).
+        let received = CounterFamily::<RouteLabels>::default();
+        registry.register("messages_received", "Deliveries a route took from its receiver", received.clone());
+        let sent = CounterFamily::<BindingLabels>::default();
+        registry.register("messages_sent", "Messages a binding's sender accepted", sent.clone());
+        let acked = CounterFamily::<RouteLabels>::default();
+        registry.register("messages_acked", "Source messages acknowledged", acked.clone());
+        let retried = CounterFamily::<ReasonLabels>::default();
+        registry.register("messages_retried", "Attempts that failed transiently and will be retried", retried.clone());
+        let dead_lettered = CounterFamily::<ReasonLabels>::default();
+        registry.register("messages_dead_lettered", "Messages written to the dead-letter queue", dead_lettered.clone());
+        let dropped = CounterFamily::<ReasonLabels>::default();
+        registry.register("messages_dropped", "Messages acknowledged without being sent, by reason", dropped.clone());
+        let expired = CounterFamily::<RouteLabels>::default();
+        registry.register("messages_expired", "Messages found expired on arrival", expired.clone());
         let mut counter = |name: &str, help: &str| {
             let f = CounterFamily::default();
             registry.register(name, help, f.clone());
             f
         };
-        let received = counter("messages_received", "Deliveries a route took from its receiver");
-        let sent = counter("messages_sent", "Messages a binding's sender accepted");
-        let acked = counter("messages_acked", "Source messages acknowledged");
-        let retried = counter("messages_retried", "Attempts that failed transiently and will be retried");
-        let dead_lettered = counter("messages_dead_lettered", "Messages written to the dead-letter queue");
-        let dropped = counter("messages_dropped", "Messages acknowledged without being sent, by reason");
-        let expired = counter("messages_expired", "Messages found expired on arrival");
         let mqtt_ingress_header_dropped = counter(
             "mqtt_ingress_header_dropped",
             "MQTT user properties refused at ingress (MQTTIngressHeaderDropped)",
@@ -237,17 +284,17 @@ impl Metrics {
             "Outbox partitions whose lease this instance holds",
             outbox_leases_held.clone(),
         );
-        let in_flight = GaugeFamily::default();
+        let in_flight = GaugeFamily::<RouteLabels>::default();
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
-        let route_running = GaugeFamily::default();
+        let route_running = GaugeFamily::<RouteLabels>::default();
         registry.register("route_running", "Whether a route is running (1/0)", route_running.clone());
-        let delivery_latency: HistogramFamily = Family::new_with_constructor(seconds_histogram);
+        let delivery_latency: HistogramFamily<RouteLabels> = Family::new_with_constructor(seconds_histogram);
         registry.register(
             "delivery_latency_seconds",
             "From arrival in the route to settlement at the source",
             delivery_latency.clone(),
         );
-        let age_at_egress: HistogramFamily = Family::new_with_constructor(seconds_histogram);
+        let age_at_egress: HistogramFamily<BindingLabels> = Family::new_with_constructor(seconds_histogram);
         registry.register(
             "message_age_at_egress_seconds",
             "Age of a message (since its creation time) when a target accepted it",
@@ -257,7 +304,7 @@ impl Metrics {
         registry.register("plugin_call_seconds", "Time a plugin call took", plugin_call_seconds.clone());
         let store_op_seconds: HistogramFamily = Family::new_with_constructor(store_histogram);
         registry.register("store_op_seconds", "Time a store operation took", store_op_seconds.clone());
-        let route_last_progress = FloatGaugeFamily::default();
+        let route_last_progress = FloatGaugeFamily::<RouteLabels>::default();
         registry.register(
             "route_last_progress_seconds",
             "When a route last settled a delivery or sent an outbox record (Unix time)",

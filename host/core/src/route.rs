@@ -21,7 +21,7 @@ use crate::clock::Clock;
 use crate::dlq::{DeadLetter, DeadLetterStore};
 use crate::failure::{Failure, FailureReason};
 use crate::headers::apply_ingress_rules;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReasonLabels, RouteLabels};
 use crate::ports::{Delivery, DeliveryHandle, ProcessError, Receiver, SendOutcome, SharedProcessor, Verdict};
 use crate::tap::TapPoint;
 use crate::trace::DeliveryTrace;
@@ -135,9 +135,21 @@ pub struct Meters(std::sync::OnceLock<RouteMeters>);
 struct RouteMeters {
     received: crate::metrics::CounterHandle,
     acked: crate::metrics::CounterHandle,
+    expired: crate::metrics::CounterHandle,
     in_flight: crate::metrics::GaugeHandle,
     latency: crate::metrics::HistogramHandle,
     progress: crate::metrics::FloatGaugeHandle,
+    /// Counters by reason (dropped, retried, dead-lettered), each resolved
+    /// on its first use.
+    reasons: RwLock<Vec<(Count, String, crate::metrics::CounterHandle)>>,
+}
+
+/// The route's counters that have a reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    Dropped,
+    Retried,
+    DeadLettered,
 }
 
 /// How a route delivers (`delivery_mode`); the route dispatches on it.
@@ -229,7 +241,7 @@ impl Route {
         let permits = Arc::new(Semaphore::new(self.policy.max_in_flight));
         let mut handlers = JoinSet::new();
         let mut receiver_result = None;
-        let running = self.metrics.route_running.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).clone();
+        let running = self.metrics.route_running.get_or_create(&RouteLabels::new(&self.id)).clone();
         let drainers_stop = CancellationToken::new();
         let mut drainers = JoinSet::new();
         if let Mode::SharedOutbox(outbox) = &self.mode {
@@ -328,10 +340,7 @@ impl Route {
                     max_hops = self.policy.max_hops,
                     "message crossed more bridges than max_hops; dropped as a loop"
                 );
-                Metrics::inc(
-                    &self.metrics.dropped,
-                    &[("route", route), ("reason", FailureReason::LoopDetected.as_str())],
-                );
+                self.count(Count::Dropped, FailureReason::LoopDetected.as_str());
                 Settle::Ack
             } else if let Some(defect) = defect {
                 self.refuse_damaged(envelope, defect, &attempt).await
@@ -358,16 +367,49 @@ impl Route {
 
     fn meters(&self) -> &RouteMeters {
         self.meters.0.get_or_init(|| {
-            let labels = crate::metrics::labels(&[("route", &self.id)]);
+            let labels = RouteLabels::new(&self.id);
             let m = &self.metrics;
             RouteMeters {
                 received: m.received.get_or_create(&labels).clone(),
                 acked: m.acked.get_or_create(&labels).clone(),
+                expired: m.expired.get_or_create(&labels).clone(),
                 in_flight: m.in_flight.get_or_create(&labels).clone(),
                 latency: m.delivery_latency.get_or_create(&labels).clone(),
                 progress: m.route_last_progress.get_or_create(&labels).clone(),
+                reasons: RwLock::default(),
             }
         })
+    }
+
+    /// Counts one message on the route's `count` counter for `reason`,
+    /// through a handle resolved once per reason.
+    pub(crate) fn count(&self, count: Count, reason: &str) {
+        let meters = self.meters();
+        let cached =
+            meters.reasons.read().ok().and_then(|r| {
+                r.iter().find(|(c, r, _)| *c == count && r == reason).map(|(_, _, counter)| counter.clone())
+            });
+        let counter = match cached {
+            Some(counter) => counter,
+            None => {
+                let family = match count {
+                    Count::Dropped => &self.metrics.dropped,
+                    Count::Retried => &self.metrics.retried,
+                    Count::DeadLettered => &self.metrics.dead_lettered,
+                };
+                let counter = family.get_or_create(&ReasonLabels::new(&self.id, reason)).clone();
+                if let Ok(mut r) = meters.reasons.write() {
+                    r.push((count, reason.to_owned(), counter.clone()));
+                }
+                counter
+            }
+        };
+        counter.inc();
+    }
+
+    /// Counts a message found expired.
+    pub(crate) fn count_expired(&self) {
+        self.meters().expired.inc();
     }
 
     /// The labels, metrics and trace a binding's send needs.
@@ -380,7 +422,7 @@ impl Route {
     /// count reaches `max_replay_attempts`, then failed for good with the
     /// defect as its reason. It is never sent on.
     async fn refuse_damaged(&self, envelope: Envelope, defect: Failure, at: &Attempt<'_>) -> Settle {
-        Metrics::inc(&self.metrics.retried, &[("route", &self.id), ("reason", defect.reason.as_str())]);
+        self.count(Count::Retried, defect.reason.as_str());
         let count = at.handle.redelivery_count().unwrap_or(0);
         if count < self.policy.max_replay_attempts {
             let after = self.policy.backoff.delay(count);
@@ -407,7 +449,7 @@ impl Route {
     async fn decide(&self, envelope: Envelope, at: &Attempt<'_>) -> Settle {
         let route = self.id.as_str();
         if envelope.is_expired_at(at.first_seen) {
-            Metrics::inc(&self.metrics.expired, &[("route", route)]);
+            self.count_expired();
             let failure = Failure::new(FailureReason::Expired, "message expired before delivery");
             return self.fail_whole(envelope, failure, self.policy.on_expired, 1, at).await;
         }
@@ -420,7 +462,7 @@ impl Route {
                 Ok(ChainOutcome::Continue(env, routed)) => break (env, routed),
                 Ok(ChainOutcome::Dropped(reason)) => {
                     debug!(%reason, "dropped by processor");
-                    Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "filtered")]);
+                    self.count(Count::Dropped, "filtered");
                     return Settle::Ack;
                 }
                 Err((env, ProcessError::Reject(failure))) => {
@@ -428,7 +470,7 @@ impl Route {
                     return self.fail_whole(env, failure, action, attempt + 1, at).await;
                 }
                 Err((env, ProcessError::Retry { after, reason })) => {
-                    Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "processor")]);
+                    self.count(Count::Retried, "processor");
                     debug!(%reason, ?after, "processor asked for a retry");
                     if let Some(settle) = self.retry_later(&env, after, &reason, at).await {
                         return settle;
@@ -444,7 +486,7 @@ impl Route {
             self.metrics.taps.offer(route, TapPoint::AfterProcessors, None, &addresses, &envelope);
         }
         if plans.is_empty() {
-            Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", "no_destination")]);
+            self.count(Count::Dropped, "no_destination");
             return Settle::Ack;
         }
         match &self.mode {
@@ -505,7 +547,7 @@ impl Route {
             if still_pending.is_empty() {
                 break;
             }
-            Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
+            self.count(Count::Retried, "send");
             let delay = self.policy.backoff.delay(attempt);
             match self.source_retry(&envelope, at.handle, delay, &last_error) {
                 SourceRetry::Release(settle) => return settle,
@@ -530,7 +572,7 @@ impl Route {
             if envelope.is_expired_at(self.clock.now()) {
                 // Stale data is not delivered late: what is still pending
                 // follows on_expired, like a message that arrived expired.
-                Metrics::inc(&self.metrics.expired, &[("route", route)]);
+                self.count_expired();
                 let detail = format!("message expired while waiting to retry: {last_error}");
                 let failure = Failure::new(FailureReason::Expired, detail);
                 failures.extend(self.fail_all(still_pending, &failure, self.policy.on_expired));
@@ -639,7 +681,7 @@ impl Route {
             FailureAction::Drop => {
                 warn!(route, message_id = %envelope.id, reason, detail = %failure.detail, "message dropped");
                 let label = if failure.reason == FailureReason::Expired { "expired" } else { "permanent_failure" };
-                Metrics::inc(&self.metrics.dropped, &[("route", route), ("reason", label)]);
+                self.count(Count::Dropped, label);
                 Settle::Reject(failure.to_string())
             }
             FailureAction::Dlq => {
@@ -660,7 +702,7 @@ impl Route {
                     match self.dlq.put(entry.clone()).await {
                         Ok(()) => {
                             warn!(route, message_id = %entry.envelope.id, reason, detail = %entry.detail, "message dead-lettered");
-                            Metrics::inc(&self.metrics.dead_lettered, &[("route", route), ("reason", reason)]);
+                            self.count(Count::DeadLettered, reason);
                             return Settle::Ack;
                         }
                         Err(e) => {

@@ -191,7 +191,7 @@ async fn ready(State(state): State<AdminState>) -> Response {
         }
     }
     for route in &readiness.routes {
-        if Metrics::gauge(&m.route_running, &[("route", route)]) != 1 {
+        if m.route_running.get_or_create(&ferry_core::metrics::RouteLabels::new(route)).get() != 1 {
             not_ready.push(format!("route {route}: not running"));
         }
     }

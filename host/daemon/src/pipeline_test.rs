@@ -43,7 +43,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use ferry_config::{Config, ReceiverConfig, SenderConfig};
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
-use ferry_core::metrics::{Metrics, labels};
+use ferry_core::metrics::{Metrics, ReasonLabels};
 use ferry_core::ports::{
     Delivery, DeliveryHandle, DeliverySink, OutboundMessage, ProcessError, Processor, Receiver, SendOutcome, Sender,
     SharedProcessor, Verdict,
@@ -434,7 +434,7 @@ impl Rig {
         reasons
             .iter()
             .map(|r| {
-                let n = self.metrics.dropped.get_or_create(&labels(&[("route", route), ("reason", r)])).get();
+                let n = self.metrics.dropped.get_or_create(&ReasonLabels::new(route, r)).get();
                 ((*r).to_owned(), n)
             })
             .collect()

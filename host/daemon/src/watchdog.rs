@@ -165,8 +165,9 @@ impl Watchdog {
             .filter(|route| {
                 let prefix = format!("{route}/");
                 let pending = stats.iter().any(|p| p.partition.starts_with(&prefix) && p.depth > 0);
-                let has_work = Metrics::gauge(&m.in_flight, &[("route", route)]) > 0 || pending;
-                let last = m.route_last_progress.get_or_create(&ferry_core::metrics::labels(&[("route", route)])).get();
+                let labels = ferry_core::metrics::RouteLabels::new(route);
+                let has_work = m.in_flight.get_or_create(&labels).get() > 0 || pending;
+                let last = m.route_last_progress.get_or_create(&labels).get();
                 // Never moved yet: measure from the watchdog's start.
                 let since = if last > 0.0 { now - last } else { self.started.elapsed().as_secs_f64() };
                 has_work && since >= self.stall_after.as_secs_f64()
@@ -197,7 +198,7 @@ mod tests {
         watchdog.start(stop.clone()).expect("start");
         assert!(!watchdog.check().stalled, "nothing is stuck yet");
 
-        metrics.in_flight.get_or_create(&ferry_core::metrics::labels(&[("route", "r")])).set(1);
+        metrics.in_flight.get_or_create(&ferry_core::metrics::RouteLabels::new("r")).set(1);
         let hung = tokio::spawn({
             let store = store.clone();
             async move {

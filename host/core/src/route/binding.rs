@@ -95,7 +95,7 @@ impl Binding {
         match result {
             Ok(()) => {
                 let (sent, age) = self.meters.0.get_or_init(|| {
-                    let labels = crate::metrics::labels(&[("route", cx.route), ("binding", &self.id)]);
+                    let labels = crate::metrics::BindingLabels::new(cx.route, &self.id);
                     (
                         cx.metrics.sent.get_or_create(&labels).clone(),
                         cx.metrics.age_at_egress.get_or_create(&labels).clone(),

@@ -38,7 +38,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::{Attempt, Binding, Failed, Mode, Plan, Route, Sent, Settle, tell_settled};
+use super::{Attempt, Binding, Count, Failed, Mode, Plan, Route, Sent, Settle, tell_settled};
 use crate::backoff::sleep_or_shutdown;
 use crate::failure::{Failure, FailureReason};
 use crate::metrics::Metrics;
@@ -163,7 +163,7 @@ impl Route {
                     let reason = e.to_string();
                     let delay = self.policy.backoff.delay(attempt);
                     warn!(route, message_id = %envelope.id, error = %reason, attempt, "cannot persist to the outbox, will retry");
-                    Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "outbox")]);
+                    self.count(Count::Retried, "outbox");
                     if matches!(e, StoreError::Unavailable(_)) {
                         // The store is out of reach, not refusing this
                         // message: it waits here (keeping its place in
@@ -521,9 +521,8 @@ impl Route {
         stop: &CancellationToken,
     ) {
         let binding: &Binding = &self.bindings[index];
-        let route = self.id.as_str();
         if record.envelope.is_expired_at(self.clock.now()) {
-            Metrics::inc(&self.metrics.expired, &[("route", route)]);
+            self.count_expired();
             let failure = Failure::new(FailureReason::Expired, "message expired in the outbox");
             self.finish_failed(outbox, record, token, failure, stop).await;
             return;
@@ -559,7 +558,7 @@ impl Route {
                     return;
                 }
                 warn!(binding = %binding.id, address = %record.address, error = %reason, attempts, "send failed, will retry");
-                Metrics::inc(&self.metrics.retried, &[("route", route), ("reason", "send")]);
+                self.count(Count::Retried, "send");
                 let next = self.clock.now().plus(self.policy.backoff.delay(record.replay_count)).as_millis();
                 if let Err(e) = outbox.store.replay(&record, token, next).await {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");

@@ -229,7 +229,7 @@ async fn transient_send_failures_are_retried_before_the_ack() {
     assert_eq!(h.senders[0].attempts.load(Ordering::SeqCst), 3);
     assert_eq!(h.senders[0].sent.lock().expect("lock").len(), 1);
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
-    assert_eq!(Metrics::count(&h.route.metrics.retried, &[("route", "r1"), ("reason", "send")]), 2);
+    assert_eq!(h.route.metrics.retried.get_or_create(&ReasonLabels::new("r1", "send")).get(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -274,7 +274,7 @@ async fn processor_drop_acks_without_sending_or_dead_lettering() {
     assert!(h.senders[0].sent.lock().expect("lock").is_empty());
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
-    assert_eq!(Metrics::count(&h.route.metrics.dropped, &[("route", "r1"), ("reason", "filtered")]), 1);
+    assert_eq!(h.route.metrics.dropped.get_or_create(&ReasonLabels::new("r1", "filtered")).get(), 1);
 }
 
 #[tokio::test(start_paused = true)]
@@ -338,7 +338,7 @@ async fn expired_messages_follow_on_expired() {
     let h = harness(vec![expired], vec![], 1, policy());
     run_until_settled(&h, 1).await;
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
-    assert_eq!(Metrics::count(&h.route.metrics.dropped, &[("route", "r1"), ("reason", "expired")]), 1);
+    assert_eq!(h.route.metrics.dropped.get_or_create(&ReasonLabels::new("r1", "expired")).get(), 1);
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Rejected("old".into())], "dropped = refused at the source");
 }
 

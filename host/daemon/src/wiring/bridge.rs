@@ -259,7 +259,7 @@ impl Bridge {
             *r = prepared.readiness;
         }
         for id in replaced.iter().filter(|id| !started.contains(id)) {
-            self.metrics.route_running.remove(&ferry_core::metrics::labels(&[("route", id)]));
+            self.metrics.route_running.remove(&ferry_core::metrics::RouteLabels::new(id));
         }
         warn_orphaned_records(&config, self.store.as_ref());
         if let Ok(mut shared) = self.shared_config.write() {
