@@ -231,3 +231,305 @@ async fn sqs_to_amqp091_carries_every_attribute_the_report_says() {
     rabbit.delete_queue(&eu).await;
     rabbit.delete_exchange(&exchange).await;
 }
+
+/// One transport's end of a pair in the matrix test: its config section,
+/// and how the test sends the probe into it or reads what came out of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Mqtt,
+    Amqp091,
+    Amqp10,
+    Sqs,
+}
+
+/// Where one end of a pair lives (names unique to the run).
+struct End {
+    kind: Kind,
+    /// MQTT topic base, AMQP queue, or SQS queue name.
+    name: String,
+    /// The SQS queue URL.
+    url: String,
+}
+
+impl End {
+    async fn new(kind: Kind, rabbit: &Rabbit, sqs_client: &aws_sdk_sqs::Client) -> Self {
+        match kind {
+            Kind::Mqtt => End { kind, name: unique("matrix/t"), url: String::new() },
+            Kind::Amqp091 | Kind::Amqp10 => {
+                let name = unique("matrix-q");
+                rabbit.declare_queue(&name).await;
+                End { kind, name, url: String::new() }
+            }
+            Kind::Sqs => {
+                let (name, url) = create_queue(sqs_client, "matrix", false).await;
+                End { kind, name, url }
+            }
+        }
+    }
+
+    fn receiver(&self) -> String {
+        match self.kind {
+            Kind::Mqtt => format!(
+                "type = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"\ntopics = [\"{}/#\"]",
+                broker_url(),
+                unique("matrix-in"),
+                self.name
+            ),
+            Kind::Amqp091 => format!(
+                "type = \"amqp091\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\nqueue = \"{}\"",
+                self.name
+            ),
+            Kind::Amqp10 => format!("type = \"amqp10\"\nurl = \"{URL10}\"\naddress = \"/amq/queue/{}\"", self.name),
+            Kind::Sqs => {
+                format!("type = \"sqs\"\nqueue_name = \"{}\"\nendpoint_url = \"{}\"", self.name, sqs::endpoint())
+            }
+        }
+    }
+
+    /// The sender section and the binding's address.
+    fn sender(&self) -> (String, String) {
+        match self.kind {
+            Kind::Mqtt => (
+                format!("type = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"", broker_url(), unique("matrix-out")),
+                format!("{}/out", self.name),
+            ),
+            // The default exchange routes by queue name.
+            Kind::Amqp091 => {
+                ("type = \"amqp091\"\nurl = \"amqp://guest:guest@127.0.0.1:5672/%2f\"".into(), self.name.clone())
+            }
+            Kind::Amqp10 => {
+                (format!("type = \"amqp10\"\nurl = \"{URL10}\"\naddress = \"/amq/queue/{}\"", self.name), String::new())
+            }
+            Kind::Sqs => (
+                format!("type = \"sqs\"\nqueue_name = \"{}\"\nendpoint_url = \"{}\"", self.name, sqs::endpoint()),
+                String::new(),
+            ),
+        }
+    }
+
+    /// Sends the report's identity, a text header and (where the transport
+    /// has typed headers) an integer one.
+    /// An MQTT publisher comes back to be kept until the probe arrived:
+    /// dropping it at once could drop the publish still in its queue.
+    async fn send_probe(&self, rabbit: &Rabbit, sqs_client: &aws_sdk_sqs::Client) -> Option<TestMqtt> {
+        match self.kind {
+            Kind::Mqtt => {
+                let publisher = TestMqtt::connect(&broker_url()).await;
+                let user = [("mqtt.message-id", "probe-id-7f3a"), ("probe-text", "probe-text-7f3a")];
+                publisher.publish_with(&format!("{}/probe", self.name), "{}", &user).await;
+                return Some(publisher);
+            }
+            Kind::Amqp091 => {
+                let mut headers = FieldTable::default();
+                headers.insert("probe-text".into(), AMQPValue::LongString("probe-text-7f3a".into()));
+                headers.insert("probe-int".into(), AMQPValue::LongLongInt(4242));
+                let properties =
+                    BasicProperties::default().with_message_id("probe-id-7f3a".into()).with_headers(headers);
+                rabbit.publish("", &self.name, b"{}", properties).await;
+            }
+            Kind::Amqp10 => {
+                use fe2o3_amqp::types::messaging::{ApplicationProperties, Message, MessageId, Properties};
+                let message = Message::builder()
+                    .properties(Properties {
+                        message_id: Some(MessageId::String("probe-id-7f3a".into())),
+                        ..Default::default()
+                    })
+                    .application_properties(
+                        ApplicationProperties::builder()
+                            .insert("probe-text", SimpleValue::String("probe-text-7f3a".into()))
+                            .insert("probe-int", SimpleValue::Long(4242))
+                            .build(),
+                    )
+                    .data(b"{}".to_vec())
+                    .build();
+                let mut client = Amqp10Client::connect(URL10).await;
+                client.send(&format!("/amq/queue/{}", self.name), message).await;
+                client.close().await;
+            }
+            Kind::Sqs => {
+                let mut attrs = HashMap::new();
+                attrs.insert("probe-text".to_owned(), text("probe-text-7f3a"));
+                let number =
+                    MessageAttributeValue::builder().data_type("Number").string_value("4242").build().expect("number");
+                attrs.insert("probe-int".to_owned(), number);
+                let sent = sqs_client
+                    .send_message()
+                    .queue_url(&self.url)
+                    .message_body("{}")
+                    .set_message_attributes(Some(attrs))
+                    .send()
+                    .await
+                    .expect("send");
+                // SQS chooses the MessageId; the identity check follows it.
+                drop(sent);
+            }
+        }
+        None
+    }
+
+    /// What arrived, as JSON with the names of the report's views.
+    async fn receive(
+        &self,
+        sub: &mut Option<TestMqtt>,
+        rabbit: &Rabbit,
+        sqs_client: &aws_sdk_sqs::Client,
+    ) -> serde_json::Value {
+        use serde_json::json;
+        let wait = Duration::from_secs(20);
+        match self.kind {
+            Kind::Mqtt => {
+                let p = sub.as_mut().expect("subscribed").next(wait).await.expect("the probe arrived over MQTT");
+                let props = p.properties.clone().unwrap_or_default();
+                let user: serde_json::Map<String, serde_json::Value> =
+                    props.user_properties.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
+                json!({ "user_properties": user, "properties": {
+                    "correlation_data": props.correlation_data.map(|c| String::from_utf8_lossy(&c).into_owned()),
+                    "content_type": props.content_type,
+                    "response_topic": props.response_topic,
+                }})
+            }
+            Kind::Amqp091 => {
+                let got = rabbit.get(&self.name, wait).await.expect("the probe arrived over AMQP 0-9-1");
+                let p = &got.delivery.properties;
+                let headers: serde_json::Map<String, serde_json::Value> = p
+                    .headers()
+                    .as_ref()
+                    .map(|h| h.inner().iter().map(|(k, v)| (k.to_string(), json!(format!("{v:?}")))).collect())
+                    .unwrap_or_default();
+                json!({ "properties": { "message_id": p.message_id().as_ref().map(|s| s.to_string()) }, "headers": headers })
+            }
+            Kind::Amqp10 => {
+                let mut client = Amqp10Client::connect(URL10).await;
+                let got = client.receive(&format!("/amq/queue/{}", self.name), 1, wait).await;
+                client.close().await;
+                let m = got.first().expect("the probe arrived over AMQP 1.0");
+                let id = m.properties.as_ref().and_then(|p| p.message_id.as_ref()).map(|id| format!("{id:?}"));
+                let app: serde_json::Map<String, serde_json::Value> = m
+                    .application_properties
+                    .as_ref()
+                    .map(|a| a.0.iter().map(|(k, v)| (k.clone(), json!(format!("{v:?}")))).collect())
+                    .unwrap_or_default();
+                json!({ "properties": { "message_id": id }, "application_properties": app })
+            }
+            Kind::Sqs => {
+                let got = sqs::receive_first(sqs_client, &self.url, wait).await;
+                let m = got.first().expect("the probe arrived in SQS");
+                let attrs: serde_json::Map<String, serde_json::Value> = m
+                    .message_attributes()
+                    .map(|a| {
+                        a.iter()
+                            .map(|(k, v)| (k.clone(), json!({ "type": v.data_type(), "value": v.string_value() })))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                json!({ "message_attributes": attrs })
+            }
+        }
+    }
+}
+
+/// The value at a dotted path whose keys may contain dots themselves (the
+/// longest key that fits wins at each level).
+fn lookup<'a>(value: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    let (mut at, mut rest) = (value, path);
+    while !rest.is_empty() {
+        let object = at.as_object()?;
+        let key = object
+            .keys()
+            .filter(|k| rest == k.as_str() || rest.starts_with(&format!("{k}.")))
+            .max_by_key(|k| k.len())?;
+        at = &object[key];
+        rest = rest[key.len()..].trim_start_matches('.');
+    }
+    Some(at)
+}
+
+/// The report's line for a feature: `Some(paths)` when it says ok, `None`
+/// when it says LOST.
+fn reported(report: &str, feature: &str) -> Option<Vec<String>> {
+    for line in report.lines() {
+        if let Some(rest) = line.strip_prefix(&format!("  ok    {feature} -> ")) {
+            return Some(rest.split(", ").map(|p| p.split(" = ").next().unwrap_or(p).to_owned()).collect());
+        }
+        if line.starts_with(&format!("  LOST  {feature}")) {
+            return None;
+        }
+    }
+    panic!("no line for {feature:?} in\n{report}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_transport_pair_delivers_what_the_report_says() {
+    sqs::require_aws_env();
+    let rabbit = Rabbit::connect().await;
+    let sqs_client = sqs::client();
+    let kinds = [Kind::Mqtt, Kind::Amqp091, Kind::Amqp10, Kind::Sqs];
+    for src in kinds {
+        for dst in kinds {
+            if src == dst {
+                continue;
+            }
+            let (from, to) = (End::new(src, &rabbit, &sqs_client).await, End::new(dst, &rabbit, &sqs_client).await);
+            let (sender, address) = to.sender();
+            let ws = Workspace::with_plugins(&[]);
+            ws.config(&format!(
+                "[receivers.in]\n{}\n\n[senders.out]\n{sender}\n\n[[routes]]\nid = \"r\"\nreceiver = \"in\"\n\n[[routes.bindings]]\nsender = \"out\"\naddress = \"{address}\"\n",
+                from.receiver()
+            ));
+            let report = explain(&ws);
+            let (identity, typed) = match src {
+                Kind::Mqtt => ("identity (mqtt.message-id)", "user property"),
+                Kind::Amqp091 => ("identity (message_id)", "integer header"),
+                Kind::Amqp10 => ("identity (message-id)", "integer application property"),
+                Kind::Sqs => ("identity (MessageId)", "Number attribute"),
+            };
+            let identity_at = reported(&report, identity);
+            let typed_at = reported(&report, typed);
+
+            let daemon = Daemon::start(&ws, 2);
+            if src == Kind::Amqp091 || src == Kind::Amqp10 {
+                rabbit.wait_for_consumer(&from.name, Duration::from_secs(20)).await;
+            }
+            let mut sub = None;
+            if dst == Kind::Mqtt {
+                let mut s = TestMqtt::connect(&broker_url()).await;
+                s.subscribe(&format!("{}/#", to.name)).await;
+                sub = Some(s);
+            }
+            let publisher = from.send_probe(&rabbit, &sqs_client).await;
+            let got = to.receive(&mut sub, &rabbit, &sqs_client).await;
+            drop(publisher);
+            let pair = format!("{src:?} -> {dst:?}");
+            // SQS picks its own MessageId, so only the report's path is checked.
+            for path in identity_at.unwrap_or_else(|| panic!("{pair}: the report lost the identity\n{report}")) {
+                let found = lookup(&got, &path);
+                assert!(
+                    found.is_some_and(|v| !v.is_null()),
+                    "{pair}: the report put the identity at {path}, the daemon did not: {got}\n{report}"
+                );
+            }
+            let name = if src == Kind::Mqtt { "probe-text" } else { "probe-int" };
+            let arrived = got.as_object().into_iter().flat_map(|o| o.values()).any(|v| v.get(name).is_some());
+            match typed_at {
+                Some(paths) => {
+                    for path in paths {
+                        assert!(
+                            lookup(&got, &path).is_some(),
+                            "{pair}: the report put {typed:?} at {path}, the daemon did not: {got}\n{report}"
+                        );
+                    }
+                }
+                None => assert!(
+                    !arrived,
+                    "{pair}: the report said {typed:?} is lost, the daemon delivered it: {got}\n{report}"
+                ),
+            }
+            assert!(daemon.terminate().success(), "{pair}");
+            for end in [&from, &to] {
+                if matches!(end.kind, Kind::Amqp091 | Kind::Amqp10) {
+                    rabbit.delete_queue(&end.name).await;
+                }
+            }
+        }
+    }
+}

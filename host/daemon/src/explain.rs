@@ -4,13 +4,15 @@
 //!
 //! The report is not a table kept beside the mappers: it runs them. A probe
 //! message carrying every kind of metadata the source transport has (an
-//! identity, a subject, correlation, content type, reply address, expiry,
-//! a header of each value type, more headers than some targets take), each
-//! with a value of its own, goes through the receiver's ingress mapping,
+//! identity, a subject, correlation, content type, reply address, expiry),
+//! each with a value of its own, goes through the receiver's ingress mapping,
 //! the route's header rules and the sender's egress mapping (the same code
 //! `ferry run` and `ferry test` use), and the report finds each value in
-//! what the sender would send. What cannot be found was lost, and is a
-//! warning; `--strict` makes warnings fail. Processors and header mappers
+//! what the sender would send. Each typed header (a text, integer, float,
+//! boolean, time and bytes one) is sent alone with the identity, so that it
+//! is reported lost only when the target cannot carry its type; a crowded
+//! probe with more headers than some targets take says how many arrive.
+//! What cannot be found was lost, and is a warning; `--strict` makes warnings fail. Processors and header mappers
 //! are left out: they may change anything, and a binding with a header
 //! mapper says so.
 
@@ -310,7 +312,23 @@ fn explain_binding(
     };
     let mut losses = 0;
     for f in features {
-        let view = if matches!(f.find, Find::Extras) { &crowded } else { &typical };
+        let single;
+        let view = match f.find {
+            Find::Extras => &crowded,
+            Find::Name(name) => match probes.single.get(name).map(&view) {
+                Some(Ok(v)) => {
+                    single = v;
+                    &single
+                }
+                Some(Err(e)) => {
+                    losses += 1;
+                    lines.push(format!("  LOST  {}: the probe could not be sent: {e}", f.what));
+                    continue;
+                }
+                None => &typical,
+            },
+            _ => &typical,
+        };
         match locate(&f.find, view, extra_in) {
             Some(at) if at.starts_with("LOSSY:") => {
                 losses += 1;
@@ -355,6 +373,28 @@ fn why_lost(sender: &SenderConfig, find: &Find) -> String {
 struct Probes {
     typical: ferry_envelope::Envelope,
     crowded: ferry_envelope::Envelope,
+    /// Per typed header: the identity and that header alone, so that a
+    /// header is reported lost only when the target cannot carry it, not
+    /// when the others took its place (the crowded probe shows that).
+    single: std::collections::BTreeMap<&'static str, ferry_envelope::Envelope>,
+}
+
+/// The probe input with one `probe-*` header, `name`, and of the
+/// properties only the message id.
+fn only(input: &toml::Value, name: &str) -> toml::Value {
+    let mut input = input.clone();
+    if let toml::Value::Table(t) = &mut input {
+        for (key, v) in t.iter_mut() {
+            if let toml::Value::Table(inner) = v {
+                if key == "properties" {
+                    inner.retain(|k, _| k == "message_id");
+                } else {
+                    inner.retain(|k, _| !k.starts_with("probe-") || k == name);
+                }
+            }
+        }
+    }
+    input
 }
 
 /// The probe input without its `probe-extra-NN` headers.
@@ -407,8 +447,16 @@ pub fn report(config: &Config) -> (String, usize) {
             Ok(Admitted::Refused { reason, .. }) => Err(format!("the probe was refused at ingress ({reason})")),
             Err(e) => Err(format!("no probe: {e}")),
         };
+        let mut single = std::collections::BTreeMap::new();
+        for f in &features {
+            if let Find::Name(name) = f.find
+                && let Ok(e) = ingest(only(&input, name))
+            {
+                single.insert(name, e);
+            }
+        }
         let probes = match (ingest(without_extras(&input)), ingest(input)) {
-            (Ok(typical), Ok(crowded)) => Probes { typical, crowded },
+            (Ok(typical), Ok(crowded)) => Probes { typical, crowded, single },
             (Err(e), _) | (_, Err(e)) => {
                 out.push_str(&format!("route {}: {e}\n", route.id));
                 continue;
