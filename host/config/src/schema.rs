@@ -675,6 +675,14 @@ pub struct ProcessorConfig {
     /// Nothing by default.
     #[serde(default)]
     pub grants: GrantsConfig,
+    /// Shadow rollout: another processor plugin (a new version) run on a
+    /// copy of each message after this one. Its verdict and changes never
+    /// affect delivery; `ferry_plugin_shadow_total` counts whether it agreed.
+    #[serde(default)]
+    pub shadow: Option<String>,
+    /// Handed to the shadow's `init`; this entry's `config` when not set.
+    #[serde(default)]
+    pub shadow_config: Option<serde_json::Value>,
 }
 
 /// `grants = { ... }` of a `[[routes.processors]]` entry.

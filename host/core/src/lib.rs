@@ -14,6 +14,7 @@
 //! - [`ledger`]: redelivery counts for sources that do not keep one.
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
 //! - [`redact`]: passwords out of logged URLs.
+//! - [`shadow`]: a shadow processor beside a live one (shadow rollout).
 //! - [`route`]: the route runtime (direct_hold delivery, dispatch, retries).
 //! - [`trace`]: OpenTelemetry spans and W3C trace context in headers.
 //! - [`tap`]: live copies of a route's messages for `ferry tap`.
@@ -33,6 +34,7 @@ pub mod outbox;
 pub mod ports;
 pub mod redact;
 pub mod route;
+pub mod shadow;
 pub mod supervisor;
 pub mod tap;
 pub mod trace;

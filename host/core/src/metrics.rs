@@ -181,6 +181,11 @@ pub struct Metrics {
     /// Attempts by a plugin to set or remove a reserved `x-bridge.*`
     /// header, which the host ignored. Labels: plugin, route.
     pub plugin_reserved_refused: CounterFamily,
+    /// Copies a shadow plugin processed beside the live one, by whether it
+    /// decided the same (`agree`, `disagree`, `error`, `skipped` when too
+    /// many shadow calls were running). Labels: route, plugin, shadow,
+    /// agreement.
+    pub plugin_shadow: CounterFamily,
     /// Messages a processor stamped with `x-bridge.tenant-id`. Labels:
     /// route, tenant.
     pub tenant_messages: CounterFamily,
@@ -262,6 +267,7 @@ impl Metrics {
             "plugin_reserved_header_refused",
             "Attempts by a plugin to set or remove a reserved x-bridge.* header (ignored)",
         );
+        let plugin_shadow = counter("plugin_shadow", "Shadow plugin verdicts beside the live plugin's, by agreement");
         let tenant_messages = counter("tenant_messages", "Messages stamped with a tenant id, by tenant");
         let outbox_duplicate_suppressed = counter(
             "outbox_duplicate_suppressed",
@@ -359,6 +365,7 @@ impl Metrics {
             age_at_egress,
             plugin_calls,
             plugin_reserved_refused,
+            plugin_shadow,
             tenant_messages,
             store_op_seconds,
             stalled,

@@ -47,7 +47,7 @@ fn plugin_names(config: &Config) -> std::collections::BTreeSet<String> {
         .flat_map(|r| {
             r.processors
                 .iter()
-                .map(|p| p.plugin.clone())
+                .flat_map(|p| std::iter::once(p.plugin.clone()).chain(p.shadow.clone()))
                 .chain(r.bindings.iter().filter_map(|b| b.header_mapper.clone()))
         })
         .collect()
@@ -133,6 +133,27 @@ pub(super) fn chain_plugins(
     Ok(plugins)
 }
 
+/// The compiled shadow of each processor entry that names one (in the
+/// entries' order).
+pub(super) fn shadow_plugins(
+    registry: Option<&PluginRegistry>,
+    index: usize,
+    route: &RouteConfig,
+) -> Result<Vec<Arc<LoadedPlugin>>, StartError> {
+    let mut plugins = Vec::new();
+    for (j, p) in route.processors.iter().enumerate() {
+        let Some(name) = &p.shadow else { continue };
+        let key = format!("routes[{index}].processors[{j}].shadow");
+        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
+        let plugin = registry.get(name).map_err(|e| StartError::new(&key, e))?;
+        if !plugin.world.is_processor() {
+            return Err(StartError::new(key, format!("{name:?} is a {}, not a processor", plugin.world.name())));
+        }
+        plugins.push(plugin);
+    }
+    Ok(plugins)
+}
+
 /// The compiled header mapper of each binding (`None` for bindings
 /// without one).
 pub(super) fn binding_mappers(
@@ -177,6 +198,7 @@ pub(super) fn build_chain(
     metrics: &Metrics,
 ) -> Result<Vec<SharedProcessor>, StartError> {
     let plugins = chain_plugins(registry, index, route)?;
+    let mut shadows = shadow_plugins(registry, index, route)?.into_iter();
     let mut chain: Vec<SharedProcessor> = Vec::new();
     let Some(registry) = registry else { return Ok(chain) };
     for (j, (p, plugin)) in route.processors.iter().zip(plugins).enumerate() {
@@ -189,7 +211,28 @@ pub(super) fn build_chain(
             metrics.clone(),
         )
         .map_err(|e| StartError::new(format!("routes[{index}].processors[{j}].config"), e))?;
-        chain.push(Arc::new(processor));
+        let Some(shadow) = p.shadow.as_ref().and_then(|_| shadows.next()) else {
+            chain.push(Arc::new(processor));
+            continue;
+        };
+        // The shadow gets the same grants, so that it can do what the
+        // version it may replace does.
+        let config = p.shadow_config.as_ref().unwrap_or(&p.config).to_string();
+        let shadow = WasmProcessor::with_grants(
+            registry.engine(),
+            shadow,
+            &route.id,
+            config,
+            grants(&p.grants),
+            metrics.clone(),
+        )
+        .map_err(|e| StartError::new(format!("routes[{index}].processors[{j}].shadow_config"), e))?;
+        chain.push(Arc::new(ferry_core::shadow::Shadowed::new(
+            Arc::new(processor),
+            Arc::new(shadow),
+            &route.id,
+            metrics,
+        )));
     }
     Ok(chain)
 }

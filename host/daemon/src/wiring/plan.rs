@@ -17,7 +17,7 @@ use tracing::warn;
 
 use super::parts::{
     StartError, binding_mappers, build_chain, build_mappers, chain_plugins, kind_of_receiver, kind_of_sender,
-    load_plugins, make_bindings, new_engine, new_receiver, plugin_limits, start_sender, uses_plugins,
+    load_plugins, make_bindings, new_engine, new_receiver, plugin_limits, shadow_plugins, start_sender, uses_plugins,
 };
 use crate::admin::Readiness;
 
@@ -142,7 +142,7 @@ pub(super) async fn prepare(
     for (i, route) in config.routes.iter().enumerate() {
         let key = RouteKey {
             fingerprint: fingerprint(config, route, &binding_mappers(registry, i, route)?),
-            chain: chain_digest(&chain_plugins(registry, i, route)?),
+            chain: chain_digest(&[chain_plugins(registry, i, route)?, shadow_plugins(registry, i, route)?].concat()),
         };
         match running.get(&route.id) {
             Some(old) if *old == key => {
