@@ -5,47 +5,26 @@
 
 use std::time::Duration;
 
-use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::daemon::{Daemon, Workspace, with_admin};
 use ferry_tests::http::wait_for_sample;
-use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, user_property};
+use ferry_tests::mqtt::{TestMqtt, broker_url, free_port, route_config, user_property};
 use ferry_tests::unique;
 
 fn config(admin: &str, src: &str, dst: &str, shadow: &str) -> String {
-    format!(
-        r#"
-[admin]
-listen = "{admin}"
-
-[receivers.in]
-type = "mqtt"
-url = "{url}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-
-[senders.out]
-type = "mqtt"
-url = "{url}"
-client_id = "{sid}"
-
-[[routes]]
-id = "r"
-receiver = "in"
-on_permanent_failure = "dlq"
-
-[[routes.processors]]
-plugin = "filter"
-config = {{ when = [{{ header = "kind", op = "eq", value = "temp" }}] }}
-shadow = "{shadow}"
-shadow_config = {{}}
-
-[[routes.bindings]]
-sender = "out"
-address = "{dst}/{{mqtt.topic}}"
-"#,
-        url = broker_url(),
-        rid = unique("shadow-in"),
-        sid = unique("shadow-out"),
-    )
+    let processors = format!(
+        "[[routes.processors]]\nplugin = \"filter\"\nconfig = {{ when = [{{ header = \"kind\", op = \"eq\", value = \"temp\" }}] }}\nshadow = \"{shadow}\"\nshadow_config = {{}}\n"
+    );
+    let url = broker_url();
+    let route = route_config(
+        &url,
+        src,
+        &url,
+        &format!("{dst}/{{mqtt.topic}}"),
+        &processors,
+        "on_permanent_failure = \"dlq\"",
+        "",
+    );
+    with_admin(admin, route)
 }
 
 const SHADOW: &str = "ferry_plugin_shadow_total";
@@ -78,7 +57,7 @@ async fn a_disagreeing_shadow_is_counted_and_the_route_follows_the_live_plugin()
         .find(|l| l.starts_with(SHADOW) && l.contains("agreement=\"agree\""))
         .unwrap_or_else(|| panic!("no agree series:\n{text}"));
     assert!(agree.ends_with(" 3"), "{agree}");
-    assert!(agree.contains(r#"route="r",plugin="filter",shadow="drop-all""#), "{agree}");
+    assert!(agree.contains(r#"route="r1",plugin="filter",shadow="drop-all""#), "{agree}");
     daemon.wait_for_log("shadow disagreed", 5, Duration::from_secs(5));
     assert!(daemon.terminate().success());
 }

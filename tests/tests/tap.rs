@@ -8,40 +8,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ferry_tests::daemon::{Daemon, Workspace, ferry_binary};
-use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, free_port};
+use ferry_tests::daemon::{Daemon, Workspace, ferry_binary, with_admin};
+use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, free_port, route_config};
 use ferry_tests::unique;
 use serde_json::Value;
 
 fn config(admin: &str, url: &str, src: &str, dst: &str) -> String {
-    format!(
-        r#"
-[admin]
-listen = "{admin}"
-
-[receivers.in]
-type = "mqtt"
-url = "{url}"
-client_id = "{rid}"
-topics = ["{src}/#"]
-
-[senders.out]
-type = "mqtt"
-url = "{url}"
-client_id = "{sid}"
-
-[[routes]]
-id = "r1"
-receiver = "in"
-
-[[routes.bindings]]
-sender = "out"
-address = "{dst}/{{mqtt.topic}}"
-header_mapper = "header-map"
-header_mapper_config = {{ set = {{ mapped = "yes" }} }}
-"#,
-        rid = unique("tap-in"),
-        sid = unique("tap-out"),
+    let route = route_config(url, src, url, &format!("{dst}/{{mqtt.topic}}"), "", "", "");
+    // The binding is the config's last table: its header mapper goes last.
+    with_admin(
+        admin,
+        format!("{route}header_mapper = \"header-map\"\nheader_mapper_config = {{ set = {{ mapped = \"yes\" }} }}\n"),
     )
 }
 

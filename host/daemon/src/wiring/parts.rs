@@ -115,22 +115,25 @@ pub(super) fn chain_plugins(
 ) -> Result<Vec<Arc<LoadedPlugin>>, StartError> {
     let mut plugins = Vec::new();
     for (j, p) in route.processors.iter().enumerate() {
-        let key = format!("routes[{index}].processors[{j}].plugin");
-        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
-        let plugin = registry.get(&p.plugin).map_err(|e| StartError::new(&key, e))?;
-        if !plugin.world.is_processor() {
-            return Err(StartError::new(
-                key,
-                format!(
-                    "{:?} is a {}, not a processor; name it in a binding's header_mapper",
-                    p.plugin,
-                    plugin.world.name()
-                ),
-            ));
-        }
-        plugins.push(plugin);
+        plugins.push(processor_plugin(registry, format!("routes[{index}].processors[{j}].plugin"), &p.plugin)?);
     }
     Ok(plugins)
+}
+
+/// The compiled processor plugin `name`, for the config key `key`.
+fn processor_plugin(
+    registry: Option<&PluginRegistry>,
+    key: String,
+    name: &str,
+) -> Result<Arc<LoadedPlugin>, StartError> {
+    let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
+    let plugin = registry.get(name).map_err(|e| StartError::new(&key, e))?;
+    if !plugin.world.is_processor() {
+        let why =
+            format!("{name:?} is a {}, not a processor; name it in a binding's header_mapper", plugin.world.name());
+        return Err(StartError::new(key, why));
+    }
+    Ok(plugin)
 }
 
 /// The compiled shadow of each processor entry that names one (in the
@@ -142,14 +145,9 @@ pub(super) fn shadow_plugins(
 ) -> Result<Vec<Arc<LoadedPlugin>>, StartError> {
     let mut plugins = Vec::new();
     for (j, p) in route.processors.iter().enumerate() {
-        let Some(name) = &p.shadow else { continue };
-        let key = format!("routes[{index}].processors[{j}].shadow");
-        let registry = registry.ok_or_else(|| StartError::new(&key, "no plugin registry"))?;
-        let plugin = registry.get(name).map_err(|e| StartError::new(&key, e))?;
-        if !plugin.world.is_processor() {
-            return Err(StartError::new(key, format!("{name:?} is a {}, not a processor", plugin.world.name())));
+        if let Some(name) = &p.shadow {
+            plugins.push(processor_plugin(registry, format!("routes[{index}].processors[{j}].shadow"), name)?);
         }
-        plugins.push(plugin);
     }
     Ok(plugins)
 }
