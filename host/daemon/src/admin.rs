@@ -161,7 +161,13 @@ async fn refuse_when_read_only(State(state): State<AdminState>, request: Request
 }
 
 async fn metrics_text(State(state): State<AdminState>) -> Response {
-    let text = crate::process::with_process_metrics(state.metrics.render());
+    // Encoding every series and reading /proc are synchronous work: done on
+    // a blocking thread, so a scrape never holds an async worker.
+    let metrics = state.metrics.clone();
+    let text = match tokio::task::spawn_blocking(move || crate::process::with_process_metrics(metrics.render())).await {
+        Ok(text) => text,
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
 }
 
