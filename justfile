@@ -8,6 +8,8 @@ root := justfile_directory()
 host_target := env_var_or_default("CARGO_TARGET_DIR", root / "target")
 guest_target := env_var_or_default("CARGO_TARGET_DIR", root / "processors" / "target")
 guest_out := guest_target / "wasm32-wasip2" / "release"
+# Where scripts/provision puts Python tools the machine's Python lacks.
+venv := env_var_or_default("FERRY_VENV", env_var_or_default("XDG_CACHE_HOME", env_var_or_default("HOME", "/root") / ".cache") / "ferry" / "venv")
 
 # The SQS tests run against moto_server, which accepts any credentials.
 export AWS_ACCESS_KEY_ID := env_var_or_default("AWS_ACCESS_KEY_ID", "test")
@@ -32,7 +34,7 @@ plugins-rust:
 # The Python example (processors/python/redact) with componentize-py from PyPI.
 plugin-python:
     @scripts/provision python-plugins
-    cd processors/python/redact && componentize-py -d ../../../wit -w processor componentize app -o ../../../plugins/redact.wasm
+    cd processors/python/redact && PATH="$PATH:{{venv}}/bin" componentize-py -d ../../../wit -w processor componentize app -o ../../../plugins/redact.wasm
 
 # The JavaScript example (processors/js/enrich) with componentize-js from npm.
 plugin-js:
