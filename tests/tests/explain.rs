@@ -11,6 +11,7 @@ use std::time::Duration;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::MessageAttributeValue;
 use fe2o3_amqp::types::primitives::SimpleValue;
+use ferry_core::wire::lookup;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, user_property};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
@@ -426,22 +427,6 @@ impl End {
             }
         }
     }
-}
-
-/// The value at a dotted path whose keys may contain dots themselves (the
-/// longest key that fits wins at each level).
-fn lookup<'a>(value: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
-    let (mut at, mut rest) = (value, path);
-    while !rest.is_empty() {
-        let object = at.as_object()?;
-        let key = object
-            .keys()
-            .filter(|k| rest == k.as_str() || rest.starts_with(&format!("{k}.")))
-            .max_by_key(|k| k.len())?;
-        at = &object[key];
-        rest = rest[key.len()..].trim_start_matches('.');
-    }
-    Some(at)
 }
 
 /// The report's line for a feature: `Some(paths)` when it says ok, `None`

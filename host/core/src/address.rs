@@ -7,18 +7,59 @@ use ferry_envelope::{Envelope, HeaderValue};
 
 use crate::TransportError;
 
+/// A piece of an address template: text as written, or a `{name}`.
+enum Piece<'a> {
+    Text(&'a str),
+    Name(&'a str),
+}
+
+/// The pieces of `template` in order, without allocating (addresses are
+/// expanded on every send). A `{` without a closing `}` is text.
+fn pieces(template: &str) -> impl Iterator<Item = Piece<'_>> {
+    let mut rest = Some(template);
+    let mut name = None;
+    std::iter::from_fn(move || {
+        if let Some(n) = name.take() {
+            return Some(Piece::Name(n));
+        }
+        let r = rest?;
+        match r.find('{').and_then(|start| r[start..].find('}').map(|len| (start, len))) {
+            Some((start, len)) => {
+                name = Some(&r[start + 1..start + len]);
+                rest = Some(&r[start + len + 1..]);
+                Some(Piece::Text(&r[..start]))
+            }
+            None => {
+                rest = None;
+                Some(Piece::Text(r))
+            }
+        }
+    })
+}
+
+/// The header names `template` refers to, in order.
+pub fn names(template: &str) -> Vec<&str> {
+    pieces(template)
+        .filter_map(|p| match p {
+            Piece::Name(n) => Some(n),
+            Piece::Text(_) => None,
+        })
+        .collect()
+}
+
 /// Expands every `{name}` in `template`. A missing or non-text header is a
 /// permanent failure: retrying cannot make the header appear. A `{` without
 /// a closing `}` is kept as it is.
 pub fn expand(template: &str, envelope: &Envelope) -> Result<String, TransportError> {
     let mut out = String::with_capacity(template.len());
-    let mut rest = template;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else {
-            break;
+    for piece in pieces(template) {
+        let name = match piece {
+            Piece::Text(t) => {
+                out.push_str(t);
+                continue;
+            }
+            Piece::Name(name) => name,
         };
-        out.push_str(&rest[..start]);
-        let name = &rest[start + 1..start + len];
         match envelope.headers.get(name) {
             Some(HeaderValue::Text(v)) => out.push_str(v),
             Some(other) => {
@@ -33,9 +74,7 @@ pub fn expand(template: &str, envelope: &Envelope) -> Result<String, TransportEr
                 )));
             }
         }
-        rest = &rest[start + len + 1..];
     }
-    out.push_str(rest);
     Ok(out)
 }
 
@@ -53,5 +92,13 @@ mod tests {
         assert_eq!(expand("open{brace", &e).expect("ok"), "open{brace");
         assert!(!expand("{missing}", &e).expect_err("missing").is_transient());
         assert!(!expand("{n}", &e).expect_err("not text").is_transient());
+        assert_eq!(expand("{region}{region}/x{", &e).expect("ok"), "eueu/x{");
+    }
+
+    #[test]
+    fn names_are_the_headers_a_template_uses() {
+        assert_eq!(names("a/{x}/b/{y.z}"), ["x", "y.z"]);
+        assert_eq!(names("open{brace"), Vec::<&str>::new());
+        assert!(names("plain").is_empty());
     }
 }

@@ -57,6 +57,24 @@ pub fn bytes_value(bytes: &[u8]) -> Value {
     }
 }
 
+/// The value at a dotted path of a view (`user_properties.kind`). Header
+/// names contain dots (`x-bridge.tenant-id`): at each level the longest key
+/// that fits the path wins.
+pub fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut at = value;
+    let mut rest = path;
+    while !rest.is_empty() {
+        let object = at.as_object()?;
+        let key = object
+            .keys()
+            .filter(|k| rest == k.as_str() || rest.strip_prefix(k.as_str()).is_some_and(|r| r.starts_with('.')))
+            .max_by_key(|k| k.len())?;
+        at = &object[key];
+        rest = rest[key.len()..].trim_start_matches('.');
+    }
+    Some(at)
+}
+
 /// Sets `key` when `value` is there.
 pub fn put<T: Into<Value>>(view: &mut View, key: &str, value: Option<T>) {
     if let Some(v) = value {
@@ -158,6 +176,14 @@ mod tests {
         assert_eq!(chrono_free_millis("2026-12-01T10:00:00.250Z"), Some(1_796_119_200_250));
         assert_eq!(chrono_free_millis("2026-12-01T11:00:00+01:00"), Some(1_796_119_200_000));
         assert_eq!(chrono_free_millis("2026-12-01"), None);
+    }
+
+    #[test]
+    fn lookup_takes_the_longest_key_so_dotted_header_names_work() {
+        let v = json!({ "user_properties": { "x-bridge.tenant-id": "acme", "x": { "y": 1 } } });
+        assert_eq!(lookup(&v, "user_properties.x-bridge.tenant-id"), Some(&json!("acme")));
+        assert_eq!(lookup(&v, "user_properties.x.y"), Some(&json!(1)));
+        assert_eq!(lookup(&v, "user_properties.secret"), None);
     }
 
     #[test]

@@ -25,6 +25,7 @@ use ferry_envelope::{HeaderValue, Timestamp};
 use serde_json::Value;
 
 use crate::pipeline_test::{receive, send};
+use crate::wiring::{kind_of_receiver, kind_of_sender};
 
 /// Extra text headers a probe carries, to see how many a target keeps.
 const EXTRA: usize = 12;
@@ -299,8 +300,8 @@ fn explain_binding(
     // The address template's headers, so that the probes can be addressed.
     let view = |envelope: &ferry_envelope::Envelope| {
         let mut envelope = envelope.clone();
-        for name in template_names(&b.address) {
-            if !envelope.headers.contains_key(&name) {
+        for name in ferry_core::address::names(&b.address) {
+            if !envelope.headers.contains_key(name) {
                 envelope.set_header(name, HeaderValue::Text("probe".into()));
             }
         }
@@ -379,47 +380,32 @@ struct Probes {
     single: std::collections::BTreeMap<&'static str, ferry_envelope::Envelope>,
 }
 
-/// The probe input with one `probe-*` header, `name`, and of the
-/// properties only the message id.
-fn only(input: &toml::Value, name: &str) -> toml::Value {
+/// The probe input with the entries of its tables that `keep(table, key)`
+/// accepts.
+fn filtered(input: &toml::Value, keep: impl Fn(&str, &str) -> bool) -> toml::Value {
     let mut input = input.clone();
     if let toml::Value::Table(t) = &mut input {
-        for (key, v) in t.iter_mut() {
+        for (table, v) in t.iter_mut() {
             if let toml::Value::Table(inner) = v {
-                if key == "properties" {
-                    inner.retain(|k, _| k == "message_id");
-                } else {
-                    inner.retain(|k, _| !k.starts_with("probe-") || k == name);
-                }
+                inner.retain(|k, _| keep(table, k));
             }
         }
     }
     input
+}
+
+/// The probe input with one `probe-*` header, `name`, and of the
+/// properties only the message id.
+fn only(input: &toml::Value, name: &str) -> toml::Value {
+    filtered(input, |table, k| match table {
+        "properties" => k == "message_id",
+        _ => !k.starts_with("probe-") || k == name,
+    })
 }
 
 /// The probe input without its `probe-extra-NN` headers.
 fn without_extras(input: &toml::Value) -> toml::Value {
-    let mut input = input.clone();
-    if let toml::Value::Table(t) = &mut input {
-        for (_, v) in t.iter_mut() {
-            if let toml::Value::Table(inner) = v {
-                inner.retain(|k, _| !k.starts_with("probe-extra-"));
-            }
-        }
-    }
-    input
-}
-
-/// The `{name}`s of an address template.
-fn template_names(template: &str) -> Vec<String> {
-    let mut names = Vec::new();
-    let mut rest = template;
-    while let Some(start) = rest.find('{') {
-        let Some(len) = rest[start..].find('}') else { break };
-        names.push(rest[start + 1..start + len].to_owned());
-        rest = &rest[start + len + 1..];
-    }
-    names
+    filtered(input, |_, k| !k.starts_with("probe-extra-"))
 }
 
 /// The report for every route; the number of losses found.
@@ -470,12 +456,12 @@ pub fn report(config: &Config) -> (String, usize) {
             ));
         }
         for (j, b) in route.bindings.iter().enumerate() {
-            let kinds = config.senders.get(&b.sender).map(sender_kind).unwrap_or("?");
+            let kinds = config.senders.get(&b.sender).map(kind_of_sender).unwrap_or("?");
             out.push_str(&format!(
                 "route {} -> binding {}: {} (receivers.{}) -> {kinds} (senders.{})\n",
                 route.id,
                 b.id(),
-                receiver_kind(receiver),
+                kind_of_receiver(receiver),
                 route.receiver,
                 b.sender
             ));
@@ -488,33 +474,4 @@ pub fn report(config: &Config) -> (String, usize) {
         }
     }
     (out, losses)
-}
-
-fn receiver_kind(r: &ReceiverConfig) -> &'static str {
-    match r {
-        ReceiverConfig::Mqtt(_) => "mqtt",
-        ReceiverConfig::Amqp091(_) => "amqp091",
-        ReceiverConfig::Amqp10(_) => "amqp10",
-        ReceiverConfig::Sqs(_) => "sqs",
-    }
-}
-
-fn sender_kind(s: &SenderConfig) -> &'static str {
-    match s {
-        SenderConfig::Mqtt(_) => "mqtt",
-        SenderConfig::Amqp091(_) => "amqp091",
-        SenderConfig::Amqp10(_) => "amqp10",
-        SenderConfig::Sqs(_) => "sqs",
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn template_names_are_found() {
-        assert_eq!(template_names("a/{x}/b/{y.z}"), ["x", "y.z"]);
-        assert!(template_names("plain").is_empty());
-    }
 }

@@ -508,7 +508,7 @@ fn compare_message(path: &str, want: &toml::Table, got: &Value, out: &mut Vec<St
                     continue;
                 };
                 for p in paths.iter().filter_map(toml::Value::as_str) {
-                    if let Some(found) = lookup(got, p) {
+                    if let Some(found) = ferry_core::wire::lookup(got, p) {
                         out.push(format!("{path}.{p}: expected absent, got {found}"));
                     }
                 }
@@ -566,24 +566,6 @@ fn json_equal(a: &Value, b: &Value) -> bool {
         }
         _ => a == b,
     }
-}
-
-/// The value at a dotted path (`user_properties.kind`).
-fn lookup<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
-    let mut at = value;
-    let mut rest = path;
-    // Header names contain dots (`x-bridge.tenant-id`): the longest key
-    // that matches at each level wins.
-    while !rest.is_empty() {
-        let object = at.as_object()?;
-        let key = object
-            .keys()
-            .filter(|k| rest == k.as_str() || rest.starts_with(&format!("{k}.")))
-            .max_by_key(|k| k.len())?;
-        at = &object[key];
-        rest = rest[key.len()..].trim_start_matches('.');
-    }
-    Some(at)
 }
 
 fn toml_to_json(value: &toml::Value) -> Value {
@@ -740,14 +722,6 @@ impl Processor for Recorded {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn lookup_takes_the_longest_key_so_dotted_header_names_work() {
-        let v = json!({ "user_properties": { "x-bridge.tenant-id": "acme", "x": { "y": 1 } } });
-        assert_eq!(lookup(&v, "user_properties.x-bridge.tenant-id"), Some(&json!("acme")));
-        assert_eq!(lookup(&v, "user_properties.x.y"), Some(&json!(1)));
-        assert_eq!(lookup(&v, "user_properties.secret"), None);
-    }
 
     #[test]
     fn expectations_are_partial_typed_and_name_each_mismatch() {

@@ -472,7 +472,8 @@ pub(super) fn injected_fault() -> Option<ferry_store::Fault> {
     }
 }
 
-pub(super) fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
+/// The transport type of a receiver, as config and metrics name it.
+pub fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
     match r {
         ReceiverConfig::Mqtt(_) => "mqtt",
         ReceiverConfig::Sqs(_) => "sqs",
@@ -481,7 +482,8 @@ pub(super) fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
     }
 }
 
-pub(super) fn kind_of_sender(s: &SenderConfig) -> &'static str {
+/// The transport type of a sender, as config and metrics name it.
+pub fn kind_of_sender(s: &SenderConfig) -> &'static str {
     match s {
         SenderConfig::Mqtt(_) => "mqtt",
         SenderConfig::Sqs(_) => "sqs",
