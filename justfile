@@ -86,10 +86,12 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
+    cd processors && cargo clippy --all-targets -- -D warnings
+    cd processors && cargo clippy --target wasm32-wasip2 -- -D warnings
     cargo build -p ferry-daemon
     {{host_target}}/debug/ferry test examples/tests/*.toml
     cargo test --workspace --no-fail-fast
-    cd processors && cargo test -p filter -p transform -p tenant -p circuitbreaker -p header-map
+    cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map
 
 # The full crash and load tests (CI runs reduced forms in `just test`).
 # The outbox stress test with 200,000 messages, fan-out to two bindings,

@@ -343,7 +343,11 @@ fn validate_names_the_offending_key() {
             "routes[0].bindings[0].sender",
             "no sender named \"elsewhere\"",
         ),
-        (good.replace("op = \"exists\"", "op = \"resembles\""), "routes[0].processors[0].config", "unknown op"),
+        (
+            good.replace("op = \"exists\"", "op = \"resembles\""),
+            "routes[0].processors[0].config",
+            "when[0].op: unknown variant `resembles`",
+        ),
     ];
     for (text, key, why) in cases {
         ws.config(&text);

@@ -22,6 +22,7 @@ pub mod logging;
 pub mod pipeline_test;
 pub mod plugins;
 pub mod process;
+pub mod scaffold;
 pub mod tap;
 pub mod telemetry;
 pub mod watch;

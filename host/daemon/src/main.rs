@@ -174,6 +174,22 @@ enum PluginsCommand {
     },
     /// Whether FILE would load, and why not.
     Check { file: PathBuf },
+    /// Write a new plugin project NAME (in ./NAME, or --dir) for LANG that
+    /// builds to a component with one command and has a first test.
+    New {
+        name: String,
+        #[arg(long, value_enum)]
+        lang: ferry_daemon::scaffold::Lang,
+        /// Where to write it (default: ./NAME); must be empty or absent.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// The Rust SDK (processors/sdk of a ferry checkout); default: the
+        /// checkout this ferry was built from.
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Print the plugin contract (wit/plugin.wit) for other toolchains.
+    Wit,
     /// Compile FILEs into the compile cache DIR (`plugins.cache_dir`), so
     /// that the daemon reads them back instead of compiling them.
     Compile {
@@ -251,6 +267,10 @@ fn main() -> ExitCode {
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),
+        Command::Plugins(PluginsCommand::New { name, lang, dir, sdk }) => {
+            ferry_daemon::scaffold::new(&name, lang, dir.as_deref(), sdk.as_deref())
+        }
+        Command::Plugins(PluginsCommand::Wit) => ferry_daemon::scaffold::wit(),
         Command::Plugins(PluginsCommand::Compile { cache_dir, files }) => {
             ferry_daemon::plugins::compile(&cache_dir, &files)
         }

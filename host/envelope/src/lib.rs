@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+pub mod kv;
 pub mod names;
 
 /// A point in time, in milliseconds since the Unix epoch (UTC).

@@ -81,7 +81,7 @@ fn a_bad_filter_config_is_refused_at_init_with_the_plugin_reason() {
     .err()
     .expect("refused");
     assert!(matches!(err, PluginError::Init { .. }), "{err}");
-    assert!(err.to_string().contains("unknown op \"like\""), "{err}");
+    assert!(err.to_string().contains("when[0].op: unknown variant `like`"), "{err}");
 }
 
 #[test]

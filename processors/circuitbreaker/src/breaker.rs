@@ -1,18 +1,13 @@
-//! The breaker state machine over a compare-and-swap store, independent of
-//! the host so it can be unit tested natively.
+//! The breaker state machine over the host's key-value store (the SDK's
+//! double of it in unit tests), with compare-and-swap between instances.
 
+use ferry_plugin_sdk::kv;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
-/// Where breaker states live (the host's key-value store in the plugin).
-pub trait Store {
-    fn get(&self, key: &str) -> Option<Vec<u8>>;
-    fn compare_and_swap(&self, key: &str, expected: Option<&[u8]>, value: &[u8]) -> Result<bool, String>;
-}
-
+/// The breaker's config (the route's `config` table).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+pub struct BreakerConfig {
     key_header: Option<String>,
     failure_threshold: Option<u32>,
     open_ms: Option<u64>,
@@ -32,8 +27,7 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn from_json(config: Value) -> Result<Self, String> {
-        let raw: RawConfig = serde_json::from_value(config).map_err(|e| format!("circuitbreaker config: {e}"))?;
+    pub fn new(raw: BreakerConfig) -> Result<Self, String> {
         let c = Config {
             key_header: raw.key_header,
             failure_threshold: raw.failure_threshold.unwrap_or(5),
@@ -42,12 +36,10 @@ impl Config {
             count_rejected: raw.count_rejected,
         };
         if c.failure_threshold == 0 || c.half_open_probes == 0 || c.open_ms == 0 {
-            return Err(
-                "circuitbreaker config: failure_threshold, open_ms and half_open_probes must be at least 1".into()
-            );
+            return Err("failure_threshold, open_ms and half_open_probes must be at least 1".into());
         }
         if c.key_header.as_deref() == Some("") {
-            return Err("circuitbreaker config: key_header is empty".into());
+            return Err("key_header: empty".into());
         }
         Ok(c)
     }
@@ -96,17 +88,17 @@ impl Breaker {
 
     /// Reads the state, computes the next one and writes it if nobody else
     /// changed it meanwhile; retries on a lost race.
-    fn update<R>(&self, store: &dyn Store, key: &str, step: impl Fn(State) -> (Option<State>, R)) -> Result<R, String> {
+    fn update<R>(&self, key: &str, step: impl Fn(State) -> (Option<State>, R)) -> Result<R, String> {
         let k = Self::store_key(key);
         for _ in 0..ATTEMPTS {
-            let raw = store.get(&k);
+            let raw = kv::get(&k);
             let state =
                 raw.as_deref().and_then(|b| serde_json::from_slice(b).ok()).unwrap_or(State::Closed { failures: 0 });
             let (next, result) = step(state.clone());
             match next {
                 Some(next) if next != state => {
                     let bytes = serde_json::to_vec(&next).map_err(|e| e.to_string())?;
-                    if store.compare_and_swap(&k, raw.as_deref(), &bytes)? {
+                    if kv::compare_and_swap(&k, raw.as_deref(), Some(&bytes))? {
                         return Ok(result);
                     }
                 }
@@ -117,10 +109,10 @@ impl Breaker {
     }
 
     /// Whether a message with `key` may go through now.
-    pub fn admit(&self, store: &dyn Store, key: &str, now: i64) -> Result<Gate, String> {
+    pub fn admit(&self, key: &str, now: i64) -> Result<Gate, String> {
         let c = &self.config;
         let open_ms = i64::try_from(c.open_ms).unwrap_or(i64::MAX);
-        self.update(store, key, |state| match state {
+        self.update(key, |state| match state {
             State::Closed { .. } => (None, Gate::Pass { transition: None }),
             State::Open { since } if now < since.saturating_add(open_ms) => {
                 let left = since.saturating_add(open_ms) - now;
@@ -154,9 +146,9 @@ impl Breaker {
 
     /// Records how a send attempt of a message with `key` ended; returns a
     /// transition to log.
-    pub fn record(&self, store: &dyn Store, key: &str, success: bool, now: i64) -> Result<Option<String>, String> {
+    pub fn record(&self, key: &str, success: bool, now: i64) -> Result<Option<String>, String> {
         let c = &self.config;
-        self.update(store, key, |state| match (state, success) {
+        self.update(key, |state| match (state, success) {
             (State::Closed { failures }, true) if failures > 0 => (Some(State::Closed { failures: 0 }), None),
             (State::Closed { .. }, true) => (None, None),
             (State::Closed { failures }, false) if failures + 1 >= c.failure_threshold => {
@@ -179,32 +171,16 @@ impl Breaker {
 
 #[cfg(test)]
 mod tests {
-    use std::cell::RefCell;
-    use std::collections::HashMap;
-
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     use super::*;
 
-    #[derive(Default)]
-    struct Mem(RefCell<HashMap<String, Vec<u8>>>);
-
-    impl Store for Mem {
-        fn get(&self, key: &str) -> Option<Vec<u8>> {
-            self.0.borrow().get(key).cloned()
-        }
-        fn compare_and_swap(&self, key: &str, expected: Option<&[u8]>, value: &[u8]) -> Result<bool, String> {
-            let mut m = self.0.borrow_mut();
-            if m.get(key).map(Vec::as_slice) != expected {
-                return Ok(false);
-            }
-            m.insert(key.to_owned(), value.to_vec());
-            Ok(true)
-        }
+    fn config(config: Value) -> Result<Config, String> {
+        Config::new(ferry_plugin_sdk::decode_config(&config.to_string())?)
     }
 
-    fn breaker(config: Value) -> Breaker {
-        Breaker::new(Config::from_json(config).unwrap())
+    fn breaker(c: Value) -> Breaker {
+        Breaker::new(config(c).unwrap())
     }
 
     fn passes(g: Result<Gate, String>) -> bool {
@@ -214,55 +190,52 @@ mod tests {
     #[test]
     fn closed_open_half_open_closed() {
         let b = breaker(json!({"failure_threshold": 2, "open_ms": 100, "half_open_probes": 2}));
-        let s = Mem::default();
-        assert!(passes(b.admit(&s, "k", 0)));
-        assert_eq!(b.record(&s, "k", false, 1).unwrap(), None);
+        assert!(passes(b.admit("k", 0)));
+        assert_eq!(b.record("k", false, 1).unwrap(), None);
         // A success in between resets the count: failures must be consecutive.
-        b.record(&s, "k", true, 2).unwrap();
-        b.record(&s, "k", false, 3).unwrap();
-        assert!(b.record(&s, "k", false, 4).unwrap().unwrap().starts_with("open"));
-        match b.admit(&s, "k", 50).unwrap() {
+        b.record("k", true, 2).unwrap();
+        b.record("k", false, 3).unwrap();
+        assert!(b.record("k", false, 4).unwrap().unwrap().starts_with("open"));
+        match b.admit("k", 50).unwrap() {
             Gate::Wait { delay_ms, .. } => assert_eq!(delay_ms, 54),
             g => panic!("{g:?}"),
         }
         // Other keys are not affected.
-        assert!(passes(b.admit(&s, "other", 50)));
+        assert!(passes(b.admit("other", 50)));
         // After open_ms: two probes pass, a third waits.
-        assert_eq!(b.admit(&s, "k", 104).unwrap(), Gate::Pass { transition: Some("half-open, probing".into()) });
-        assert!(passes(b.admit(&s, "k", 105)));
-        assert!(matches!(b.admit(&s, "k", 106).unwrap(), Gate::Wait { .. }));
-        assert_eq!(b.record(&s, "k", true, 107).unwrap(), None);
-        assert!(b.record(&s, "k", true, 108).unwrap().unwrap().starts_with("closed"));
-        assert!(passes(b.admit(&s, "k", 109)));
+        assert_eq!(b.admit("k", 104).unwrap(), Gate::Pass { transition: Some("half-open, probing".into()) });
+        assert!(passes(b.admit("k", 105)));
+        assert!(matches!(b.admit("k", 106).unwrap(), Gate::Wait { .. }));
+        assert_eq!(b.record("k", true, 107).unwrap(), None);
+        assert!(b.record("k", true, 108).unwrap().unwrap().starts_with("closed"));
+        assert!(passes(b.admit("k", 109)));
     }
 
     #[test]
     fn a_failed_probe_opens_again_and_a_lost_probe_does_not_block() {
         let b = breaker(json!({"failure_threshold": 1, "open_ms": 100}));
-        let s = Mem::default();
-        b.record(&s, "k", false, 0).unwrap();
-        assert!(passes(b.admit(&s, "k", 100)));
-        assert!(b.record(&s, "k", false, 101).unwrap().unwrap().starts_with("open again"));
-        assert!(matches!(b.admit(&s, "k", 150).unwrap(), Gate::Wait { .. }));
+        b.record("k", false, 0).unwrap();
+        assert!(passes(b.admit("k", 100)));
+        assert!(b.record("k", false, 101).unwrap().unwrap().starts_with("open again"));
+        assert!(matches!(b.admit("k", 150).unwrap(), Gate::Wait { .. }));
         // A probe that never settles: probing starts over after open_ms.
-        assert!(passes(b.admit(&s, "k", 201)));
-        assert!(matches!(b.admit(&s, "k", 202).unwrap(), Gate::Wait { .. }));
-        assert!(passes(b.admit(&s, "k", 302)));
+        assert!(passes(b.admit("k", 201)));
+        assert!(matches!(b.admit("k", 202).unwrap(), Gate::Wait { .. }));
+        assert!(passes(b.admit("k", 302)));
     }
 
     #[test]
     fn state_lives_in_the_store() {
-        let s = Mem::default();
-        breaker(json!({"failure_threshold": 1})).record(&s, "k", false, 0).unwrap();
+        breaker(json!({"failure_threshold": 1})).record("k", false, 0).unwrap();
         // A new breaker (a new instance) over the same store sees it open.
-        assert!(matches!(breaker(json!({"failure_threshold": 1})).admit(&s, "k", 1).unwrap(), Gate::Wait { .. }));
+        assert!(matches!(breaker(json!({"failure_threshold": 1})).admit("k", 1).unwrap(), Gate::Wait { .. }));
     }
 
     #[test]
     fn bad_configs_are_refused() {
         for bad in [json!({"failure_threshold": 0}), json!({"open_ms": 0}), json!({"key_header": ""}), json!({"x": 1})]
         {
-            assert!(Config::from_json(bad.clone()).is_err(), "{bad}");
+            assert!(config(bad.clone()).is_err(), "{bad}");
         }
     }
 }

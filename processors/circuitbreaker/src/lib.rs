@@ -28,103 +28,109 @@
 
 mod breaker;
 
-pub use breaker::{Breaker, Config, Gate, State, Store};
+pub use breaker::{Breaker, BreakerConfig, Config, Gate, State};
 
-mod bindings {
-    wit_bindgen::generate!({
-        path: "../../wit",
-        world: "settling-processor",
-        generate_all,
-    });
-}
+use ferry_plugin_sdk::{
+    Failure, Message, Plugin, Processor, RetryAfter, SendOutcome, SettlingProcessor, Verdict, log, now,
+};
 
-use bindings::ferry::plugin::host::{Level, log, now};
-use bindings::ferry::plugin::kv;
-use bindings::ferry::plugin::types::{Failure, HeaderValue, Message, RetryAfter, SendOutcome, Verdict};
-
-/// The host's key-value store.
-struct HostKv;
-
-impl Store for HostKv {
-    fn get(&self, key: &str) -> Option<Vec<u8>> {
-        kv::get(key)
-    }
-
-    fn compare_and_swap(&self, key: &str, expected: Option<&[u8]>, value: &[u8]) -> Result<bool, String> {
-        kv::compare_and_swap(key, expected, Some(value))
-    }
-}
-
-thread_local! {
-    static BREAKER: std::cell::RefCell<Option<Breaker>> = const { std::cell::RefCell::new(None) };
-}
-
-fn with_breaker<R>(f: impl FnOnce(&Breaker) -> R) -> Option<R> {
-    BREAKER.with(|b| b.borrow().as_ref().map(f))
-}
-
+/// The breaker a message belongs to: its `key_header`'s value as text (a
+/// message without it, or with a bytes value, shares the breaker `-`).
 fn key_of(breaker: &Breaker, msg: &Message) -> String {
     match breaker.key_header() {
         None => "route".to_owned(),
-        Some(h) => match msg.header(h) {
-            Some(HeaderValue::Text(s)) => s,
-            Some(HeaderValue::Integer(i)) => i.to_string(),
-            Some(HeaderValue::Boolean(b)) => b.to_string(),
-            Some(_) | None => "-".to_owned(),
-        },
+        Some(h) => msg.header_text(h).unwrap_or_else(|| "-".to_owned()),
     }
 }
 
-struct Guest;
+impl Plugin for Breaker {
+    type Config = BreakerConfig;
 
-impl bindings::Guest for Guest {
-    fn init(config: String) -> Result<(), String> {
-        let config: serde_json::Value =
-            serde_json::from_str(&config).map_err(|e| format!("config is not valid JSON: {e}"))?;
-        let breaker = Breaker::new(Config::from_json(config)?);
-        BREAKER.with(|b| *b.borrow_mut() = Some(breaker));
-        Ok(())
+    fn init(config: BreakerConfig) -> Result<Self, String> {
+        Config::new(config).map(Breaker::new)
     }
+}
 
-    fn process(msg: &Message) -> Result<Verdict, Failure> {
-        let gate = with_breaker(|b| {
-            let key = key_of(b, msg);
-            (b.admit(&HostKv, &key, now()), key)
-        });
-        match gate {
-            None => Err(Failure::Reject("circuitbreaker used before init".into())),
-            Some((Ok(Gate::Pass { transition }), key)) => {
+impl Processor for Breaker {
+    fn process(&self, msg: &Message) -> Result<Verdict, Failure> {
+        let key = key_of(self, msg);
+        match self.admit(&key, now()) {
+            Ok(Gate::Pass { transition }) => {
                 if let Some(t) = transition {
-                    log(Level::Info, &format!("circuit {key}: {t}"));
+                    log::info(&format!("circuit {key}: {t}"));
                 }
                 Ok(Verdict::Pass)
             }
-            Some((Ok(Gate::Wait { delay_ms, reason }), _)) => Err(Failure::Retry(RetryAfter { delay_ms, reason })),
+            Ok(Gate::Wait { delay_ms, reason }) => Err(Failure::Retry(RetryAfter { delay_ms, reason })),
             // The store refused a write: let the message through rather
             // than hold traffic on the breaker's own bookkeeping.
-            Some((Err(e), key)) => {
-                log(Level::Warn, &format!("circuit {key}: {e}; passing the message"));
+            Err(e) => {
+                log::warn(&format!("circuit {key}: {e}; passing the message"));
                 Ok(Verdict::Pass)
             }
         }
     }
+}
 
-    fn settled(msg: &Message, outcome: SendOutcome) {
+impl SettlingProcessor for Breaker {
+    fn settled(&self, msg: &Message, outcome: SendOutcome) {
         let failed = match outcome {
             SendOutcome::Delivered => false,
             SendOutcome::Failed(_) => true,
-            SendOutcome::Rejected(_) => with_breaker(|b| b.counts_rejected()).unwrap_or(false),
+            SendOutcome::Rejected(_) => self.counts_rejected(),
         };
-        let transition = with_breaker(|b| {
-            let key = key_of(b, msg);
-            (b.record(&HostKv, &key, !failed, now()), key)
-        });
-        match transition {
-            Some((Ok(Some(t)), key)) => log(Level::Info, &format!("circuit {key}: {t}")),
-            Some((Err(e), key)) => log(Level::Warn, &format!("circuit {key}: {e}")),
-            _ => {}
+        let key = key_of(self, msg);
+        match self.record(&key, !failed, now()) {
+            Ok(Some(t)) => log::info(&format!("circuit {key}: {t}")),
+            Err(e) => log::warn(&format!("circuit {key}: {e}")),
+            Ok(None) => {}
         }
     }
 }
 
-bindings::export!(Guest with_types_in bindings);
+ferry_plugin_sdk::export_settling_processor!(Breaker);
+
+#[cfg(test)]
+mod tests {
+    use ferry_plugin_sdk::{Level, testing};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn opens_per_key_on_failed_sends_and_closes_after_a_probe() {
+        testing::set_now(1_000);
+        let b = testing::plugin::<Breaker>(json!({"key_header": "device", "failure_threshold": 2, "open_ms": 500}))
+            .expect("valid config");
+        let d1 = || testing::message().header("device", "d1").build();
+        for _ in 0..2 {
+            let msg = d1();
+            assert_eq!(b.process(&msg), Ok(Verdict::Pass));
+            b.settled(&msg, SendOutcome::Failed("broker down".into()));
+        }
+        assert_eq!(testing::logs(), vec![(Level::Info, "circuit d1: open after 2 failed sends".to_owned())]);
+        let Err(Failure::Retry(RetryAfter { delay_ms, .. })) = b.process(&d1()) else { panic!("must hold d1") };
+        assert_eq!(delay_ms, 500);
+        // Another key, and a number header written as text, pass.
+        assert_eq!(b.process(&testing::message().header("device", 7).build()), Ok(Verdict::Pass));
+        testing::advance(500);
+        let probe = d1();
+        assert_eq!(b.process(&probe), Ok(Verdict::Pass));
+        b.settled(&probe, SendOutcome::Delivered);
+        assert_eq!(b.process(&d1()), Ok(Verdict::Pass));
+        let lines: Vec<String> = testing::logs().into_iter().map(|(_, l)| l).collect();
+        assert_eq!(lines, ["circuit d1: half-open, probing", "circuit d1: closed: the probes succeeded"]);
+    }
+
+    #[test]
+    fn rejections_count_only_when_asked() {
+        let lenient = testing::plugin::<Breaker>(json!({"failure_threshold": 1})).expect("valid config");
+        let msg = testing::message().build();
+        lenient.settled(&msg, SendOutcome::Rejected("too big".into()));
+        assert_eq!(lenient.process(&msg), Ok(Verdict::Pass));
+        let strict =
+            testing::plugin::<Breaker>(json!({"failure_threshold": 1, "count_rejected": true})).expect("valid config");
+        strict.settled(&msg, SendOutcome::Rejected("too big".into()));
+        assert!(matches!(strict.process(&msg), Err(Failure::Retry(_))));
+    }
+}

@@ -24,36 +24,54 @@
 
 mod rules;
 
-pub use rules::{Filter, Operand, Subject};
+pub use rules::{Filter, FilterConfig, Operand};
 
-use ferry_plugin_sdk::{Failure, Message, Processor, Verdict, header_json};
+use ferry_plugin_sdk::{Failure, Message, Plugin, Processor, Verdict};
 
-struct FilterProcessor(Filter);
+impl Plugin for Filter {
+    type Config = FilterConfig;
 
-struct HostMessage<'a>(&'a Message);
-
-impl Subject for HostMessage<'_> {
-    fn header(&self, name: &str) -> Option<serde_json::Value> {
-        self.0.header(name).map(header_json)
-    }
-
-    fn subject(&self) -> Option<String> {
-        self.0.subject()
-    }
-
-    fn payload_json(&self) -> Option<serde_json::Value> {
-        serde_json::from_slice(&self.0.payload()).ok()
+    fn init(config: FilterConfig) -> Result<Self, String> {
+        Filter::new(config)
     }
 }
 
-impl Processor for FilterProcessor {
-    fn init(config: serde_json::Value) -> Result<Self, String> {
-        Filter::from_config(config).map(FilterProcessor)
-    }
-
+impl Processor for Filter {
     fn process(&self, msg: &Message) -> Result<Verdict, Failure> {
-        Ok(self.0.decide(&HostMessage(msg)))
+        Ok(self.decide(msg))
     }
 }
 
-ferry_plugin_sdk::export_processor!(FilterProcessor);
+ferry_plugin_sdk::export_processor!(Filter);
+
+#[cfg(test)]
+mod tests {
+    use ferry_plugin_sdk::testing;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn routes_alerts_through_the_plugin_entry_point() {
+        let filter = testing::plugin::<Filter>(json!({
+            "when": [{ "field": "level", "op": "gt", "value": 3 }],
+            "action": "route",
+            "route": ["alerts/high"],
+        }))
+        .expect("valid config");
+        let high = testing::message().json(&json!({"level": 5})).build();
+        let low = testing::message().json(&json!({"level": 1})).build();
+        let not_json = testing::message().payload("level=5").build();
+        assert_eq!(filter.process(&high), Ok(Verdict::Route(vec!["alerts/high".into()])));
+        assert_eq!(filter.process(&low), Ok(Verdict::Pass));
+        assert_eq!(filter.process(&not_json), Ok(Verdict::Pass));
+    }
+
+    #[test]
+    fn a_bad_config_names_the_key() {
+        let err =
+            testing::plugin::<Filter>(json!({ "when": [{ "header": "a", "op": "eq", "value": 1 }], "match": "most" }))
+                .expect_err("refused");
+        assert!(err.starts_with("match: unknown variant `most`"), "{err}");
+    }
+}

@@ -1,43 +1,89 @@
 //! The filter's rules, independent of the host so they can be unit tested
 //! natively.
 
-use ferry_plugin_sdk::Verdict;
+use ferry_plugin_sdk::{Message, Verdict};
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// What the filter reads from a message.
-pub trait Subject {
-    fn header(&self, name: &str) -> Option<Value>;
-    fn subject(&self) -> Option<String>;
-    /// The payload parsed as JSON, if it is JSON.
-    fn payload_json(&self) -> Option<Value>;
-}
-
+/// One condition of `when`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawCondition {
+pub struct ConditionConfig {
     header: Option<String>,
     #[serde(default)]
     subject: bool,
     field: Option<String>,
-    op: String,
+    op: OpName,
     value: Option<Value>,
 }
 
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OpName {
+    Eq,
+    Ne,
+    Contains,
+    Regex,
+    Gt,
+    Lt,
+    Exists,
+    In,
+}
+
+impl std::fmt::Display for OpName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            OpName::Eq => "eq",
+            OpName::Ne => "ne",
+            OpName::Contains => "contains",
+            OpName::Regex => "regex",
+            OpName::Gt => "gt",
+            OpName::Lt => "lt",
+            OpName::Exists => "exists",
+            OpName::In => "in",
+        };
+        f.write_str(name)
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum MatchMode {
+    #[default]
+    All,
+    Any,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ActionName {
+    Pass,
+    Drop,
+    Route,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum OtherwiseName {
+    Pass,
+    Drop,
+}
+
+/// The filter's config (the route's `config` table).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+pub struct FilterConfig {
     #[serde(default)]
-    when: Vec<RawCondition>,
+    when: Vec<ConditionConfig>,
     #[serde(default, rename = "match")]
-    match_mode: Option<String>,
+    match_mode: MatchMode,
     #[serde(default)]
-    action: Option<String>,
+    action: Option<ActionName>,
     #[serde(default)]
     route: Vec<String>,
     #[serde(default)]
-    otherwise: Option<String>,
+    otherwise: Option<OtherwiseName>,
 }
 
 /// What a condition looks at.
@@ -84,53 +130,41 @@ pub struct Filter {
 }
 
 impl Filter {
-    /// Parses and checks the config; errors name the offending key.
-    pub fn from_config(config: Value) -> Result<Self, String> {
-        let raw: RawConfig = serde_json::from_value(config).map_err(|e| format!("filter config: {e}"))?;
+    /// Checks the decoded config; errors name the offending key.
+    pub fn new(config: FilterConfig) -> Result<Self, String> {
         let mut conditions = Vec::new();
-        for (i, c) in raw.when.into_iter().enumerate() {
-            conditions.push(condition(c).map_err(|e| format!("filter config: when[{i}]: {e}"))?);
+        for (i, c) in config.when.into_iter().enumerate() {
+            conditions.push(condition(c).map_err(|e| format!("when[{i}]: {e}"))?);
         }
-        let any = match raw.match_mode.as_deref() {
-            None | Some("all") => false,
-            Some("any") => true,
-            Some(other) => {
-                return Err(format!("filter config: match: {other:?} is not `all` or `any`"));
+        let any = matches!(config.match_mode, MatchMode::Any);
+        let action = match config.action {
+            None | Some(ActionName::Pass) => Action::Pass,
+            Some(ActionName::Drop) => Action::Drop,
+            Some(ActionName::Route) if !config.route.is_empty() => Action::Route(config.route),
+            Some(ActionName::Route) => {
+                return Err("route: `action = \"route\"` needs a non-empty `route` list".into());
             }
         };
-        let action = match raw.action.as_deref() {
-            None | Some("pass") => Action::Pass,
-            Some("drop") => Action::Drop,
-            Some("route") if !raw.route.is_empty() => Action::Route(raw.route),
-            Some("route") => {
-                return Err("filter config: route: `action = \"route\"` needs a non-empty `route` list".into());
-            }
-            Some(other) => {
-                return Err(format!("filter config: action: {other:?} is not pass, drop or route"));
-            }
-        };
-        let otherwise = match raw.otherwise.as_deref() {
+        let otherwise = match config.otherwise {
             None if action == Action::Pass => Action::Drop,
             None => Action::Pass,
-            Some("pass") => Action::Pass,
-            Some("drop") => Action::Drop,
-            Some(other) => {
-                return Err(format!("filter config: otherwise: {other:?} is not pass or drop"));
-            }
+            Some(OtherwiseName::Pass) => Action::Pass,
+            Some(OtherwiseName::Drop) => Action::Drop,
         };
         let uses_payload = conditions.iter().any(|c| matches!(c.operand, Operand::Field(_)));
         Ok(Self { conditions, any, action, otherwise, uses_payload })
     }
 
     /// Whether the conditions hold for `msg`.
-    pub fn matches(&self, msg: &dyn Subject) -> bool {
-        let payload = if self.uses_payload { msg.payload_json() } else { None };
+    pub fn matches(&self, msg: &Message) -> bool {
+        // A payload that is not JSON matches no `field` condition.
+        let payload = if self.uses_payload { msg.payload_json::<Value>().ok() } else { None };
         let mut results = self.conditions.iter().map(|c| c.holds(msg, payload.as_ref()));
         if self.any { results.any(|r| r) } else { results.all(|r| r) }
     }
 
     /// The verdict for `msg`.
-    pub fn decide(&self, msg: &dyn Subject) -> Verdict {
+    pub fn decide(&self, msg: &Message) -> Verdict {
         let action = if self.matches(msg) { &self.action } else { &self.otherwise };
         match action {
             Action::Pass => Verdict::Pass,
@@ -140,41 +174,38 @@ impl Filter {
     }
 }
 
-fn condition(c: RawCondition) -> Result<Condition, String> {
+fn condition(c: ConditionConfig) -> Result<Condition, String> {
     let operand = match (c.header, c.subject, c.field) {
         (Some(h), false, None) => Operand::Header(h),
         (None, true, None) => Operand::Subject,
         (None, false, Some(f)) if !f.is_empty() => Operand::Field(f.split('.').map(str::to_owned).collect()),
         _ => return Err("name exactly one of `header`, `subject = true` or `field`".into()),
     };
-    let need = |v: Option<Value>| v.ok_or_else(|| format!("op {:?} needs a `value`", c.op));
-    let number = |v: Value| as_number(&v).ok_or_else(|| format!("op {:?} needs a numeric `value`", c.op));
-    let op = match c.op.as_str() {
-        "eq" => Op::Eq(need(c.value)?),
-        "ne" => Op::Ne(need(c.value)?),
-        "contains" => Op::Contains(as_text(&need(c.value)?)),
-        "regex" => {
+    let need = |v: Option<Value>| v.ok_or_else(|| format!("op `{}` needs a `value`", c.op));
+    let number = |v: Value| as_number(&v).ok_or_else(|| format!("op `{}` needs a numeric `value`", c.op));
+    let op = match c.op {
+        OpName::Eq => Op::Eq(need(c.value)?),
+        OpName::Ne => Op::Ne(need(c.value)?),
+        OpName::Contains => Op::Contains(as_text(&need(c.value)?)),
+        OpName::Regex => {
             let pattern = as_text(&need(c.value)?);
             Op::Regex(Regex::new(&pattern).map_err(|e| format!("invalid regex {pattern:?}: {e}"))?)
         }
-        "gt" => Op::Gt(number(need(c.value)?)?),
-        "lt" => Op::Lt(number(need(c.value)?)?),
-        "exists" => Op::Exists,
-        "in" => match need(c.value)? {
+        OpName::Gt => Op::Gt(number(need(c.value)?)?),
+        OpName::Lt => Op::Lt(number(need(c.value)?)?),
+        OpName::Exists => Op::Exists,
+        OpName::In => match need(c.value)? {
             Value::Array(items) => Op::In(items),
-            _ => return Err("op \"in\" needs a list `value`".into()),
+            _ => return Err("op `in` needs a list `value`".into()),
         },
-        other => {
-            return Err(format!("unknown op {other:?} (eq, ne, contains, regex, gt, lt, exists, in)"));
-        }
     };
     Ok(Condition { operand, op })
 }
 
 impl Condition {
-    fn holds(&self, msg: &dyn Subject, payload: Option<&Value>) -> bool {
+    fn holds(&self, msg: &Message, payload: Option<&Value>) -> bool {
         let actual = match &self.operand {
-            Operand::Header(name) => msg.header(name),
+            Operand::Header(name) => msg.header(name).map(|v| v.to_json()),
             Operand::Subject => msg.subject().map(Value::String),
             Operand::Field(path) => payload.and_then(|p| lookup(p, path)).cloned(),
         };
@@ -237,34 +268,24 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    struct Fake {
-        headers: Value,
-        subject: Option<String>,
-        payload: &'static str,
+    use ferry_plugin_sdk::{decode_config, testing};
+
+    fn msg() -> Message {
+        testing::message()
+            .header("kind", "temp")
+            .header("mqtt.qos", 1)
+            .header("site", "Malmö")
+            .subject("order.created")
+            .json(&json!({"reading": {"value": 21.5, "tags": ["a", "b"]}, "items": [{"id": 7}]}))
+            .build()
     }
 
-    impl Subject for Fake {
-        fn header(&self, name: &str) -> Option<Value> {
-            self.headers.get(name).cloned()
-        }
-        fn subject(&self) -> Option<String> {
-            self.subject.clone()
-        }
-        fn payload_json(&self) -> Option<Value> {
-            serde_json::from_str(self.payload).ok()
-        }
-    }
-
-    fn msg() -> Fake {
-        Fake {
-            headers: json!({"kind": "temp", "mqtt.qos": 1, "site": "Malmö"}),
-            subject: Some("order.created".into()),
-            payload: r#"{"reading": {"value": 21.5, "tags": ["a", "b"]}, "items": [{"id": 7}]}"#,
-        }
+    fn filter(config: Value) -> Result<Filter, String> {
+        Filter::new(decode_config(&config.to_string())?)
     }
 
     fn verdict(config: Value) -> Verdict {
-        Filter::from_config(config).expect("valid config").decide(&msg())
+        filter(config).expect("valid config").decide(&msg())
     }
 
     #[test]
@@ -306,8 +327,11 @@ mod tests {
 
     #[test]
     fn bad_configs_name_the_problem() {
-        let err = |c: Value| Filter::from_config(c).expect_err("must refuse");
-        assert!(err(json!({"when": [{"header": "a", "op": "like", "value": 1}]})).contains("when[0]: unknown op"));
+        let err = |c: Value| filter(c).expect_err("must refuse");
+        assert!(
+            err(json!({"when": [{"header": "a", "op": "like", "value": 1}]}))
+                .contains("when[0].op: unknown variant `like`")
+        );
         assert!(err(json!({"when": [{"header": "a", "op": "regex", "value": "("}]})).contains("invalid regex"));
         assert!(err(json!({"when": [{"op": "exists"}]})).contains("exactly one"));
         assert!(err(json!({"when": [{"header": "a", "op": "gt", "value": "x"}]})).contains("numeric"));

@@ -27,65 +27,73 @@
 
 mod rules;
 
-pub use rules::{Action, Mapping};
+pub use rules::{Action, Mapping, MappingConfig};
 
-mod bindings {
-    wit_bindgen::generate!({
-        path: "../../wit",
-        world: "header-mapper",
-        generate_all,
-    });
-}
+use ferry_plugin_sdk::{Failure, HeaderMapper, Message, Plugin};
 
-use bindings::ferry::plugin::types::{Failure, HeaderValue, Message};
+impl Plugin for Mapping {
+    type Config = MappingConfig;
 
-thread_local! {
-    static MAPPING: std::cell::RefCell<Option<Mapping>> = const { std::cell::RefCell::new(None) };
-}
-
-fn text(msg: &Message, name: &str) -> Option<String> {
-    match msg.header(name)? {
-        HeaderValue::Text(s) => Some(s),
-        HeaderValue::Integer(i) => Some(i.to_string()),
-        HeaderValue::Float(f) => Some(f.to_string()),
-        HeaderValue::Boolean(b) => Some(b.to_string()),
-        HeaderValue::Time(t) => Some(t.to_string()),
-        HeaderValue::Bytes(_) => None,
+    fn init(config: MappingConfig) -> Result<Self, String> {
+        Mapping::new(config)
     }
 }
 
-struct Guest;
-
-impl bindings::Guest for Guest {
-    fn init(config: String) -> Result<(), String> {
-        let config: serde_json::Value =
-            serde_json::from_str(&config).map_err(|e| format!("config is not valid JSON: {e}"))?;
-        let mapping = Mapping::from_config(config)?;
-        MAPPING.with(|m| *m.borrow_mut() = Some(mapping));
-        Ok(())
-    }
-
-    fn map_headers(msg: &Message, _binding: String, _address: String) -> Result<Option<String>, Failure> {
-        MAPPING.with(|m| {
-            let m = m.borrow();
-            let Some(mapping) = m.as_ref() else {
-                return Err(Failure::Reject("header-map used before init".into()));
-            };
-            for action in mapping.actions(&msg.header_names()) {
-                match action {
-                    Action::Rename { from, to } => {
-                        if let Some(v) = msg.header(&from) {
-                            msg.remove_header(&from);
-                            msg.set_header(&to, &v);
-                        }
+impl HeaderMapper for Mapping {
+    fn map_headers(&self, msg: &Message, _binding: &str, _address: &str) -> Result<Option<String>, Failure> {
+        for action in self.actions(&msg.header_names()) {
+            match action {
+                Action::Rename { from, to } => {
+                    if let Some(v) = msg.header(&from) {
+                        msg.remove_header(&from);
+                        msg.set_header(&to, v);
                     }
-                    Action::Remove(name) => msg.remove_header(&name),
-                    Action::Set { name, value } => msg.set_header(&name, &HeaderValue::Text(value)),
                 }
+                Action::Remove(name) => msg.remove_header(&name),
+                Action::Set { name, value } => msg.set_header(&name, value),
             }
-            mapping.address(|name| text(msg, name)).map_err(Failure::Reject)
-        })
+        }
+        self.address(|name| msg.header_text(name)).map_err(Failure::Reject)
     }
 }
 
-bindings::export!(Guest with_types_in bindings);
+ferry_plugin_sdk::export_header_mapper!(Mapping);
+
+#[cfg(test)]
+mod tests {
+    use ferry_plugin_sdk::{HeaderValue, names, testing};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn renames_keeps_types_and_chooses_the_address() {
+        let m = testing::plugin::<Mapping>(json!({
+            "rename_prefix": [{ "from": "amqp091.", "to": "amqp10." }],
+            "drop": ["secret"],
+            "address": "tenants/{tenant}/{amqp10.priority}",
+        }))
+        .expect("valid config");
+        let msg = testing::message()
+            .header("amqp091.priority", 4)
+            .header("tenant", "acme")
+            .header("secret", "s")
+            .header(names::ROUTE_ID, "r1")
+            .build();
+        assert_eq!(m.map_headers(&msg, "out", ""), Ok(Some("tenants/acme/4".into())));
+        assert_eq!(msg.header("amqp10.priority"), Some(HeaderValue::Integer(4)));
+        assert_eq!(msg.header("amqp091.priority"), None);
+        assert_eq!(msg.header("secret"), None);
+        assert_eq!(msg.text_header(names::ROUTE_ID).as_deref(), Some("r1"));
+    }
+
+    #[test]
+    fn reserved_headers_stay_and_a_missing_address_header_rejects() {
+        let m = testing::plugin::<Mapping>(json!({ "drop_prefix": ["x-bridge."], "address": "t/{tenant}" }))
+            .expect("valid config");
+        let msg = testing::message().header(names::ROUTE_ID, "r1").build();
+        assert!(matches!(m.map_headers(&msg, "out", ""), Err(Failure::Reject(r)) if r.contains("\"tenant\"")));
+        assert_eq!(msg.text_header(names::ROUTE_ID).as_deref(), Some("r1"));
+        assert_eq!(testing::refused_reserved(&msg), 1);
+    }
+}

@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-use serde_json::Value;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -12,9 +11,10 @@ struct Prefix {
     to: String,
 }
 
+/// The mapper's config (the binding's `header_mapper_config`).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+pub struct MappingConfig {
     #[serde(default)]
     rename_prefix: Vec<Prefix>,
     #[serde(default)]
@@ -31,7 +31,7 @@ struct RawConfig {
 /// A validated mapping.
 #[derive(Debug)]
 pub struct Mapping {
-    raw: RawConfig,
+    raw: MappingConfig,
 }
 
 /// One change to make, in order.
@@ -43,16 +43,15 @@ pub enum Action {
 }
 
 impl Mapping {
-    pub fn from_config(config: Value) -> Result<Self, String> {
-        let config = if config.is_null() { Value::Object(Default::default()) } else { config };
-        let raw: RawConfig = serde_json::from_value(config).map_err(|e| format!("header-map config: {e}"))?;
+    /// Checks the decoded config.
+    pub fn new(raw: MappingConfig) -> Result<Self, String> {
         if raw.rename_prefix.iter().any(|p| p.from.is_empty()) || raw.drop_prefix.iter().any(String::is_empty) {
-            return Err("header-map config: an empty prefix would match every header".into());
+            return Err("an empty prefix would match every header".into());
         }
         if let Some(a) = &raw.address {
             let opens = a.matches('{').count();
             if opens != a.matches('}').count() || a.contains("{}") {
-                return Err(format!("header-map config: address {a:?} has unbalanced or empty {{}}"));
+                return Err(format!("address: {a:?} has unbalanced or empty {{}}"));
             }
         }
         Ok(Self { raw })
@@ -111,9 +110,13 @@ mod tests {
 
     use super::*;
 
+    fn mapping(config: serde_json::Value) -> Result<Mapping, String> {
+        Mapping::new(ferry_plugin_sdk::decode_config(&config.to_string())?)
+    }
+
     #[test]
     fn actions_in_order() {
-        let m = Mapping::from_config(json!({
+        let m = mapping(json!({
             "rename_prefix": [{"from": "amqp091.", "to": "amqp10."}],
             "rename": {"kind": "type"},
             "drop": ["secret"],
@@ -137,7 +140,7 @@ mod tests {
 
     #[test]
     fn address_template() {
-        let m = Mapping::from_config(json!({"address": "t/{tenant}/{kind}"})).unwrap();
+        let m = mapping(json!({"address": "t/{tenant}/{kind}"})).unwrap();
         let h = |n: &str| match n {
             "tenant" => Some("acme".to_owned()),
             "kind" => Some("temp".to_owned()),
@@ -145,8 +148,8 @@ mod tests {
         };
         assert_eq!(m.address(h).unwrap().as_deref(), Some("t/acme/temp"));
         assert!(m.address(|_| None).unwrap_err().contains("tenant"));
-        assert_eq!(Mapping::from_config(json!({})).unwrap().address(h).unwrap(), None);
-        assert!(Mapping::from_config(json!({"address": "a/{b"})).is_err());
-        assert!(Mapping::from_config(json!({"drop_prefix": [""]})).is_err());
+        assert_eq!(mapping(json!({})).unwrap().address(h).unwrap(), None);
+        assert!(mapping(json!({"address": "a/{b"})).is_err());
+        assert!(mapping(json!({"drop_prefix": [""]})).is_err());
     }
 }

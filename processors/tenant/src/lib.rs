@@ -29,25 +29,27 @@
 
 mod rules;
 
-pub use rules::{Decision, Source, TenantRules};
+pub use rules::{Decision, Source, TenantConfig, TenantRules};
 
-use ferry_plugin_sdk::{Failure, HeaderValue, Message, MessageExt, Processor, Verdict, kv, names};
+use ferry_plugin_sdk::{Failure, Message, Plugin, Processor, Verdict, kv, names};
 
-struct TenantProcessor(TenantRules);
+impl Plugin for TenantRules {
+    type Config = TenantConfig;
 
-impl Processor for TenantProcessor {
-    fn init(config: serde_json::Value) -> Result<Self, String> {
-        TenantRules::from_config(config).map(TenantProcessor)
+    fn init(config: TenantConfig) -> Result<Self, String> {
+        TenantRules::new(config)
     }
+}
 
+impl Processor for TenantRules {
     fn process(&self, msg: &Message) -> Result<Verdict, Failure> {
-        let tenant = match &self.0.source {
+        let tenant = match &self.source {
             Source::Header(name) => msg.text_header(name),
             Source::Subject { .. } => msg.subject(),
         };
-        match self.0.decide(tenant.as_deref()) {
+        match self.decide(tenant.as_deref()) {
             Decision::Accept(tenant) => {
-                msg.set_header(names::TENANT_ID, &HeaderValue::Text(tenant.clone()));
+                msg.set_header(names::TENANT_ID, tenant.as_str());
                 if msg.text_header(names::TENANT_ID).as_deref() != Some(tenant.as_str()) {
                     return Err(Failure::Reject(
                         "tenant: the route does not grant this plugin x-bridge.tenant-id; add `grants = { tenant_id = true }` to its [[routes.processors]] entry".into(),
@@ -63,4 +65,40 @@ impl Processor for TenantProcessor {
     }
 }
 
-ferry_plugin_sdk::export_processor!(TenantProcessor);
+ferry_plugin_sdk::export_processor!(TenantRules);
+
+#[cfg(test)]
+mod tests {
+    use ferry_plugin_sdk::testing;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn stamps_granted_tenants_and_counts_usage() {
+        let p = testing::plugin::<TenantRules>(json!({"allow": ["acme"]})).expect("valid config");
+        let msg = testing::message().header("tenant", "acme").grant(names::TENANT_ID).build();
+        assert_eq!(p.process(&msg), Ok(Verdict::Pass));
+        assert_eq!(msg.text_header(names::TENANT_ID).as_deref(), Some("acme"));
+        let again = testing::message().header("tenant", "acme").grant(names::TENANT_ID).build();
+        assert_eq!(p.process(&again), Ok(Verdict::Pass));
+        assert_eq!(kv::get("usage/acme"), Some(2i64.to_le_bytes().to_vec()));
+    }
+
+    #[test]
+    fn refuses_to_send_unstamped_without_the_grant() {
+        let p = testing::plugin::<TenantRules>(json!({"allow": ["acme"]})).expect("valid config");
+        let msg = testing::message().header("tenant", "acme").build();
+        let Err(Failure::Reject(why)) = p.process(&msg) else { panic!("must reject") };
+        assert!(why.contains("grants = { tenant_id = true }"), "{why}");
+        assert_eq!(testing::refused_reserved(&msg), 1);
+        assert_eq!(kv::get("usage/acme"), None);
+    }
+
+    #[test]
+    fn unknown_tenants_follow_on_unknown() {
+        let p = testing::plugin::<TenantRules>(json!({"allow": ["acme"], "on_unknown": "drop"})).expect("valid");
+        let msg = testing::message().header("tenant", "initech").grant(names::TENANT_ID).build();
+        assert!(matches!(p.process(&msg), Ok(Verdict::Drop(r)) if r.starts_with("unknown_tenant")));
+    }
+}

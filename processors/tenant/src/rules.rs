@@ -3,17 +3,26 @@
 use std::collections::BTreeSet;
 
 use serde::Deserialize;
-use serde_json::Value;
 
+/// The tenant processor's config (the route's `config` table).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+pub struct TenantConfig {
     header: Option<String>,
-    from: Option<String>,
+    from: Option<TenantFrom>,
     separator: Option<String>,
-    allow: Option<Vec<String>>,
-    on_unknown: Option<String>,
-    on_missing: Option<String>,
+    allow: Vec<String>,
+    #[serde(default)]
+    on_unknown: Action,
+    #[serde(default)]
+    on_missing: Action,
+}
+
+/// Where else the tenant may come from.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum TenantFrom {
+    Subject,
 }
 
 /// Where the tenant is read.
@@ -23,8 +32,10 @@ pub enum Source {
     Subject { separator: String },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "snake_case")]
 enum Action {
+    #[default]
     Reject,
     Drop,
 }
@@ -46,42 +57,27 @@ pub enum Decision {
     Reject(String),
 }
 
-fn action(v: Option<&str>, key: &str) -> Result<Action, String> {
-    match v {
-        None | Some("reject") => Ok(Action::Reject),
-        Some("drop") => Ok(Action::Drop),
-        Some(other) => Err(format!("tenant config: {key} must be \"reject\" or \"drop\", not {other:?}")),
-    }
-}
-
 impl TenantRules {
-    pub fn from_config(config: Value) -> Result<Self, String> {
-        let raw: RawConfig = serde_json::from_value(config).map_err(|e| format!("tenant config: {e}"))?;
-        let source = match (raw.header, raw.from.as_deref()) {
-            (Some(_), Some(_)) => return Err("tenant config: give `header` or `from = \"subject\"`, not both".into()),
-            (Some(h), None) if h.is_empty() => return Err("tenant config: `header` is empty".into()),
+    /// Checks the decoded config.
+    pub fn new(config: TenantConfig) -> Result<Self, String> {
+        let source = match (config.header, config.from) {
+            (Some(_), Some(_)) => return Err("give `header` or `from = \"subject\"`, not both".into()),
+            (Some(h), None) if h.is_empty() => return Err("header: empty".into()),
             (Some(h), None) => Source::Header(h),
-            (None, Some("subject")) => {
-                let separator = raw.separator.unwrap_or_else(|| ".".into());
+            (None, Some(TenantFrom::Subject)) => {
+                let separator = config.separator.unwrap_or_else(|| ".".into());
                 if separator.is_empty() {
-                    return Err("tenant config: `separator` is empty".into());
+                    return Err("separator: empty".into());
                 }
                 Source::Subject { separator }
             }
-            (None, Some(other)) => return Err(format!("tenant config: `from` can only be \"subject\", not {other:?}")),
             (None, None) => Source::Header("tenant".into()),
         };
-        let allow: BTreeSet<String> =
-            raw.allow.ok_or("tenant config: `allow` (the accepted tenants) is required")?.into_iter().collect();
+        let allow: BTreeSet<String> = config.allow.into_iter().collect();
         if allow.is_empty() || allow.iter().any(String::is_empty) {
-            return Err("tenant config: `allow` must list at least one non-empty tenant".into());
+            return Err("allow: must list at least one non-empty tenant".into());
         }
-        Ok(Self {
-            source,
-            allow,
-            on_unknown: action(raw.on_unknown.as_deref(), "on_unknown")?,
-            on_missing: action(raw.on_missing.as_deref(), "on_missing")?,
-        })
+        Ok(Self { source, allow, on_unknown: config.on_unknown, on_missing: config.on_missing })
     }
 
     /// Decides for a message whose header or subject is `found`.
@@ -108,9 +104,13 @@ mod tests {
 
     use super::*;
 
+    fn rules(config: serde_json::Value) -> Result<TenantRules, String> {
+        TenantRules::new(ferry_plugin_sdk::decode_config(&config.to_string())?)
+    }
+
     #[test]
     fn header_allow_list() {
-        let r = TenantRules::from_config(json!({"allow": ["acme", "globex"]})).unwrap();
+        let r = rules(json!({"allow": ["acme", "globex"]})).expect("valid config");
         assert_eq!(r.source, Source::Header("tenant".into()));
         assert_eq!(r.decide(Some("acme")), Decision::Accept("acme".into()));
         assert!(matches!(r.decide(Some("ACME")), Decision::Reject(m) if m.starts_with("unknown_tenant")));
@@ -120,14 +120,12 @@ mod tests {
 
     #[test]
     fn subject_prefix_and_drop() {
-        let r = TenantRules::from_config(
-            json!({"from": "subject", "allow": ["acme"], "on_unknown": "drop", "on_missing": "drop"}),
-        )
-        .unwrap();
+        let r = rules(json!({"from": "subject", "allow": ["acme"], "on_unknown": "drop", "on_missing": "drop"}))
+            .expect("valid config");
         assert_eq!(r.decide(Some("acme.orders.created")), Decision::Accept("acme".into()));
         assert!(matches!(r.decide(Some("initech.orders")), Decision::Drop(_)));
         assert!(matches!(r.decide(Some(".orders")), Decision::Drop(m) if m.starts_with("missing_tenant")));
-        let slash = TenantRules::from_config(json!({"from": "subject", "separator": "/", "allow": ["a"]})).unwrap();
+        let slash = rules(json!({"from": "subject", "separator": "/", "allow": ["a"]})).expect("valid config");
         assert_eq!(slash.decide(Some("a/b")), Decision::Accept("a".into()));
     }
 
@@ -141,7 +139,10 @@ mod tests {
             json!({"allow": ["a"], "header": "t", "from": "subject"}),
             json!({"allow": ["a"], "colour": 1}),
         ] {
-            assert!(TenantRules::from_config(bad.clone()).is_err(), "{bad}");
+            assert!(rules(bad.clone()).is_err(), "{bad}");
         }
+        assert_eq!(rules(json!({})).expect_err("refused"), "missing field `allow`");
+        let err = rules(json!({"allow": ["a"], "on_unknown": "ignore"})).expect_err("refused");
+        assert!(err.starts_with("on_unknown: unknown variant `ignore`"), "{err}");
     }
 }

@@ -39,38 +39,27 @@
 
 mod mapping;
 
-pub use mapping::{Output, Transform};
+pub use mapping::{Output, Transform, TransformConfig};
 
-use ferry_plugin_sdk::{Failure, HeaderValue, Message, Processor, Verdict, header_json, names};
+use ferry_plugin_sdk::{Failure, HeaderValue, Message, Plugin, Processor, Verdict, names};
 
-struct TransformProcessor(Transform);
+impl Plugin for Transform {
+    type Config = TransformConfig;
 
-fn json_header(v: &serde_json::Value) -> HeaderValue {
-    match v {
-        serde_json::Value::Bool(b) => HeaderValue::Boolean(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => HeaderValue::Integer(i),
-            None => HeaderValue::Float(n.as_f64().unwrap_or(0.0)),
-        },
-        serde_json::Value::String(s) => HeaderValue::Text(s.clone()),
-        other => HeaderValue::Text(other.to_string()),
+    fn init(config: TransformConfig) -> Result<Self, String> {
+        Transform::new(config)
     }
 }
 
-impl Processor for TransformProcessor {
-    fn init(config: serde_json::Value) -> Result<Self, String> {
-        Transform::from_config(config).map(TransformProcessor)
-    }
-
+impl Processor for Transform {
     fn process(&self, msg: &Message) -> Result<Verdict, Failure> {
-        let input: serde_json::Value = serde_json::from_slice(&msg.payload())
-            .map_err(|e| Failure::Reject(format!("transform: payload is not JSON: {e}")))?;
+        let input: serde_json::Value =
+            msg.payload_json().map_err(|e| Failure::Reject(format!("transform: payload is not JSON: {e}")))?;
         let out = self
-            .0
-            .apply(&input, |name| msg.header(name).map(header_json))
+            .apply(&input, |name| msg.header(name).map(|v| v.to_json()))
             .map_err(|e| Failure::Reject(format!("transform: {e}")))?;
         for (name, value) in &out.headers {
-            let value = json_header(value);
+            let value = HeaderValue::from_json(value);
             msg.set_header(name, &value);
             // The host ignores a reserved header the route did not grant:
             // refuse rather than send the message without it.
@@ -86,4 +75,47 @@ impl Processor for TransformProcessor {
     }
 }
 
-ferry_plugin_sdk::export_processor!(TransformProcessor);
+ferry_plugin_sdk::export_processor!(Transform);
+
+#[cfg(test)]
+mod tests {
+    use ferry_plugin_sdk::testing;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn rebuilds_the_payload_and_sets_typed_headers() {
+        let t = testing::plugin::<Transform>(json!({
+            "fields": [{ "to": "celsius", "from": "$.reading.value", "type": "number" }],
+            "headers": [{ "name": "celsius", "from_field": "celsius", "type": "integer" }],
+        }))
+        .expect("valid config");
+        let msg = testing::message().json(&json!({"reading": {"value": "21"}})).build();
+        assert_eq!(t.process(&msg), Ok(Verdict::Pass));
+        assert_eq!(msg.payload_json::<serde_json::Value>().expect("json"), json!({"celsius": 21}));
+        assert_eq!(msg.header("celsius"), Some(HeaderValue::Integer(21)));
+    }
+
+    #[test]
+    fn the_ordering_key_needs_the_grant() {
+        let config = json!({"keep": true, "headers": [{ "name": names::ORDERING_KEY, "from": "$.device" }]});
+        let t = testing::plugin::<Transform>(config).expect("valid config");
+        let body = json!({"device": "d1"});
+        let ungranted = testing::message().json(&body).build();
+        assert!(matches!(t.process(&ungranted), Err(Failure::Reject(r)) if r.contains("ordering_key")));
+        let granted = testing::message().json(&body).grant(names::ORDERING_KEY).build();
+        assert_eq!(t.process(&granted), Ok(Verdict::Pass));
+        assert_eq!(granted.text_header(names::ORDERING_KEY).as_deref(), Some("d1"));
+    }
+
+    #[test]
+    fn payload_that_is_not_json_is_rejected_and_bad_types_name_the_key() {
+        let t = testing::plugin::<Transform>(json!({"keep": true})).expect("valid config");
+        let msg = testing::message().payload("not json").build();
+        assert!(matches!(t.process(&msg), Err(Failure::Reject(r)) if r.starts_with("transform: payload is not JSON")));
+        let err = testing::plugin::<Transform>(json!({"fields": [{"to": "a", "value": 1, "type": "date"}]}))
+            .expect_err("refused");
+        assert!(err.starts_with("fields[0].type: unknown variant `date`"), "{err}");
+    }
+}

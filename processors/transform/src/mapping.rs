@@ -1,10 +1,8 @@
 //! The transform's mapping rules, independent of the host so they can be
 //! unit tested natively.
 
+use ferry_plugin_sdk::names::{self, ORDERING_KEY};
 use serde::Deserialize;
-
-/// The one reserved header a transform may set (with the route's grant).
-pub const ORDERING_KEY: &str = "x-bridge.ordering-key";
 use serde_json::{Map, Value};
 
 #[derive(Debug, Deserialize)]
@@ -15,7 +13,7 @@ struct RawField {
     from_header: Option<String>,
     value: Option<Value>,
     #[serde(rename = "type")]
-    kind: Option<String>,
+    kind: Option<Kind>,
     default: Option<Value>,
     #[serde(default)]
     required: bool,
@@ -28,15 +26,16 @@ struct RawHeader {
     from: Option<String>,
     from_field: Option<String>,
     #[serde(rename = "type")]
-    kind: Option<String>,
+    kind: Option<Kind>,
     default: Option<Value>,
     #[serde(default)]
     required: bool,
 }
 
+/// The transform's config (the route's `config` table).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+pub struct TransformConfig {
     #[serde(default)]
     keep: bool,
     #[serde(default)]
@@ -52,7 +51,8 @@ enum Step {
     Index(usize),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(rename_all = "lowercase")]
 enum Kind {
     String,
     Number,
@@ -140,19 +140,6 @@ fn lookup<'a>(doc: &'a Value, path: &[Step]) -> Option<&'a Value> {
     path.iter().try_fold(doc, |v, step| match step {
         Step::Key(k) => v.get(k),
         Step::Index(i) => v.get(*i),
-    })
-}
-
-fn parse_kind(kind: Option<&str>, target: &str) -> Result<Option<Kind>, String> {
-    Ok(match kind {
-        None => None,
-        Some("string") => Some(Kind::String),
-        Some("number") => Some(Kind::Number),
-        Some("integer") => Some(Kind::Integer),
-        Some("boolean") => Some(Kind::Boolean),
-        Some(other) => {
-            return Err(format!("{target}: unknown type {other:?} (string, number, integer or boolean)"));
-        }
     })
 }
 
@@ -246,9 +233,8 @@ impl Rule {
 }
 
 impl Transform {
-    /// Validates the route's config.
-    pub fn from_config(config: Value) -> Result<Self, String> {
-        let raw: RawConfig = serde_json::from_value(config).map_err(|e| format!("transform config: {e}"))?;
+    /// Checks the decoded config.
+    pub fn new(raw: TransformConfig) -> Result<Self, String> {
         let mut fields = Vec::new();
         for (i, f) in raw.fields.into_iter().enumerate() {
             let target = format!("fields[{i}] ({})", f.to);
@@ -262,14 +248,13 @@ impl Transform {
                 (None, None, Some(v)) => Source::Const(v),
                 _ => return Err(format!("{target}: give exactly one of `from`, `from_header` or `value`")),
             };
-            let kind = parse_kind(f.kind.as_deref(), &target)?;
-            let rule = Rule { target: f.to.clone(), source, kind, default: f.default, required: f.required };
+            let rule = Rule { target: f.to.clone(), source, kind: f.kind, default: f.default, required: f.required };
             fields.push((to, rule));
         }
         let mut headers = Vec::new();
         for (i, h) in raw.headers.into_iter().enumerate() {
             let target = format!("headers[{i}] ({})", h.name);
-            let reserved = h.name.to_ascii_lowercase().starts_with("x-bridge.");
+            let reserved = names::is_reserved(&h.name.to_ascii_lowercase());
             if h.name.is_empty() || (reserved && h.name != ORDERING_KEY) {
                 return Err(format!(
                     "{target}: a header name must be given and may not be a reserved x-bridge.* name \
@@ -281,11 +266,10 @@ impl Transform {
                 (None, Some(p)) => Source::Output(parse_path(&p).map_err(|e| format!("{target}: {e}"))?),
                 _ => return Err(format!("{target}: give exactly one of `from` or `from_field`")),
             };
-            let kind = parse_kind(h.kind.as_deref(), &target)?;
-            headers.push(Rule { target: h.name, source, kind, default: h.default, required: h.required });
+            headers.push(Rule { target: h.name, source, kind: h.kind, default: h.default, required: h.required });
         }
         if fields.is_empty() && headers.is_empty() && !raw.keep {
-            return Err("transform config: no `fields` or `headers`; the payload would become {}".into());
+            return Err("no `fields` or `headers`; the payload would become {}".into());
         }
         Ok(Self { keep: raw.keep, fields, headers })
     }
@@ -321,9 +305,13 @@ mod tests {
 
     use super::*;
 
+    fn transform(config: Value) -> Result<Transform, String> {
+        Transform::new(ferry_plugin_sdk::decode_config(&config.to_string())?)
+    }
+
     fn run(config: Value, input: Value) -> Result<Output, String> {
         let headers = |name: &str| (name == "device-id").then(|| json!("dev-7"));
-        Transform::from_config(config)?.apply(&input, headers)
+        transform(config)?.apply(&input, headers)
     }
 
     #[test]
@@ -386,7 +374,7 @@ mod tests {
 
     #[test]
     fn the_ordering_key_is_the_one_reserved_header_a_transform_may_name() {
-        let t = Transform::from_config(json!({"keep": true, "headers": [{"name": ORDERING_KEY, "from": "$.device"}]}));
+        let t = transform(json!({"keep": true, "headers": [{"name": ORDERING_KEY, "from": "$.device"}]}));
         assert!(t.is_ok(), "{:?}", t.err());
     }
 
@@ -400,7 +388,7 @@ mod tests {
             json!({"fields": [], "colour": "blue"}),
             json!({}),
         ] {
-            assert!(Transform::from_config(bad.clone()).is_err(), "{bad} should be refused");
+            assert!(transform(bad.clone()).is_err(), "{bad} should be refused");
         }
     }
 }

@@ -1,0 +1,136 @@
+//! `ferry plugins new` (issue 18, part 2): for each language, scaffold a
+//! project, run its own first test, build it with its one command, load it
+//! with `ferry plugins check`, and run messages through it in the daemon.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::mqtt::{TestMqtt, broker_url, route_config, user_property};
+use ferry_tests::{repo_root, unique};
+
+/// Runs `program args` in `dir` with `path` before `$PATH`; panics with
+/// its output when it fails.
+fn run(dir: &Path, program: &str, args: &[&str], path: Option<&Path>, env: &[(&str, &Path)]) {
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(dir).envs(env.iter().map(|(k, v)| (k, v)));
+    if let Some(first) = path {
+        let rest = std::env::var_os("PATH").unwrap_or_default();
+        let mut dirs = vec![first.to_path_buf()];
+        dirs.extend(std::env::split_paths(&rest));
+        cmd.env("PATH", std::env::join_paths(dirs).expect("PATH"));
+    }
+    let out = cmd.output().unwrap_or_else(|e| panic!("{program} {args:?} in {}: {e}", dir.display()));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} in {} failed:\n{}\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The target directory of this build (`target/` above `debug/deps/`), so
+/// the scaffolded Rust project reuses what the workspace compiled.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("exe");
+    exe.ancestors().nth(3).expect("target dir").to_path_buf()
+}
+
+/// The Python tools `just plugins` provisions (componentize-py).
+fn python_tools() -> PathBuf {
+    let venv = std::env::var_os("FERRY_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/ferry/venv"));
+    let bin = venv.join("bin");
+    assert!(bin.join("componentize-py").is_file(), "no componentize-py in {}: run `just plugins`", bin.display());
+    bin
+}
+
+/// Scaffolds `name` in `lang`, runs its test and build, and returns the
+/// component it built.
+fn scaffold(ws: &Workspace, name: &str, lang: &str) -> PathBuf {
+    let project = ws.path().join(name);
+    let out = ws.ferry(&["plugins", "new", name, "--lang", lang]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "plugins new: {said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.contains(&format!("wrote {name}")), "{said}");
+    match lang {
+        "rust" => {
+            // The processors' lock file pins the versions the workspace
+            // already compiled; a user's project resolves its own.
+            std::fs::copy(repo_root().join("processors/Cargo.lock"), project.join("Cargo.lock")).expect("lock");
+            let target = target_dir().join("scaffold");
+            run(&project, "cargo", &["test", "--quiet"], None, &[("CARGO_TARGET_DIR", &target)]);
+            run(&project, "./build", &[], None, &[("CARGO_TARGET_DIR", &target)]);
+        }
+        "python" => {
+            let tools = python_tools();
+            run(&project, "./test", &[], Some(&tools), &[]);
+            run(&project, "./build", &[], Some(&tools), &[]);
+        }
+        "js" => {
+            run(&project, "npm", &["install", "--prefer-offline", "--no-audit", "--no-fund", "--silent"], None, &[]);
+            run(&project, "npm", &["test", "--silent"], None, &[]);
+            run(&project, "npm", &["run", "build", "--silent"], None, &[]);
+        }
+        other => panic!("no language {other}"),
+    }
+    let wasm = project.join(format!("{name}.wasm"));
+    let out = ws.ferry(&["plugins", "check", wasm.to_str().expect("utf-8 path")]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "plugins check: {said}");
+    assert!(said.contains(&format!("ok: plugin {name:?}, world ferry:plugin/processor@")), "{said}");
+    wasm
+}
+
+/// Scaffolds and builds a `lang` plugin, then runs a reading and a noise
+/// message through it: the reading arrives stamped, the noise is dropped.
+async fn through_the_daemon(lang: &str) {
+    let name = format!("stamp-{lang}");
+    let ws = Workspace::with_plugins(&[]);
+    let wasm = scaffold(&ws, &name, lang);
+    std::fs::copy(&wasm, ws.path().join("plugins").join(format!("{name}.wasm"))).expect("install");
+    let (src, dst) = (unique("scaffold/src"), unique("scaffold/dst"));
+    let processors = format!(
+        "[[routes.processors]]\nplugin = \"{name}\"\nconfig = {{ header = \"stamped\", drop_kind = \"noise\" }}\n"
+    );
+    let url = broker_url();
+    ws.config(&route_config(&url, &src, &url, &format!("{dst}/{{mqtt.topic}}"), &processors, "", ""));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&url).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&url).await;
+    publisher.publish_with(&format!("{src}/a"), "r", &[("kind", "reading")]).await;
+    publisher.publish_with(&format!("{src}/a"), "n", &[("kind", "noise")]).await;
+    let got = sub.drain(Duration::from_secs(3)).await;
+    assert_eq!(got.len(), 1, "the noise is dropped, the reading delivered");
+    assert_eq!(user_property(&got[0], "kind"), Some("reading"));
+    assert_eq!(user_property(&got[0], "stamped"), Some(name.as_str()));
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rust_scaffold_builds_tests_loads_and_runs() {
+    through_the_daemon("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_python_scaffold_builds_tests_loads_and_runs() {
+    through_the_daemon("python").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_scaffold_builds_tests_loads_and_runs() {
+    through_the_daemon("js").await;
+}
+
+#[test]
+fn plugins_wit_prints_the_contract() {
+    let ws = Workspace::with_plugins(&[]);
+    let out = ws.ferry(&["plugins", "wit"]);
+    assert!(out.status.success());
+    let contract = std::fs::read_to_string(repo_root().join("wit/plugin.wit")).expect("wit");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), contract);
+}
