@@ -50,6 +50,10 @@ test-plugins:
     cp {{guest_out}}/hostile.wasm tests/plugins/hostile.wasm
     cp {{guest_out}}/future_version.wasm tests/plugins/future-version.wasm
     cp {{guest_out}}/drop_all.wasm tests/plugins/drop-all.wasm
+    # The filter built against the previous minor contract (wit/previous),
+    # in a target directory of its own so the current build is not redone.
+    cd processors && cargo build --release --target wasm32-wasip2 -p filter --features ferry-plugin-sdk/previous-contract --target-dir {{guest_target}}/previous-contract
+    cp {{guest_target}}/previous-contract/wasm32-wasip2/release/filter.wasm tests/plugins/filter-previous.wasm
 
 # Build the daemon (debug).
 build:

@@ -261,3 +261,34 @@ address = "{dst}/{id}/{{mqtt.message-id}}"
     }
     assert_eq!(daemon.terminate().code(), Some(0));
 }
+
+/// Contract versioning (issue 18, part 4): a filter built against the
+/// previous minor contract (1.0) and one built against the current (1.1)
+/// in one chain; each does its part.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_plugin_of_the_previous_minor_contract_runs_beside_current_ones() {
+    let (src, dst) = (unique("contract/src"), unique("contract/dst"));
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&["filter-previous", "filter"]);
+    let processors = r#"
+[[routes.processors]]
+plugin = "filter-previous"
+config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
+
+[[routes.processors]]
+plugin = "filter"
+config = { when = [{ header = "site", op = "eq", value = "a" }] }
+"#;
+    ws.config(&config(&admin, &src, &format!("{dst}/{{mqtt.topic}}"), processors, ""));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for (kind, site) in [("temp", "a"), ("temp", "b"), ("rh", "a")] {
+        publisher.publish_with(&format!("{src}/{kind}-{site}"), "x", &[("kind", kind), ("site", site)]).await;
+    }
+    let got = sub.drain(Duration::from_secs(3)).await;
+    let topics: Vec<String> = got.iter().map(topic).collect();
+    assert_eq!(topics, [format!("{dst}/{src}/temp-a")], "only what both filters pass");
+    assert!(daemon.terminate().success());
+}

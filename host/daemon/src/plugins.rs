@@ -7,12 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::OnceLock;
 
-use ferry_wasm::registry::{PLUGIN_PACKAGE, PLUGIN_VERSION, load_file, plugin_name};
+use ferry_wasm::registry::{LoadedPlugin, PLUGIN_PACKAGE, load_file, plugin_name};
 use ferry_wasm::{PluginEngine, PluginLimits};
 
-/// The full name of the world a plugin targets.
-fn world(world: ferry_wasm::PluginWorld) -> String {
-    format!("{PLUGIN_PACKAGE}/{}@{PLUGIN_VERSION}", world.name())
+/// The full name of the world a plugin targets, at the contract version it
+/// was built against.
+fn world(plugin: &LoadedPlugin) -> String {
+    format!("{PLUGIN_PACKAGE}/{}@{}", plugin.world.name(), plugin.contract)
 }
 
 fn engine() -> Result<PluginEngine, ExitCode> {
@@ -48,7 +49,7 @@ pub fn list(dir: &Path) -> ExitCode {
     for path in &paths {
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         match load_file(&engine, path) {
-            Ok(p) => println!("{:<24} {:<40} {:>10}  yes", plugin_name(path), world(p.world), size),
+            Ok(p) => println!("{:<24} {:<40} {:>10}  yes", plugin_name(path), world(&p), size),
             Err(e) => {
                 all_load = false;
                 println!("{:<24} {:<40} {:>10}  no: {e}", plugin_name(path), "-", size);
@@ -73,7 +74,7 @@ pub fn check(file: &Path) -> ExitCode {
                 "{}: ok: plugin {:?}, world {}, {} bytes",
                 file.display(),
                 plugin.name,
-                world(plugin.world),
+                world(&plugin),
                 plugin.size
             );
             ExitCode::SUCCESS

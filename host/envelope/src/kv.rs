@@ -79,6 +79,13 @@ impl Space {
         Ok(true)
     }
 
+    /// The keys that start with `prefix`, in byte order.
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        let mut keys: Vec<String> = self.entries.keys().filter(|k| k.starts_with(prefix)).cloned().collect();
+        keys.sort_unstable();
+        keys
+    }
+
     /// Adds `delta` to the little-endian i64 counter at `key` (absent: 0).
     pub fn increment(&mut self, key: &str, delta: i64) -> Result<i64, String> {
         let current = match self.entries.get(key) {
@@ -109,6 +116,9 @@ mod tests {
         assert_eq!(s.increment("n", -5).expect("kv"), -3);
         s.set("t", b"text".to_vec()).expect("kv");
         assert!(s.increment("t", 1).expect_err("refused").contains("not a counter"));
+        assert_eq!(s.keys(""), ["n", "t"]);
+        assert_eq!(s.keys("t"), ["t"]);
+        assert!(s.keys("x").is_empty());
     }
 
     #[test]

@@ -278,4 +278,8 @@ impl ferry::plugin::kv::Host for HostState {
     fn increment(&mut self, key: String, delta: i64) -> wasmtime::Result<Result<i64, String>> {
         Ok(self.kv.increment(&key, delta))
     }
+
+    fn keys(&mut self, prefix: String) -> wasmtime::Result<Vec<String>> {
+        Ok(self.kv.keys(&prefix))
+    }
 }

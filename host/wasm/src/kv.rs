@@ -54,6 +54,10 @@ impl KvScope {
     pub fn increment(&self, key: &str, delta: i64) -> Result<i64, String> {
         self.with(|s| s.increment(key, delta))
     }
+
+    pub fn keys(&self, prefix: &str) -> Vec<String> {
+        self.with(|s| s.keys(prefix))
+    }
 }
 
 #[cfg(test)]

@@ -14,9 +14,28 @@ use crate::bindings::settling::SettlingProcessorPre;
 use crate::bindings::{HostState, ProcessorPre};
 use crate::engine::PluginEngine;
 
-/// The plugin package and version this host provides.
+/// The plugin package and version this host provides (`wit/plugin.wit`).
 pub const PLUGIN_PACKAGE: &str = "ferry:plugin";
-pub const PLUGIN_VERSION: &str = "0.1.0";
+pub const PLUGIN_VERSION: &str = "1.1.0";
+/// The versions a component may be built against (`MAJOR.MINOR`): the
+/// current minor and the previous one of the same major
+/// (`wit/previous/plugin.wit`). The linker resolves an import of the
+/// previous minor to this host's definitions, which only add to it.
+pub const LOADS: [(u64, u64); 2] = [(1, 1), (1, 0)];
+
+/// Whether a component built against `version` loads here.
+pub fn loads(version: &str) -> bool {
+    let mut parts = version.split('.').map(str::parse::<u64>);
+    match (parts.next(), parts.next(), parts.next(), parts.next()) {
+        (Some(Ok(major)), Some(Ok(minor)), Some(Ok(_patch)), None) => LOADS.contains(&(major, minor)),
+        _ => false,
+    }
+}
+
+/// The versions [`LOADS`] names, for messages: `1.1 and 1.0`.
+fn loaded_versions() -> String {
+    LOADS.iter().map(|(major, minor)| format!("{major}.{minor}")).collect::<Vec<_>>().join(" and ")
+}
 
 /// Why a plugin cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -81,6 +100,8 @@ pub struct LoadedPlugin {
     /// digests changed, and reuses the compiled code of those that did not.
     pub digest: u64,
     pub world: PluginWorld,
+    /// The contract version it was built against (one the host [`loads`]).
+    pub contract: String,
     /// Whether the compiled code came from the on-disk cache.
     pub from_cache: bool,
     /// Whether the component imports a WASI interface whose calls can wait
@@ -254,14 +275,13 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
         .component_type()
         .imports(engine.engine())
         .any(|(import, _)| WAITING_IMPORTS.iter().any(|w| import.starts_with(w)));
-    let world = check_world(engine, &component).map_err(&wrong)?;
+    let (world, contract) = check_world(engine, &component).map_err(&wrong)?;
     let mut linker: Linker<HostState> = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
     crate::bindings::Processor::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)
         .map_err(|e| wrong(format!("{e:#}")))?;
-    let mismatch = |e: wasmtime::Error| {
-        wrong(format!("does not match world {PLUGIN_PACKAGE}/{}@{PLUGIN_VERSION}: {e:#}", world.name()))
-    };
+    let mismatch =
+        |e: wasmtime::Error| wrong(format!("does not match world {PLUGIN_PACKAGE}/{}@{contract}: {e:#}", world.name()));
     let instance_pre = linker.instantiate_pre(&component).map_err(mismatch)?;
     let pre = match world {
         PluginWorld::Processor => Pre::Processor(ProcessorPre::new(instance_pre).map_err(mismatch)?),
@@ -274,6 +294,7 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
         size: bytes.len() as u64,
         digest: digest(bytes),
         world,
+        contract,
         from_cache,
         may_wait,
         pre,
@@ -287,11 +308,12 @@ fn digest(bytes: &[u8]) -> u64 {
     h.finish()
 }
 
-/// Finds the world a component targets, or explains, before linking, why it
-/// targets none of this host's: another package version, a missing export,
-/// or an import the host does not provide.
-fn check_world(engine: &PluginEngine, component: &Component) -> Result<PluginWorld, String> {
+/// Finds the world and contract version a component targets, or explains,
+/// before linking, why it targets none of this host's: a package version it
+/// does not load, a missing export, or an import the host does not provide.
+fn check_world(engine: &PluginEngine, component: &Component) -> Result<(PluginWorld, String), String> {
     let ty = component.component_type();
+    let mut contract: Option<String> = None;
     for (import, item) in ty.imports(engine.engine()) {
         if matches!(item.ty, ComponentItem::Type(_) | ComponentItem::Resource(_)) {
             // Types a world `use`s (such as `message`) are named imports too.
@@ -299,10 +321,17 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<PluginWor
         }
         if let Some(rest) = import.strip_prefix(&format!("{PLUGIN_PACKAGE}/")) {
             let version = rest.split_once('@').map(|(_, v)| v).unwrap_or("(unversioned)");
-            if version != PLUGIN_VERSION {
+            if !loads(version) {
                 return Err(format!(
-                    "built against {PLUGIN_PACKAGE}@{version} (imports {import}); this host provides {PLUGIN_PACKAGE}@{PLUGIN_VERSION} — rebuild the plugin against wit/ of this ferry"
+                    "built against {PLUGIN_PACKAGE}@{version} (imports {import}); this host provides {PLUGIN_PACKAGE}@{PLUGIN_VERSION} and loads components built against {} — rebuild the plugin against wit/ of this ferry",
+                    loaded_versions()
                 ));
+            }
+            match &contract {
+                Some(seen) if seen != version => {
+                    return Err(format!("imports {PLUGIN_PACKAGE} at two versions, {seen} and {version}"));
+                }
+                _ => contract = Some(version.to_owned()),
             }
         } else if !import.starts_with("wasi:") {
             return Err(format!("imports {import}, which ferry does not provide to plugins"));
@@ -324,11 +353,29 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<PluginWor
     for required in required {
         if !exports.contains(required) {
             return Err(format!(
-                "does not export `{required}` (exports: {}); it is not a {PLUGIN_PACKAGE}/{}@{PLUGIN_VERSION} component",
+                "does not export `{required}` (exports: {}); it is not a {PLUGIN_PACKAGE}/{}@{} component",
                 if exports.is_empty() { "nothing".to_owned() } else { exports.join(", ") },
-                world.name()
+                world.name(),
+                contract.as_deref().unwrap_or(PLUGIN_VERSION)
             ));
         }
     }
-    Ok(world)
+    // A component that imports nothing of the contract (a pure function
+    // of its message) is taken as built against the current version.
+    Ok((world, contract.unwrap_or_else(|| PLUGIN_VERSION.to_owned())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loads_the_current_and_the_previous_minor_only() {
+        assert!(loads(PLUGIN_VERSION));
+        assert!(loads("1.1.7") && loads("1.0.0"));
+        for refused in ["0.1.0", "1.2.0", "2.0.0", "1.1", "1.1.0-rc1", "(unversioned)"] {
+            assert!(!loads(refused), "{refused}");
+        }
+        assert_eq!(loaded_versions(), "1.1 and 1.0");
+    }
 }

@@ -1,5 +1,6 @@
 //! The plugin host against real components: the built-in filter and the
-//! hostile/future-version fixtures (`just plugins test-plugins` builds them).
+//! hostile/future-version fixtures and the filter built against the previous
+//! minor contract (`just plugins test-plugins` builds them).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -161,7 +162,25 @@ fn a_component_for_another_contract_version_is_refused_clearly() {
     let engine = engine();
     let err = load_file(&engine, &wasm("tests/plugins/future-version.wasm")).err().expect("refused");
     let text = err.to_string();
-    assert!(text.contains("ferry:plugin@0.2.0") && text.contains("ferry:plugin@0.1.0"), "{text}");
+    assert!(text.contains("built against ferry:plugin@2.0.0"), "{text}");
+    assert!(text.contains("provides ferry:plugin@1.1.0 and loads components built against 1.1 and 1.0"), "{text}");
+}
+
+#[test]
+fn a_component_for_the_previous_minor_loads_and_runs() {
+    let engine = engine();
+    let plugin = load_file(&engine, &wasm("tests/plugins/filter-previous.wasm")).expect("loads");
+    assert_eq!(plugin.contract, "1.0.0");
+    let current = load_file(&engine, &wasm("plugins/filter.wasm")).expect("loads");
+    assert_eq!(current.contract, ferry_wasm::registry::PLUGIN_VERSION);
+    let f = processor(
+        &engine,
+        "tests/plugins/filter-previous.wasm",
+        serde_json::json!({"when": [{"header": "kind", "op": "eq", "value": "temp"}]}),
+    )
+    .expect("starts");
+    assert_eq!(f.process_blocking(msg(&[("kind", "temp")])).1, Ok(Verdict::Pass));
+    assert_eq!(f.process_blocking(msg(&[("kind", "rh")])).1, Ok(Verdict::Drop("filtered".into())));
 }
 
 #[test]

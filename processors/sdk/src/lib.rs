@@ -166,6 +166,9 @@ pub fn now() -> i64 {
 /// by all its instances, kept across traps and hot reloads, gone when the
 /// daemon stops. See `interface kv` in `wit/plugin.wit` for the limits.
 pub mod kv {
+    /// The stored keys that start with a prefix (contract 1.1).
+    #[cfg(not(feature = "previous-contract"))]
+    pub use crate::kv_api::keys;
     pub use crate::kv_api::{compare_and_swap, delete, get, increment, set};
 }
 
@@ -370,6 +373,8 @@ mod tests {
         assert_eq!(kv::increment("n", 2), Ok(2));
         assert_eq!(kv::get("n"), Some(2i64.to_le_bytes().to_vec()));
         assert!(kv::set(&"k".repeat(300), b"v").expect_err("limit").contains("longer than 256"));
+        kv::set("m", b"1").expect("kv");
+        assert_eq!(kv::keys(""), ["m", "n"]);
         log::warn("careful");
         assert_eq!(testing::logs(), vec![(Level::Warn, "careful".to_owned())]);
         assert!(testing::logs().is_empty());

@@ -278,4 +278,9 @@ pub(crate) mod kv {
     pub fn increment(key: &str, delta: i64) -> Result<i64, String> {
         KV.with(|s| s.borrow_mut().increment(key, delta))
     }
+
+    #[cfg_attr(feature = "previous-contract", allow(dead_code))]
+    pub fn keys(prefix: &str) -> Vec<String> {
+        KV.with(|s| s.borrow().keys(prefix))
+    }
 }
