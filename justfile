@@ -20,8 +20,8 @@ export AWS_REGION := env_var_or_default("AWS_REGION", "us-east-1")
 default:
     @just --list
 
-# Build every plugin into plugins/: the Rust built-ins and the Python and JavaScript examples.
-plugins: plugins-rust plugin-python plugin-js
+# Build every plugin into plugins/: the Rust built-ins and the Python, JavaScript and C examples.
+plugins: plugins-rust plugin-python plugin-js plugin-c
 
 # Build the Rust built-in processors into plugins/ (what examples/ferry.toml uses).
 plugins-rust:
@@ -41,6 +41,19 @@ plugin-js:
     @scripts/provision node
     cd processors/js/enrich && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } && npm run --silent build
     cp processors/js/enrich/enrich.wasm plugins/enrich.wasm
+
+# The C example (processors/c/size-guard): clang for wasm32 with wasi-libc,
+# wit-bindgen c and wasm-tools, installed when missing. Where they cannot
+# be, it is skipped with the reason in plugins/size-guard.skipped.
+plugin-c:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    rm -f plugins/size-guard.skipped
+    if ! scripts/provision c-plugins; then
+        echo "just: skipped the C example: its tools (clang for wasm32, wasi-libc, wit-bindgen, wasm-tools) could not be installed here" | tee plugins/size-guard.skipped
+        exit 0
+    fi
+    processors/c/size-guard/build plugins/size-guard.wasm
 
 # Build the test-only components into tests/plugins/.
 test-plugins:

@@ -1,11 +1,12 @@
 //! The Python (componentize-py) and JavaScript (componentize-js) example
 //! processors through the real daemon: MQTT in, both processors in one
-//! chain, AMQP 0-9-1 out, where typed headers survive.
+//! chain, AMQP 0-9-1 out, where typed headers survive. And the C example
+//! (wit-bindgen c, clang, wasi-libc) in a chain with a Rust built-in.
 
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::mqtt::{TestMqtt, broker_url, route_config, user_property};
 use ferry_tests::rabbit::{Rabbit, URL091};
 use ferry_tests::unique;
 use lapin::types::AMQPValue;
@@ -81,4 +82,64 @@ address = "{queue}"
     assert_eq!(dead.len(), 1);
     assert!(dead[0]["detail"].as_str().is_some_and(|d| d.contains("redact: payload is not JSON")), "{dead:?}");
     rabbit.delete_queue(&queue).await;
+}
+
+/// The C example, where `just plugins` could build it: it drops payloads
+/// over `max_bytes` and stamps the size of the others as an integer header.
+/// Where its tools could not be installed, the recipe left the reason in
+/// `plugins/size-guard.skipped` and this test only reports it.
+#[tokio::test(flavor = "multi_thread")]
+async fn c_size_guard_through_the_daemon() {
+    let skipped = ferry_tests::repo_root().join("plugins/size-guard.skipped");
+    if let Ok(why) = std::fs::read_to_string(&skipped) {
+        eprintln!("the C example was not built: {why}");
+        return;
+    }
+    let (src, dst) = (unique("c/src"), unique("c/dst"));
+    let ws = Workspace::with_plugins(&["size-guard", "filter"]);
+    let processors = r#"
+[[routes.processors]]
+plugin = "size-guard"
+config = { max_bytes = 8, header = "size" }
+
+[[routes.processors]]
+plugin = "filter"
+config = { when = [{ header = "size", op = "gt", value = 2 }] }
+"#;
+    let url = broker_url();
+    ws.config(&route_config(&url, &src, &url, &format!("{dst}/{{mqtt.topic}}"), processors, "", ""));
+    let check = ws.ferry(&["plugins", "check", "plugins/size-guard.wasm"]);
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(said.contains("world ferry:plugin/processor@1.1.0"), "{said}");
+    let valid = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    assert!(valid.status.success(), "{}", String::from_utf8_lossy(&valid.stderr));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&url).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let publisher = TestMqtt::connect(&url).await;
+    for body in ["ok", "fine", "far too large"] {
+        publisher.publish_with(&format!("{src}/m"), body, &[]).await;
+    }
+    let got = sub.drain(Duration::from_secs(3)).await;
+    let bodies: Vec<&[u8]> = got.iter().map(|p| &p.payload[..]).collect();
+    // size-guard drops "far too large" and stamps the others' sizes as an
+    // integer header, which the filter compares as a number: "ok" (2) is
+    // filtered out, "fine" (4) passes. (The MQTT sender then leaves the
+    // integer header out: MQTT user properties carry text only.)
+    assert_eq!(bodies, [&b"fine"[..]], "{got:?}");
+    assert_eq!(user_property(&got[0], "size"), None);
+    assert!(daemon.terminate().success());
+
+    ws.config(&route_config(
+        &url,
+        &src,
+        &url,
+        &dst,
+        "[[routes.processors]]\nplugin = \"size-guard\"\nconfig = { colour = 1 }\n",
+        "",
+        "",
+    ));
+    let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && why.contains("unknown key `colour`"), "{why}");
 }
