@@ -58,10 +58,9 @@ plugin-c:
 # Build the test-only components into tests/plugins/.
 test-plugins:
     @scripts/provision toolchain
-    cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p future-version -p drop-all
+    cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p drop-all
     mkdir -p tests/plugins
     cp {{guest_out}}/hostile.wasm tests/plugins/hostile.wasm
-    cp {{guest_out}}/future_version.wasm tests/plugins/future-version.wasm
     cp {{guest_out}}/drop_all.wasm tests/plugins/drop-all.wasm
     # The filter built against the previous minor contract (wit/previous),
     # in a target directory of its own so the current build is not redone.
