@@ -29,6 +29,7 @@ pub mod sqs;
 pub mod sqs_proxy;
 pub mod tcp_proxy;
 pub mod tls;
+pub mod webhook;
 
 use std::path::PathBuf;
 

@@ -518,3 +518,26 @@ async fn every_transport_pair_delivers_what_the_report_says() {
         }
     }
 }
+
+/// The report reads a payload in the JSON wire format: typed headers that
+/// MQTT user properties cannot carry are lost without it and found inside
+/// the payload with it.
+#[test]
+fn the_report_finds_headers_inside_a_wire_format_payload() {
+    let ws = Workspace::with_plugins(&[]);
+    let config = |wire: &str| {
+        format!(
+            "[receivers.in]\ntype = \"amqp091\"\nurl = \"amqp://127.0.0.1\"\nqueue = \"q\"\n\
+             [senders.out]\ntype = \"mqtt\"\nurl = \"mqtt://127.0.0.1\"\n{wire}\n\
+             [[routes]]\nid = \"r\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"out\"\naddress = \"t\"\n"
+        )
+    };
+    ws.config(&config(""));
+    let plain = explain(&ws);
+    assert!(plain.contains("LOST  integer header"), "{plain}");
+    ws.config(&config("wire_format = \"json\""));
+    let wire = explain(&ws);
+    for typed in ["integer", "float", "boolean", "time", "bytes"] {
+        assert!(wire.contains(&format!("ok    {typed} header -> payload.headers.probe-")), "{typed}: {wire}");
+    }
+}

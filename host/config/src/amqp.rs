@@ -5,7 +5,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::TlsConfig;
+use crate::{TlsConfig, WireFormat};
 
 fn default_reconnect_initial_ms() -> u64 {
     500
@@ -77,6 +77,11 @@ pub struct Amqp10ReceiverConfig {
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 /// `type = "amqp10"` sender: one sending link to a fixed target address.
@@ -106,6 +111,11 @@ pub struct Amqp10SenderConfig {
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 /// One routing key or several.
@@ -175,6 +185,11 @@ pub struct Amqp091ReceiverConfig {
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 /// `type = "amqp091"` sender: publishes with publisher confirms.
@@ -226,6 +241,11 @@ pub struct Amqp091SenderConfig {
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 /// The exchange types RabbitMQ declares.

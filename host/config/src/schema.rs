@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::amqp::*;
+pub use crate::http::*;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -230,6 +231,7 @@ pub enum ReceiverConfig {
     Sqs(SqsReceiverConfig),
     Amqp10(Amqp10ReceiverConfig),
     Amqp091(Amqp091ReceiverConfig),
+    Http(HttpReceiverConfig),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
@@ -240,9 +242,37 @@ pub enum SenderConfig {
     Sqs(SqsSenderConfig),
     Amqp10(Amqp10SenderConfig),
     Amqp091(Amqp091SenderConfig),
+    Http(HttpSenderConfig),
 }
 
-/// `tls = { ... }`: TLS files for `mqtts://` and `amqps://` connections.
+impl ReceiverConfig {
+    /// The receiver's `wire_format`.
+    pub fn wire_format(&self) -> WireFormat {
+        match self {
+            ReceiverConfig::Mqtt(c) => c.wire_format,
+            ReceiverConfig::Sqs(c) => c.wire_format,
+            ReceiverConfig::Amqp10(c) => c.wire_format,
+            ReceiverConfig::Amqp091(c) => c.wire_format,
+            ReceiverConfig::Http(c) => c.wire_format,
+        }
+    }
+}
+
+impl SenderConfig {
+    /// The sender's `wire_format`.
+    pub fn wire_format(&self) -> WireFormat {
+        match self {
+            SenderConfig::Mqtt(c) => c.wire_format,
+            SenderConfig::Sqs(c) => c.wire_format,
+            SenderConfig::Amqp10(c) => c.wire_format,
+            SenderConfig::Amqp091(c) => c.wire_format,
+            SenderConfig::Http(c) => c.wire_format,
+        }
+    }
+}
+
+/// `tls = { ... }`: TLS files for `mqtts://`, `amqps://` and `https://`
+/// connections.
 /// Without `ca_file` the system's trusted roots verify the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -334,6 +364,11 @@ pub struct MqttReceiverConfig {
     /// order. Default 1.
     #[serde(default = "default_connections")]
     pub connections: u16,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 fn default_connections() -> u16 {
@@ -387,6 +422,11 @@ pub struct MqttSenderConfig {
     /// before the send counts as a transient failure. Default 10000.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u64,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 fn default_ack_timeout_ms() -> u64 {
@@ -424,6 +464,11 @@ pub struct SqsReceiverConfig {
     /// its MessageAttributes to headers. Default false.
     #[serde(default)]
     pub sns_unwrap: bool,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 fn default_wait_time_seconds() -> i32 {
@@ -470,6 +515,11 @@ pub struct SqsSenderConfig {
     /// How long a batch waits for more messages, in milliseconds. Default 5.
     #[serde(default = "default_batch_linger_ms")]
     pub batch_linger_ms: u64,
+    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
+    /// and body in one document; see the README): a receiver unpacks it, a
+    /// sender packs into it. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
 }
 
 fn default_max_message_bytes() -> usize {

@@ -60,6 +60,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         Ok(())
     };
 
+    let mut listeners: BTreeMap<std::net::SocketAddr, String> = BTreeMap::new();
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
         match r {
@@ -128,6 +129,32 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 if a.max_message_bytes == 0 {
                     return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
                 }
+            }
+            ReceiverConfig::Http(h) => {
+                let addr: std::net::SocketAddr = h.listen.parse().map_err(|_| {
+                    ConfigError::new(format!("{key}.listen"), format!("{:?} is not an IP:port address", h.listen))
+                })?;
+                if addr.port() != 0
+                    && let Some(other) = listeners.insert(addr, key.clone())
+                {
+                    return Err(ConfigError::new(format!("{key}.listen"), format!("{other} listens there already")));
+                }
+                if !h.path.starts_with('/') {
+                    return Err(ConfigError::new(format!("{key}.path"), "must start with /"));
+                }
+                check_header_prefix(&h.header_prefix, &key)?;
+                for (k, v) in [
+                    ("max_body_bytes", h.max_body_bytes as u64),
+                    ("read_timeout_ms", h.read_timeout_ms),
+                    ("reply_timeout_ms", h.reply_timeout_ms),
+                    ("max_connections", h.max_connections as u64),
+                ] {
+                    if v == 0 {
+                        return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+                    }
+                }
+                check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
+                check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
             }
             ReceiverConfig::Amqp091(a) => {
                 check_amqp_url(&a.url, &key)?;
@@ -201,6 +228,24 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 if a.send_timeout_ms == 0 {
                     return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
                 }
+            }
+            SenderConfig::Http(h) => {
+                if let Some(url) = &h.url {
+                    if !(url.starts_with("http://") || url.starts_with("https://")) {
+                        return Err(ConfigError::new(format!("{key}.url"), "must be an http:// or https:// URL"));
+                    }
+                    check_tls(url, "https://", h.tls.as_ref(), &key)?;
+                }
+                if !["POST", "PUT", "PATCH"].contains(&h.method.as_str()) {
+                    return Err(ConfigError::new(format!("{key}.method"), "must be POST, PUT or PATCH"));
+                }
+                check_header_prefix(&h.header_prefix, &key)?;
+                if h.timeout_ms == 0 || h.connect_timeout_ms == 0 {
+                    let k = if h.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
+                    return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+                }
+                check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
+                check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
             }
             SenderConfig::Amqp091(a) => {
                 check_amqp_url(&a.url, &key)?;
@@ -387,6 +432,26 @@ fn check_tls(url: &str, tls_scheme: &str, tls: Option<&crate::TlsConfig>, key: &
     }
     if tls.cert_file.is_some() != tls.key_file.is_some() {
         return Err(ConfigError::new(format!("{key}.tls"), "cert_file and key_file go together"));
+    }
+    Ok(())
+}
+
+/// An HTTP header-name prefix: lowercase token characters, not empty.
+fn check_header_prefix(prefix: &str, key: &str) -> Result<(), ConfigError> {
+    let token = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "!#$%&'*+-.^_`|~".contains(c);
+    if prefix.is_empty() || !prefix.chars().all(token) {
+        return Err(ConfigError::new(
+            format!("{key}.header_prefix"),
+            "must be a non-empty lowercase HTTP header-name prefix such as x-ferry-",
+        ));
+    }
+    Ok(())
+}
+
+/// A secret that is set must not be empty (an unset variable, say).
+fn check_secret(secret: Option<&str>, name: &str, key: &str) -> Result<(), ConfigError> {
+    if secret.is_some_and(|s| s.is_empty()) {
+        return Err(ConfigError::new(format!("{key}.{name}"), "is empty; leave it out to turn it off"));
     }
     Ok(())
 }

@@ -25,26 +25,41 @@ pub struct TransportError {
     /// address that cannot be filled is `unroutable`); `send_rejected`
     /// otherwise.
     pub failure: Option<FailureReason>,
+    /// For a transient failure: the target asked not to be tried again
+    /// before this (an HTTP `Retry-After`). The retry waits at least this
+    /// long, however short the route's backoff.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl TransportError {
     pub fn transient(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Transient, reason: reason.into(), failure: None }
+        Self { class: ErrorClass::Transient, reason: reason.into(), failure: None, retry_after: None }
     }
 
     /// The client has no connection: nothing was sent.
     pub fn unavailable(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Unavailable, reason: reason.into(), failure: None }
+        Self { class: ErrorClass::Unavailable, reason: reason.into(), failure: None, retry_after: None }
     }
 
     pub fn permanent(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Permanent, reason: reason.into(), failure: None }
+        Self { class: ErrorClass::Permanent, reason: reason.into(), failure: None, retry_after: None }
     }
 
     /// The message names a destination that cannot be made (a missing
     /// header in an address template, a topic with a wildcard): permanent.
     pub fn unroutable(reason: impl Into<String>) -> Self {
-        Self { class: ErrorClass::Permanent, reason: reason.into(), failure: Some(FailureReason::Unroutable) }
+        Self {
+            class: ErrorClass::Permanent,
+            reason: reason.into(),
+            failure: Some(FailureReason::Unroutable),
+            retry_after: None,
+        }
+    }
+
+    /// The same failure, to be retried no sooner than `after`.
+    pub fn retry_after(mut self, after: std::time::Duration) -> Self {
+        self.retry_after = Some(after);
+        self
     }
 
     /// The typed reason of a permanent failure.

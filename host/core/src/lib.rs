@@ -28,6 +28,7 @@ pub mod dlq;
 pub mod error;
 pub mod failure;
 pub mod headers;
+pub mod json_wire;
 pub mod ledger;
 pub mod metrics;
 pub mod outbox;

@@ -160,6 +160,18 @@ pub struct Metrics {
     /// other side (decimals, described values, nested tables). Labels:
     /// kind, name, direction (`ingress` or `egress`).
     pub amqp_header_dropped: CounterFamily,
+    /// Payloads a receiver with `wire_format = "json"` read, by what they
+    /// were: `wire` (headers and body unpacked), `plain` (not the format:
+    /// a plain body), `malformed` (meant as the format but broken: an HTTP
+    /// receiver answers 400, others pass it on as a plain body). Labels:
+    /// receiver, outcome.
+    pub wire_format_read: CounterFamily,
+    /// Requests an HTTP receiver answered, by status. Labels: receiver,
+    /// status.
+    pub http_requests: CounterFamily,
+    /// Headers an HTTP sender could not send (a name that is not an HTTP
+    /// token, a value with control characters). Labels: sender.
+    pub http_header_dropped: CounterFamily,
     /// Successful (re)connections of a transport client. Labels: kind,
     /// role (`receiver` or `sender`), name.
     pub connections: CounterFamily,
@@ -256,6 +268,10 @@ impl Metrics {
             "sqs_dropped_attributes",
             "Headers an SQS sender could not send as attributes (SQSDroppedAttributes)",
         );
+        let wire_format_read =
+            counter("wire_format_read", "Payloads read as the JSON wire format, by outcome (wire, plain, malformed)");
+        let http_requests = counter("http_requests", "Requests an HTTP receiver answered, by status");
+        let http_header_dropped = counter("http_header_dropped", "Headers an HTTP sender could not send");
         let sqs_md5_mismatch = counter("sqs_md5_mismatch", "SQS messages whose MD5 did not match what was received");
         let ingress_rejected =
             counter("ingress_rejected", "Messages a receiver could not read and refused at the broker");
@@ -359,6 +375,9 @@ impl Metrics {
             sqs_md5_mismatch,
             ingress_rejected,
             amqp_header_dropped,
+            wire_format_read,
+            http_requests,
+            http_header_dropped,
             connections,
             connected,
             delivery_latency,

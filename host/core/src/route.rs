@@ -515,11 +515,19 @@ impl Route {
         loop {
             let mut still_pending = Vec::new();
             let mut last_error = String::new();
+            // The longest wait a target asked for (HTTP Retry-After).
+            let mut not_before = Duration::ZERO;
             let failed_before = failures.len();
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
                 match binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(attempt)).await {
                     Sent::Accepted => {}
+                    Sent::Transient { reason, not_before: Some(wait), .. } => {
+                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, retry_after_ms = wait.as_millis() as u64, "send failed, will retry");
+                        last_error = reason;
+                        not_before = not_before.max(wait);
+                        still_pending.push(plan);
+                    }
                     Sent::Unavailable(reason) | Sent::Transient { reason, .. } => {
                         warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, "send failed, will retry");
                         last_error = reason;
@@ -548,7 +556,7 @@ impl Route {
                 break;
             }
             self.count(Count::Retried, "send");
-            let delay = self.policy.backoff.delay(attempt);
+            let delay = self.policy.backoff.delay(attempt).max(not_before);
             match self.source_retry(&envelope, at.handle, delay, &last_error) {
                 SourceRetry::Release(settle) => return settle,
                 SourceRetry::Unstable => {

@@ -95,6 +95,7 @@ pub async fn probe(path: &Path) -> ExitCode {
                 let target = sqs(&q.queue_url, &q.queue_name, &q.endpoint_url, &q.region);
                 report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
             }
+            ReceiverConfig::Http(h) => report(key, "http", ferry_transport_http::probe::listen(&h.listen).await),
         }
     }
     for (name, s) in &config.senders {
@@ -110,6 +111,10 @@ pub async fn probe(path: &Path) -> ExitCode {
                 report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
             }
             SenderConfig::Sqs(_) => report(key, "sqs", Ok("no queue configured (bindings name theirs)".into())),
+            SenderConfig::Http(h) => match &h.url {
+                Some(url) => report(key, "http", ferry_transport_http::probe::target(url).await),
+                None => report(key, "http", Ok("no url configured (bindings name theirs)".into())),
+            },
         }
     }
     if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) }
@@ -131,6 +136,17 @@ pub fn render(path: &Path) -> ExitCode {
             // The admin token is a secret however it was written.
             let mut secrets = secrets;
             secrets.extend(config.admin.token.clone());
+            // So are the HTTP transports' tokens and signing secrets.
+            for r in config.receivers.values() {
+                if let ferry_config::ReceiverConfig::Http(h) = r {
+                    secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
+                }
+            }
+            for s in config.senders.values() {
+                if let ferry_config::SenderConfig::Http(h) = s {
+                    secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
+                }
+            }
             mask_secrets(&mut value, &secrets);
             match serde_json::to_string_pretty(&value) {
                 Ok(text) => {

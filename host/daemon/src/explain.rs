@@ -196,6 +196,26 @@ fn probe(receiver: &ReceiverConfig) -> (toml::Value, Vec<Feature>) {
             features.push(feature("application properties (18)", Extras));
             (input, features)
         }
+        ReceiverConfig::Http(h) => {
+            // HTTP headers are text: the prefix marks the message's own.
+            let prefix = h.header_prefix.as_str();
+            let mut headers: Vec<(String, toml::Value)> = vec![
+                ("Idempotency-Key".into(), s(ID)),
+                ("Content-Type".into(), s(CONTENT_TYPE)),
+                (format!("{prefix}gobridge.subject"), s(SUBJECT)),
+                (format!("{prefix}probe-text"), s(TEXT_VALUE)),
+            ];
+            headers.extend(extras.iter().map(|(k, v)| (format!("{prefix}{k}"), s(v))));
+            let input = table(&[("payload".into(), s("{}")), ("headers".into(), table(&headers))]);
+            let features = vec![
+                feature("identity (Idempotency-Key)", V(ID)),
+                feature("subject (gobridge.subject header)", V(SUBJECT)),
+                feature("content type", V(CONTENT_TYPE)),
+                feature("header", Name("probe-text")),
+                feature("other headers (12)", Extras),
+            ];
+            (input, features)
+        }
         ReceiverConfig::Sqs(_) => {
             // SQS takes ten attributes: the subject, three typed, six more.
             let mut attributes: Vec<(String, toml::Value)> = vec![
@@ -224,12 +244,12 @@ fn probe(receiver: &ReceiverConfig) -> (toml::Value, Vec<Feature>) {
 }
 
 /// Every (path, value) of a JSON view, depth first.
-fn leaves<'a>(prefix: String, v: &'a Value, out: &mut Vec<(String, &'a Value)>) {
+fn leaves(prefix: String, v: &Value, out: &mut Vec<(String, Value)>) {
     match v {
         Value::Object(o) => {
             for (k, v) in o {
                 let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
-                out.push((path.clone(), v));
+                out.push((path.clone(), v.clone()));
                 leaves(path, v, out);
             }
         }
@@ -238,11 +258,16 @@ fn leaves<'a>(prefix: String, v: &'a Value, out: &mut Vec<(String, &'a Value)>) 
                 leaves(format!("{prefix}[{i}]"), v, out);
             }
         }
+        // A payload in the JSON wire format carries headers too.
+        Value::String(s) if s.starts_with('{') => {
+            if let Ok(inner @ Value::Object(_)) = serde_json::from_str::<Value>(s) {
+                leaves(prefix, &inner, out);
+            }
+        }
         _ => {}
     }
 }
 
-/// Where one feature landed, or `None` when it was lost.
 fn locate(find: &Find, view: &Value, extra_in: usize) -> Option<String> {
     let mut all = Vec::new();
     leaves(String::new(), view, &mut all);
@@ -252,7 +277,7 @@ fn locate(find: &Find, view: &Value, extra_in: usize) -> Option<String> {
             all.iter().filter(|(_, v)| v.as_str().is_some_and(|s| s.contains(marker))).map(|(p, _)| p.clone()).collect()
         }
         Find::Name(name) => {
-            all.iter().filter(|(p, _)| p.ends_with(&format!(".{name}"))).map(|(p, v)| format!("{p} = {v}")).collect()
+            all.iter().filter(|(p, _)| probe_key(&last(p)) == *name).map(|(p, v)| format!("{p} = {v}")).collect()
         }
         Find::Expiry => all
             .iter()
@@ -267,11 +292,19 @@ fn locate(find: &Find, view: &Value, extra_in: usize) -> Option<String> {
             .map(|(p, v)| format!("{p} = {v}"))
             .collect(),
         Find::Extras => {
-            let names: BTreeSet<String> =
-                all.iter().map(|(p, _)| last(p)).filter(|k| k.starts_with("probe-extra-")).collect();
+            let names: BTreeSet<String> = all
+                .iter()
+                .map(|(p, _)| probe_key(&last(p)).to_owned())
+                .filter(|k| k.starts_with("probe-extra-"))
+                .collect();
             // The typed probes count too where they arrive.
             let typed = ["probe-text", "probe-int", "probe-float", "probe-bool", "probe-time", "probe-bytes"];
-            let typed_in = all.iter().filter(|(p, _)| typed.contains(&last(p).as_str())).count();
+            let typed_in: BTreeSet<String> = all
+                .iter()
+                .map(|(p, _)| probe_key(&last(p)).to_owned())
+                .filter(|k| typed.contains(&k.as_str()))
+                .collect();
+            let typed_in = typed_in.len();
             let arrived = names.len() + typed_in;
             return Some(if arrived >= extra_in { format!("all {arrived}") } else { format!("LOSSY:{arrived}") });
         }
@@ -399,13 +432,19 @@ fn filtered(input: &toml::Value, keep: impl Fn(&str, &str) -> bool) -> toml::Val
 fn only(input: &toml::Value, name: &str) -> toml::Value {
     filtered(input, |table, k| match table {
         "properties" => k == "message_id",
-        _ => !k.starts_with("probe-") || k == name,
+        _ => !probe_key(k).starts_with("probe-") || probe_key(k) == name,
     })
 }
 
 /// The probe input without its `probe-extra-NN` headers.
 fn without_extras(input: &toml::Value) -> toml::Value {
-    filtered(input, |_, k| !k.starts_with("probe-extra-"))
+    filtered(input, |_, k| !probe_key(k).starts_with("probe-extra-"))
+}
+
+/// A probe input key without a transport's prefix (`x-ferry-probe-text`
+/// is the HTTP receiver's `probe-text`).
+fn probe_key(k: &str) -> &str {
+    k.find("probe-").map_or(k, |i| &k[i..])
 }
 
 /// The report for every route; the number of losses found.
@@ -417,7 +456,7 @@ pub fn report(config: &Config) -> (String, usize) {
         let (input, features) = probe(receiver);
         let extra_in = match receiver {
             ReceiverConfig::Sqs(_) => 9,
-            ReceiverConfig::Mqtt(_) => EXTRA + 1,
+            ReceiverConfig::Mqtt(_) | ReceiverConfig::Http(_) => EXTRA + 1,
             _ => EXTRA + 6,
         };
         let ingest = |input: toml::Value| match receive(receiver, input, Timestamp::now()) {

@@ -588,17 +588,34 @@ pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestam
         ReceiverConfig::Amqp091(c) => ferry_transport_amqp091::fixture::receive(input, c, now),
         ReceiverConfig::Amqp10(c) => ferry_transport_amqp10::fixture::receive(input, c, now),
         ReceiverConfig::Sqs(c) => ferry_transport_sqs::fixture::receive(input, c, now),
+        // The HTTP receiver reads the wire format itself (400 when malformed).
+        ReceiverConfig::Http(c) => return ferry_transport_http::fixture::receive(input, c, now),
     }
+    .map(|admitted| match admitted {
+        Admitted::Envelope(mut e) if config.wire_format() == ferry_config::WireFormat::Json => {
+            ferry_core::json_wire::unpack(&mut e);
+            Admitted::Envelope(e)
+        }
+        other => other,
+    })
 }
 
 /// What a sender with `config` would send for `msg` (its egress mapping),
 /// as JSON.
 pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
+    let packed;
+    let msg = if config.wire_format() == ferry_config::WireFormat::Json {
+        packed = OutboundMessage { envelope: ferry_core::json_wire::pack(&msg.envelope), ..msg.clone() };
+        &packed
+    } else {
+        msg
+    };
     match config {
         SenderConfig::Mqtt(c) => ferry_transport_mqtt::fixture::send(c, msg, now),
         SenderConfig::Amqp091(c) => ferry_transport_amqp091::fixture::send(c, msg, now),
         SenderConfig::Amqp10(c) => ferry_transport_amqp10::fixture::send(c, msg),
         SenderConfig::Sqs(c) => ferry_transport_sqs::fixture::send(c, msg),
+        SenderConfig::Http(c) => ferry_transport_http::fixture::send(c, msg),
     }
 }
 

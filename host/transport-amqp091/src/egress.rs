@@ -150,6 +150,7 @@ mod tests {
 
     fn config() -> Amqp091SenderConfig {
         Amqp091SenderConfig {
+            wire_format: Default::default(),
             url: "amqp://127.0.0.1".into(),
             tls: None,
             exchange: "default-x".into(),

@@ -17,6 +17,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
     Amqp091ReceiverConfig {
+        wire_format: Default::default(),
         url: URL091.to_owned(),
         tls: None,
         queue: queue.to_owned(),
@@ -35,6 +36,7 @@ fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
 
 fn sender_config() -> Amqp091SenderConfig {
     Amqp091SenderConfig {
+        wire_format: Default::default(),
         url: URL091.to_owned(),
         tls: None,
         exchange: String::new(),

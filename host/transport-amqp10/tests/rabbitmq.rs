@@ -17,6 +17,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn receiver_config(queue: &str) -> Amqp10ReceiverConfig {
     Amqp10ReceiverConfig {
+        wire_format: Default::default(),
         url: URL10.to_owned(),
         tls: None,
         address: format!("/amq/queue/{queue}"),
@@ -138,6 +139,7 @@ async fn sender_maps_the_envelope_and_refuses_a_different_address() {
     let sender = Amqp10Sender::start(
         "out",
         Amqp10SenderConfig {
+            wire_format: Default::default(),
             url: URL10.to_owned(),
             tls: None,
             address: address.clone(),

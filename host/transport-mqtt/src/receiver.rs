@@ -33,7 +33,8 @@ use tracing::{debug, info, warn};
 use crate::connection::{options, reconnect_backoff, redacted};
 use crate::ingress::to_envelope;
 
-/// How long a stopping receiver waits for its last acks to be written.
+/// How long a stopping receiver waits for the broker to read its last acks
+/// and close the connection.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// Room above `max_payload_bytes` for the rest of a PUBLISH packet.
 const PACKET_OVERHEAD: usize = 1 << 20;
@@ -218,16 +219,13 @@ impl MqttReceiver {
             };
             if stopped {
                 // Every delivery was settled before the route cancelled us;
-                // flush the queued acks, then disconnect cleanly.
+                // flush the queued acks, disconnect, and wait for the broker
+                // to close the connection: only then has it read the acks.
+                // Leaving earlier races the next session under the same
+                // client id (a restart), whose CONNECT the broker may take
+                // before it reads the old socket, resending what was acked.
                 let _ = client.disconnect().await;
-                let flush = async {
-                    loop {
-                        match events.poll().await {
-                            Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) | Err(_) => break,
-                            Ok(_) => {}
-                        }
-                    }
-                };
+                let flush = async { while events.poll().await.is_ok() {} };
                 let _ = tokio::time::timeout(CLOSE_GRACE, flush).await;
                 alive.store(false, Ordering::SeqCst);
                 went_down(&mut counted);

@@ -42,8 +42,10 @@ pub enum Sent {
     /// Nothing was attempted: the sender has no connection. Not a failure
     /// of the message; it does not use up a replay.
     Unavailable(String),
-    /// Try again later: `after` when the header mapper named a delay.
-    Transient { after: Option<Duration>, reason: String },
+    /// Try again later: `after` when the header mapper named a delay (not
+    /// a failed send); `not_before` when the target failed and asked not to
+    /// be tried again sooner (an HTTP `Retry-After`).
+    Transient { after: Option<Duration>, not_before: Option<Duration>, reason: String },
     /// Never deliverable to this binding.
     Failed(Failure),
 }
@@ -69,7 +71,7 @@ impl Binding {
                 (env, Ok(Some(chosen))) => (env, chosen),
                 (_, Err(ProcessError::Retry { after, reason })) => {
                     debug!(binding = %self.id, %reason, "header mapper asked for a retry");
-                    return Sent::Transient { after: Some(after), reason };
+                    return Sent::Transient { after: Some(after), not_before: None, reason };
                 }
                 (env, Err(ProcessError::Reject(failure))) => {
                     warn!(route = cx.route, message_id = %env.id, binding = %self.id, %failure, "header mapper refused the message");
@@ -107,7 +109,7 @@ impl Binding {
                 Sent::Accepted
             }
             Err(e) if e.is_unavailable() => Sent::Unavailable(e.reason),
-            Err(e) if e.is_transient() => Sent::Transient { after: None, reason: e.reason },
+            Err(e) if e.is_transient() => Sent::Transient { after: None, not_before: e.retry_after, reason: e.reason },
             Err(e) => Sent::Failed(e.failure()),
         }
     }

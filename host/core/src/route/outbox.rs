@@ -544,12 +544,12 @@ impl Route {
                 debug!(binding = %binding.id, %reason, "sender not connected; the record waits");
                 self.put_back(outbox, &record, token, UNAVAILABLE_WAIT).await;
             }
-            Sent::Transient { after: Some(after), reason } => {
+            Sent::Transient { after: Some(after), reason, .. } => {
                 // The header mapper asked for a delay: not a failed send.
                 debug!(binding = %binding.id, %reason, ?after, "header mapper asked for a retry");
                 self.put_back(outbox, &record, token, after).await;
             }
-            Sent::Transient { after: None, reason } => {
+            Sent::Transient { after: None, not_before, reason } => {
                 let attempts = record.replay_count.saturating_add(1);
                 if attempts > self.policy.max_replay_attempts {
                     let detail = format!("sent {attempts} times without success: {reason}");
@@ -559,7 +559,8 @@ impl Route {
                 }
                 warn!(binding = %binding.id, address = %record.address, error = %reason, attempts, "send failed, will retry");
                 self.count(Count::Retried, "send");
-                let next = self.clock.now().plus(self.policy.backoff.delay(record.replay_count)).as_millis();
+                let delay = self.policy.backoff.delay(record.replay_count).max(not_before.unwrap_or_default());
+                let next = self.clock.now().plus(delay).as_millis();
                 if let Err(e) = outbox.store.replay(&record, token, next).await {
                     warn!(binding = %binding.id, error = %e, "cannot put an outbox record back");
                 }

@@ -7,12 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferry_config::{Config, GrantsConfig, ReceiverConfig, RouteConfig, SenderConfig};
+use ferry_config::{Config, GrantsConfig, ReceiverConfig, RouteConfig, SenderConfig, WireFormat};
+use ferry_core::json_wire::{PackingSender, UnpackingReceiver};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::Binding;
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
+use ferry_transport_http::{HttpReceiver, HttpSender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
 use ferry_wasm::{
@@ -300,6 +302,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
                 checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
                 checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
             }
+            ReceiverConfig::Http(_) => {}
         }
     }
     for (name, s) in &config.senders {
@@ -312,6 +315,8 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
                 checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
                 checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
             }
+            // A template: checked once its headers are filled in.
+            SenderConfig::Http(_) => {}
         }
     }
     match checks.into_iter().find(|(_, r)| r.is_err()) {
@@ -333,7 +338,7 @@ fn amqp091_url(url: &str) -> Result<(), String> {
 }
 
 pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
-    Ok(match s {
+    let sender: Arc<dyn Sender> = match s {
         SenderConfig::Mqtt(m) => Arc::new(
             MqttSender::start(name, m.clone(), metrics.clone())
                 .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
@@ -341,6 +346,12 @@ pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> R
         SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
         SenderConfig::Amqp10(a) => Amqp10Sender::start(name, a.clone(), metrics.clone()),
         SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
+        SenderConfig::Http(h) => HttpSender::start(name, h.clone(), metrics.clone())
+            .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
+    };
+    Ok(match s.wire_format() {
+        WireFormat::Json => Arc::new(PackingSender::new(sender)),
+        WireFormat::None => sender,
     })
 }
 
@@ -350,7 +361,7 @@ pub(super) fn new_receiver(
     route: &RouteConfig,
     metrics: &Metrics,
 ) -> Arc<dyn Receiver> {
-    match r {
+    let receiver: Arc<dyn Receiver> = match r {
         ReceiverConfig::Mqtt(m) => Arc::new(MqttReceiver::new(
             name,
             m.clone(),
@@ -360,6 +371,15 @@ pub(super) fn new_receiver(
         ReceiverConfig::Sqs(q) => Arc::new(SqsReceiver::new(name, q.clone(), metrics.clone())),
         ReceiverConfig::Amqp10(a) => Arc::new(Amqp10Receiver::new(name, a.clone(), metrics.clone())),
         ReceiverConfig::Amqp091(a) => Arc::new(Amqp091Receiver::new(name, a.clone(), metrics.clone())),
+        // Reads the wire format itself: a malformed body is its caller's 400.
+        ReceiverConfig::Http(h) => {
+            let durable_first = route.delivery_mode == ferry_config::DeliveryMode::SharedOutbox;
+            return Arc::new(HttpReceiver::new(name, h.clone(), durable_first, metrics.clone()));
+        }
+    };
+    match r.wire_format() {
+        WireFormat::Json => Arc::new(UnpackingReceiver::new(receiver, name, metrics.clone())),
+        WireFormat::None => receiver,
     }
 }
 
@@ -479,6 +499,7 @@ pub fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
         ReceiverConfig::Sqs(_) => "sqs",
         ReceiverConfig::Amqp10(_) => "amqp10",
         ReceiverConfig::Amqp091(_) => "amqp091",
+        ReceiverConfig::Http(_) => "http",
     }
 }
 
@@ -489,5 +510,6 @@ pub fn kind_of_sender(s: &SenderConfig) -> &'static str {
         SenderConfig::Sqs(_) => "sqs",
         SenderConfig::Amqp10(_) => "amqp10",
         SenderConfig::Amqp091(_) => "amqp091",
+        SenderConfig::Http(_) => "http",
     }
 }

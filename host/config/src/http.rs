@@ -1,0 +1,152 @@
+//! The HTTP transport's keys (`type = "http"`): a receiver that takes
+//! webhooks (each POST a message) and a sender that calls one. Documented
+//! here and in the README.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::TlsConfig;
+
+/// How payloads are written on a transport (`wire_format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum WireFormat {
+    /// The payload is the message body; headers travel as the transport's
+    /// own headers.
+    #[default]
+    None,
+    /// The JSON wire format of seed 004: `{"headers": {...}, "body": "...",
+    /// "body_encoding": "base64"?}`. What is not that JSON is read as a
+    /// plain body with no headers.
+    Json,
+}
+
+fn default_header_prefix() -> String {
+    "x-ferry-".to_owned()
+}
+fn default_path() -> String {
+    "/".to_owned()
+}
+fn default_max_body_bytes() -> usize {
+    1024 * 1024
+}
+fn default_read_timeout_ms() -> u64 {
+    10_000
+}
+fn default_reply_timeout_ms() -> u64 {
+    30_000
+}
+fn default_busy_retry_after_secs() -> u64 {
+    1
+}
+fn default_max_connections() -> usize {
+    1024
+}
+fn default_method() -> String {
+    "POST".to_owned()
+}
+fn default_timeout_ms() -> u64 {
+    10_000
+}
+fn default_connect_timeout_ms() -> u64 {
+    5_000
+}
+fn default_pool_idle_per_host() -> usize {
+    32
+}
+
+/// `type = "http"` receiver: ferry listens, and each POST to `path` is one
+/// message. The reply waits for the route (see the README for the status
+/// codes): nothing is acknowledged to the caller before it is safe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpReceiverConfig {
+    /// Address to listen on, `host:port` (for example `127.0.0.1:8080`;
+    /// port 0 picks a free one, which the log names).
+    pub listen: String,
+    /// The path messages are POSTed to. Default `/`.
+    #[serde(default = "default_path")]
+    pub path: String,
+    /// Request headers whose names start with this become message headers,
+    /// the prefix removed. Default `x-ferry-`.
+    #[serde(default = "default_header_prefix")]
+    pub header_prefix: String,
+    /// Larger bodies are refused with 413. Default 1 MiB.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: usize,
+    /// The whole request (headers and body) must arrive within this many
+    /// milliseconds, else 408 and the connection is closed (slow clients).
+    /// Default 10000.
+    #[serde(default = "default_read_timeout_ms")]
+    pub read_timeout_ms: u64,
+    /// How long a request waits for the route to finish with its message
+    /// before the reply is 503 (the route may still deliver it; a caller
+    /// that retries should send an `Idempotency-Key`). Default 30000.
+    #[serde(default = "default_reply_timeout_ms")]
+    pub reply_timeout_ms: u64,
+    /// `Retry-After` of the 503 given while the route is full. Default 1.
+    #[serde(default = "default_busy_retry_after_secs")]
+    pub busy_retry_after_secs: u64,
+    /// Connections served at once; more wait to be accepted. Default 1024.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Callers must send `Authorization: Bearer <token>`, else 401.
+    #[serde(default)]
+    pub bearer_token: Option<String>,
+    /// Callers must send `X-Ferry-Signature: sha256=<hex HMAC-SHA256 of
+    /// the body with this secret>`, else 401.
+    #[serde(default)]
+    pub hmac_secret: Option<String>,
+    /// `"json"`: bodies are the JSON wire format (headers and body in one
+    /// document); a malformed one is refused with 400. Default `"none"`.
+    #[serde(default)]
+    pub wire_format: WireFormat,
+}
+
+/// `type = "http"` sender: each message is one request to `url` (or the
+/// binding's address, a URL template). 2xx is success; 408, 429 and 5xx
+/// are transient (honouring `Retry-After`); other statuses are permanent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSenderConfig {
+    /// `http://` or `https://` URL, a template over text headers
+    /// (`https://hooks.example/{tenant}`), used when a binding's address is
+    /// empty. A binding's address, when set, is the URL template instead.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// `POST` (default), `PUT` or `PATCH`.
+    #[serde(default = "default_method")]
+    pub method: String,
+    /// Message headers are sent as HTTP headers under this prefix. Default
+    /// `x-ferry-`. Typed values are written as text; a header whose name or
+    /// value HTTP cannot carry is left out and counted.
+    #[serde(default = "default_header_prefix")]
+    pub header_prefix: String,
+    /// Send the bridge's own `x-bridge.*` headers too (to another ferry
+    /// whose route trusts them). Default false.
+    #[serde(default)]
+    pub bridge_headers: bool,
+    /// Whole request timeout in milliseconds; a timeout is transient.
+    /// Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Connect timeout in milliseconds. Default 5000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// Idle connections kept per host for reuse. Default 32.
+    #[serde(default = "default_pool_idle_per_host")]
+    pub pool_idle_per_host: usize,
+    /// TLS files for `https://` (optional; the system roots otherwise).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// Sends `Authorization: Bearer <token>`.
+    #[serde(default)]
+    pub bearer_token: Option<String>,
+    /// Sends `X-Ferry-Signature: sha256=<hex HMAC-SHA256 of the body>`.
+    #[serde(default)]
+    pub hmac_secret: Option<String>,
+    /// `"json"`: the body is the JSON wire format (headers and body in one
+    /// document). Default `"none"`: the body is the payload.
+    #[serde(default)]
+    pub wire_format: WireFormat,
+}

@@ -1,0 +1,18 @@
+//! ferry's HTTP transport (`type = "http"`).
+//!
+//! - [`receiver`]: ferry listens; each POST is a message, and the reply
+//!   waits for the route (200/202 once it is safe, 503 with `Retry-After`
+//!   when it is not).
+//! - [`sender`]: each message is a request; 408, 429 and 5xx are transient
+//!   and honour `Retry-After`, other statuses permanent.
+//! - [`auth`]: bearer tokens and `X-Ferry-Signature` HMACs.
+//! - [`fixture`]: requests for `ferry test`.
+
+pub mod auth;
+pub mod fixture;
+pub mod probe;
+pub mod receiver;
+pub mod sender;
+
+pub use receiver::HttpReceiver;
+pub use sender::HttpSender;
