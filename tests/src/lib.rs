@@ -25,6 +25,7 @@ pub mod mqtt;
 pub mod pg;
 pub mod rabbit;
 pub mod receiver;
+pub mod simplemq;
 pub mod sqs;
 pub mod sqs_proxy;
 pub mod tcp_proxy;
@@ -36,6 +37,17 @@ use std::path::PathBuf;
 /// `prefix-<8 random hex chars>`.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
+}
+
+/// Polls `f` every 50 ms until it holds; panics naming `what` after 15 s.
+pub async fn eventually(what: &str, f: impl Fn() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("timed out waiting for {what}");
 }
 
 /// A number from the environment (a test's or benchmark's size), or

@@ -1,6 +1,8 @@
 //! Every config in `examples/` passes `ferry validate`, and each bridge
 //! example carries a message end to end on the real brokers (names made
-//! unique through the `${VAR:-default}` hooks the examples expose).
+//! unique through the `${VAR:-default}` hooks the examples expose); the
+//! SimpleMQ side of seed 004's three bridges is the fake SimpleMQ of
+//! tests/src/simplemq.rs, as no emulator can be fetched.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -8,8 +10,9 @@ use std::time::Duration;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
+use ferry_tests::simplemq::{self, FakeSimpleMq};
 use ferry_tests::sqs::{self, attribute, create_queue, text};
-use ferry_tests::{repo_root, unique};
+use ferry_tests::{eventually, repo_root, unique};
 use lapin::BasicProperties;
 use lapin::types::AMQPValue;
 
@@ -176,5 +179,156 @@ async fn sqs_to_mqtt_example_publishes_to_the_device_topic() {
     assert_eq!(topic(&p), format!("{prefix}/d-7/commands"));
     assert_eq!(p.payload.as_ref(), b"reboot");
     assert_eq!(user_property(&p, "device"), Some("d-7"));
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rabbitmq_to_simplemq_example_fans_out_in_mqbridge_format() {
+    let smq = FakeSimpleMq::start(Duration::from_secs(30)).await;
+    let (q1, q2) = (unique("dest1"), unique("dest2"));
+    smq.create_queue(&q1, "key-1");
+    smq.create_queue(&q2, "key-2");
+    let rabbit = Rabbit::connect().await;
+    let (queue, exchange) = (unique("ex-src"), unique("ex-src-x"));
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_AMQP_QUEUE", &queue),
+        ("FERRY_AMQP_EXCHANGE", &exchange),
+        ("SIMPLEMQ_QUEUE_1", &q1),
+        ("SIMPLEMQ_QUEUE_2", &q2),
+        ("SIMPLEMQ_API_KEY_1", "key-1"),
+        ("SIMPLEMQ_API_KEY_2", "key-2"),
+        ("SIMPLEMQ_API_URL", &smq.url()),
+    ]);
+    ws.config(&example("rabbitmq-to-simplemq-fanout.toml"));
+    let daemon = Daemon::start(&ws, 1);
+    let mut headers = lapin::types::FieldTable::default();
+    headers.insert("x-custom".into(), AMQPValue::LongString("v".into()));
+    let props = BasicProperties::default()
+        .with_message_id("m-1".into())
+        .with_reply_to("replies".into())
+        .with_correlation_id("c-1".into())
+        .with_headers(headers);
+    rabbit.publish(&exchange, "orders.created", b"{\"order\":1}", props).await;
+    eventually("a copy in both queues", || smq.messages(&q1).len() == 1 && smq.messages(&q2).len() == 1).await;
+    for q in [&q1, &q2] {
+        let doc = simplemq::document(&smq.messages(q)[0].content);
+        let h = &doc["headers"];
+        assert_eq!(h["rabbitmq.exchange"], exchange.as_str());
+        assert_eq!(h["rabbitmq.routing_key"], "orders.created");
+        assert_eq!(h["rabbitmq.message_id"], "m-1");
+        assert_eq!(h["rabbitmq.reply_to"], "replies");
+        assert_eq!(h["rabbitmq.correlation_id"], "c-1");
+        assert_eq!(h["rabbitmq.header.x-custom"], "v");
+        assert_eq!(doc["body"], "{\"order\":1}");
+    }
+    assert!(daemon.terminate().success());
+    assert_eq!(rabbit.depth(&queue).await, 0, "acknowledged once both queues took it");
+    rabbit.delete_queue(&queue).await;
+    rabbit.delete_exchange(&exchange).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simplemq_to_rabbitmq_example_routes_by_the_messages_headers() {
+    let smq = FakeSimpleMq::start(Duration::from_secs(30)).await;
+    let inbound = unique("inbound");
+    smq.create_queue(&inbound, "key-in");
+    let rabbit = Rabbit::connect().await;
+    let (exchange, routed, direct) = (unique("ex-orders"), unique("ex-routed"), unique("ex-direct"));
+    rabbit.declare_exchange(&exchange, lapin::ExchangeKind::Direct).await;
+    rabbit.declare_queue(&routed).await;
+    rabbit.declare_queue(&direct).await;
+    rabbit.bind(&routed, &exchange, "orders.created").await;
+    let admin = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("SIMPLEMQ_QUEUE", &inbound),
+        ("SIMPLEMQ_API_KEY_INBOUND", "key-in"),
+        ("SIMPLEMQ_API_URL", &smq.url()),
+    ]);
+    ws.config(&ferry_tests::daemon::with_admin(&admin, example("simplemq-to-rabbitmq-by-content.toml")));
+    let daemon = Daemon::start(&ws, 1);
+    smq.put(
+        &inbound,
+        &simplemq::content(&serde_json::json!({
+            "headers": {
+                "rabbitmq.exchange": exchange, "rabbitmq.routing_key": "orders.created",
+                "rabbitmq.message_id": "m-2", "rabbitmq.reply_to": "replies",
+                "rabbitmq.content_type": "application/json", "rabbitmq.header.x-custom": "v"
+            },
+            "body": "{\"order\":2}"
+        })),
+    );
+    // The default exchange: the routing key is a queue.
+    let smq_id = smq.put(
+        &inbound,
+        &simplemq::content(&serde_json::json!({
+            "headers": { "rabbitmq.exchange": "", "rabbitmq.routing_key": direct },
+            "body": "to the queue"
+        })),
+    );
+    smq.put(
+        &inbound,
+        &simplemq::content(&serde_json::json!({ "headers": { "rabbitmq.exchange": "" }, "body": "lost" })),
+    );
+
+    let got = rabbit.get(&routed, WAIT).await.expect("routed by rabbitmq.exchange and rabbitmq.routing_key");
+    assert_eq!(got.delivery.data, b"{\"order\":2}");
+    let p = &got.delivery.properties;
+    assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("m-2"));
+    assert_eq!(p.reply_to().as_ref().map(|s| s.as_str()), Some("replies"));
+    assert_eq!(p.content_type().as_ref().map(|s| s.as_str()), Some("application/json"));
+    let headers = p.headers().as_ref().expect("headers").inner();
+    assert_eq!(headers.get("x-custom"), Some(&AMQPValue::LongString("v".into())));
+    let got = rabbit.get(&direct, WAIT).await.expect("to the default exchange");
+    assert_eq!(got.delivery.data, b"to the queue");
+    let p = &got.delivery.properties;
+    assert_eq!(
+        p.message_id().as_ref().map(|s| s.as_str()),
+        Some(smq_id.as_str()),
+        "the SimpleMQ id without rabbitmq.message_id"
+    );
+    ferry_tests::http::wait_for_sample(
+        &admin,
+        "ferry_ingress_rejected_total",
+        "reason=\"missing_rabbitmq_headers\"",
+        1.0,
+        WAIT,
+    );
+    eventually("every message deleted from SimpleMQ", || smq.messages(&inbound).is_empty()).await;
+    assert!(daemon.terminate().success());
+    for q in [&routed, &direct] {
+        rabbit.delete_queue(q).await;
+    }
+    rabbit.delete_exchange(&exchange).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn simplemq_fanout_example_copies_each_message_to_two_queues() {
+    let smq = FakeSimpleMq::start(Duration::from_secs(30)).await;
+    let (source, f1, f2) = (unique("source"), unique("fanout1"), unique("fanout2"));
+    for (q, k) in [(&source, "k-s"), (&f1, "k-1"), (&f2, "k-2")] {
+        smq.create_queue(q, k);
+    }
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("SIMPLEMQ_QUEUE_SOURCE", &source),
+        ("SIMPLEMQ_QUEUE_FANOUT_1", &f1),
+        ("SIMPLEMQ_QUEUE_FANOUT_2", &f2),
+        ("SIMPLEMQ_API_KEY_SOURCE", "k-s"),
+        ("SIMPLEMQ_API_KEY_FANOUT_1", "k-1"),
+        ("SIMPLEMQ_API_KEY_FANOUT_2", "k-2"),
+        ("SIMPLEMQ_API_URL", &smq.url()),
+    ]);
+    ws.config(&example("simplemq-fanout.toml"));
+    let daemon = Daemon::start(&ws, 0);
+    let doc = serde_json::json!({
+        "headers": { "rabbitmq.exchange": "x", "rabbitmq.routing_key": "k", "rabbitmq.message_id": "m-3",
+                     "rabbitmq.header.tenant": "acme" },
+        "body": "payload"
+    });
+    smq.put(&source, &simplemq::content(&doc));
+    eventually("a copy in both fan-out queues", || smq.messages(&f1).len() == 1 && smq.messages(&f2).len() == 1).await;
+    for q in [&f1, &f2] {
+        assert_eq!(simplemq::document(&smq.messages(q)[0].content), doc, "forwarded in the same format");
+    }
+    eventually("the source message deleted", || smq.messages(&source).is_empty()).await;
     assert!(daemon.terminate().success());
 }

@@ -150,3 +150,111 @@ pub struct HttpSenderConfig {
     #[serde(default)]
     pub wire_format: WireFormat,
 }
+
+fn default_simplemq_api_url() -> String {
+    "https://simplemq.tk1b.api.sacloud.jp".to_owned()
+}
+fn default_polling_interval_ms() -> u64 {
+    1000
+}
+fn default_pollers() -> usize {
+    1
+}
+fn default_extend_every_secs() -> u64 {
+    10
+}
+fn default_json() -> WireFormat {
+    WireFormat::Json
+}
+
+/// How a SimpleMQ message's headers are named (`headers`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SimplemqHeaders {
+    /// As ferry names them.
+    #[default]
+    Ferry,
+    /// As mqbridge (seed 004) names them: `rabbitmq.exchange`,
+    /// `rabbitmq.routing_key`, `rabbitmq.reply_to`,
+    /// `rabbitmq.correlation_id`, `rabbitmq.content_type`,
+    /// `rabbitmq.message_id` for the AMQP 0-9-1 metadata, and
+    /// `rabbitmq.header.<key>` for the rest; all values text.
+    Mqbridge,
+}
+
+/// `type = "simplemq"` receiver: polls one SimpleMQ queue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SimplemqReceiverConfig {
+    /// The queue name.
+    pub queue: String,
+    /// The queue's API key (`Authorization: Bearer`). A secret.
+    pub api_key: String,
+    /// The API endpoint. Default `https://simplemq.tk1b.api.sacloud.jp`.
+    #[serde(default = "default_simplemq_api_url")]
+    pub api_url: String,
+    /// Sleep between receives while the queue is empty, in milliseconds
+    /// (never while it has messages). Default 1000.
+    #[serde(default = "default_polling_interval_ms")]
+    pub polling_interval_ms: u64,
+    /// Receive loops run at once (each call returns one message). Default 1.
+    #[serde(default = "default_pollers")]
+    pub pollers: usize,
+    /// While the route holds a message, its visibility timeout is extended
+    /// this often, in seconds; keep it under the queue's timeout. Default 10.
+    #[serde(default = "default_extend_every_secs")]
+    pub extend_every_secs: u64,
+    /// Timeout of one API call in milliseconds. Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Connect timeout in milliseconds. Default 5000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// TLS files for an `https://` endpoint (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// `"ferry"` (default) or `"mqbridge"`: the header names of the content.
+    #[serde(default)]
+    pub headers: SimplemqHeaders,
+    /// With `headers = "mqbridge"`: a message without `rabbitmq.exchange`
+    /// and `rabbitmq.routing_key` is dropped (deleted from the queue) and
+    /// counted, as mqbridge does on its way to RabbitMQ. Default false.
+    #[serde(default)]
+    pub require_rabbitmq_headers: bool,
+    /// `"json"` (default): the content is the JSON wire format; `"none"`:
+    /// the content is the body.
+    #[serde(default = "default_json")]
+    pub wire_format: WireFormat,
+}
+
+/// `type = "simplemq"` sender: sends to the binding's queue (its address)
+/// or `queue`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SimplemqSenderConfig {
+    /// Queue for bindings whose address is empty.
+    #[serde(default)]
+    pub queue: Option<String>,
+    /// The API key (`Authorization: Bearer`); SimpleMQ issues one per
+    /// queue, so a sender serves the queue(s) its key opens. A secret.
+    pub api_key: String,
+    /// The API endpoint. Default `https://simplemq.tk1b.api.sacloud.jp`.
+    #[serde(default = "default_simplemq_api_url")]
+    pub api_url: String,
+    /// Timeout of one API call in milliseconds. Default 10000.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    /// Connect timeout in milliseconds. Default 5000.
+    #[serde(default = "default_connect_timeout_ms")]
+    pub connect_timeout_ms: u64,
+    /// TLS files for an `https://` endpoint (optional).
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// `"ferry"` (default) or `"mqbridge"`: the header names written.
+    #[serde(default)]
+    pub headers: SimplemqHeaders,
+    /// `"json"` (default): the content is the JSON wire format; `"none"`:
+    /// the body alone.
+    #[serde(default = "default_json")]
+    pub wire_format: WireFormat,
+}

@@ -232,6 +232,7 @@ pub enum ReceiverConfig {
     Amqp10(Amqp10ReceiverConfig),
     Amqp091(Amqp091ReceiverConfig),
     Http(HttpReceiverConfig),
+    Simplemq(SimplemqReceiverConfig),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
@@ -243,6 +244,7 @@ pub enum SenderConfig {
     Amqp10(Amqp10SenderConfig),
     Amqp091(Amqp091SenderConfig),
     Http(HttpSenderConfig),
+    Simplemq(SimplemqSenderConfig),
 }
 
 impl ReceiverConfig {
@@ -254,6 +256,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp10(c) => c.wire_format,
             ReceiverConfig::Amqp091(c) => c.wire_format,
             ReceiverConfig::Http(c) => c.wire_format,
+            ReceiverConfig::Simplemq(c) => c.wire_format,
         }
     }
 }
@@ -267,6 +270,7 @@ impl SenderConfig {
             SenderConfig::Amqp10(c) => c.wire_format,
             SenderConfig::Amqp091(c) => c.wire_format,
             SenderConfig::Http(c) => c.wire_format,
+            SenderConfig::Simplemq(c) => c.wire_format,
         }
     }
 }

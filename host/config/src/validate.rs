@@ -156,6 +156,29 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
                 check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
             }
+            ReceiverConfig::Simplemq(q) => {
+                check_simplemq_queue(&q.queue, &format!("{key}.queue"))?;
+                check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), &key)?;
+                if !(1..=64).contains(&q.pollers) {
+                    return Err(ConfigError::new(format!("{key}.pollers"), "must be between 1 and 64"));
+                }
+                for (k, v) in [
+                    ("polling_interval_ms", q.polling_interval_ms),
+                    ("extend_every_secs", q.extend_every_secs),
+                    ("timeout_ms", q.timeout_ms),
+                    ("connect_timeout_ms", q.connect_timeout_ms),
+                ] {
+                    if v == 0 {
+                        return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+                    }
+                }
+                if q.require_rabbitmq_headers && q.headers != crate::SimplemqHeaders::Mqbridge {
+                    return Err(ConfigError::new(
+                        format!("{key}.require_rabbitmq_headers"),
+                        "needs headers = \"mqbridge\" (the rabbitmq.* names)",
+                    ));
+                }
+            }
             ReceiverConfig::Amqp091(a) => {
                 check_amqp_url(&a.url, &key)?;
                 check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
@@ -246,6 +269,16 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 }
                 check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
                 check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
+            }
+            SenderConfig::Simplemq(q) => {
+                if let Some(queue) = &q.queue {
+                    check_simplemq_queue(queue, &format!("{key}.queue"))?;
+                }
+                check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), &key)?;
+                if q.timeout_ms == 0 || q.connect_timeout_ms == 0 {
+                    let k = if q.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
+                    return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+                }
             }
             SenderConfig::Amqp091(a) => {
                 check_amqp_url(&a.url, &key)?;
@@ -446,6 +479,33 @@ fn check_header_prefix(prefix: &str, key: &str) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// A SimpleMQ queue name: 5 to 64 letters and digits, single hyphens
+/// inside (the API's pattern).
+fn check_simplemq_queue(queue: &str, key: &str) -> Result<(), ConfigError> {
+    let ok = (5..=64).contains(&queue.len())
+        && queue.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()));
+    if !ok {
+        return Err(ConfigError::new(
+            key,
+            format!("{queue:?} is not a SimpleMQ queue name (5 to 64 letters and digits, single hyphens inside)"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_simplemq_api(
+    api_url: &str,
+    api_key: &str,
+    tls: Option<&crate::TlsConfig>,
+    key: &str,
+) -> Result<(), ConfigError> {
+    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
+        return Err(ConfigError::new(format!("{key}.api_url"), "must be an http:// or https:// URL"));
+    }
+    check_tls(api_url, "https://", tls, key)?;
+    check_secret(Some(api_key), "api_key", key)
 }
 
 /// A secret that is set must not be empty (an unset variable, say).

@@ -96,6 +96,10 @@ pub async fn probe(path: &Path) -> ExitCode {
                 report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
             }
             ReceiverConfig::Http(h) => report(key, "http", ferry_transport_http::probe::listen(&h.listen).await),
+            // Not a receive: that would hide a message for its visibility timeout.
+            ReceiverConfig::Simplemq(q) => {
+                report(key, "simplemq", ferry_transport_http::probe::target(&q.api_url).await)
+            }
         }
     }
     for (name, s) in &config.senders {
@@ -111,6 +115,7 @@ pub async fn probe(path: &Path) -> ExitCode {
                 report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
             }
             SenderConfig::Sqs(_) => report(key, "sqs", Ok("no queue configured (bindings name theirs)".into())),
+            SenderConfig::Simplemq(q) => report(key, "simplemq", ferry_transport_http::probe::target(&q.api_url).await),
             SenderConfig::Http(h) => match &h.url {
                 Some(url) => report(key, "http", ferry_transport_http::probe::target(url).await),
                 None => report(key, "http", Ok("no url configured (bindings name theirs)".into())),
@@ -138,13 +143,21 @@ pub fn render(path: &Path) -> ExitCode {
             secrets.extend(config.admin.token.clone());
             // So are the HTTP transports' tokens and signing secrets.
             for r in config.receivers.values() {
-                if let ferry_config::ReceiverConfig::Http(h) = r {
-                    secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
+                match r {
+                    ferry_config::ReceiverConfig::Http(h) => {
+                        secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
+                    }
+                    ferry_config::ReceiverConfig::Simplemq(q) => secrets.push(q.api_key.clone()),
+                    _ => {}
                 }
             }
             for s in config.senders.values() {
-                if let ferry_config::SenderConfig::Http(h) = s {
-                    secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
+                match s {
+                    ferry_config::SenderConfig::Http(h) => {
+                        secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
+                    }
+                    ferry_config::SenderConfig::Simplemq(q) => secrets.push(q.api_key.clone()),
+                    _ => {}
                 }
             }
             mask_secrets(&mut value, &secrets);

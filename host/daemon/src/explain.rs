@@ -216,6 +216,54 @@ fn probe(receiver: &ReceiverConfig) -> (toml::Value, Vec<Feature>) {
             ];
             (input, features)
         }
+        ReceiverConfig::Simplemq(q) => {
+            // Headers travel in the content's JSON document.
+            let mqbridge = q.headers == ferry_config::SimplemqHeaders::Mqbridge;
+            let name = |k: &str| if mqbridge { format!("rabbitmq.header.{k}") } else { k.to_owned() };
+            let mut headers: Vec<(String, toml::Value)> =
+                vec![("gobridge.subject".into(), s(SUBJECT)), (name("probe-text"), s(TEXT_VALUE))];
+            if mqbridge {
+                for (k, v) in [
+                    ("rabbitmq.message_id", ID),
+                    ("rabbitmq.correlation_id", CORRELATION),
+                    ("rabbitmq.content_type", CONTENT_TYPE),
+                    ("rabbitmq.reply_to", REPLY_TO),
+                    ("rabbitmq.exchange", "probe-exchange-7f3a"),
+                    ("rabbitmq.routing_key", "probe.key.7f3a"),
+                ] {
+                    headers.push((k.into(), s(v)));
+                }
+            } else {
+                headers.extend(typed.iter().filter(|(k, _)| k != "probe-text").cloned());
+            }
+            headers.extend(extras.iter().map(|(k, v)| (name(k), s(v))));
+            let input = table(&[
+                ("message_id".into(), s(ID)),
+                ("payload".into(), s("{}")),
+                ("headers".into(), table(&headers)),
+            ]);
+            let mut features = if mqbridge {
+                vec![
+                    feature("identity (rabbitmq.message_id)", V(ID)),
+                    feature("subject (gobridge.subject)", V(SUBJECT)),
+                    feature("correlation id", V(CORRELATION)),
+                    feature("content type", V(CONTENT_TYPE)),
+                    feature("reply-to", V(REPLY_TO)),
+                    feature("routing key", V("probe.key.7f3a")),
+                    feature("exchange", V("probe-exchange-7f3a")),
+                    feature("header", Name("probe-text")),
+                ]
+            } else {
+                let mut f = vec![
+                    feature("identity (SimpleMQ message id)", V(ID)),
+                    feature("subject (gobridge.subject)", V(SUBJECT)),
+                ];
+                f.extend(typed_features());
+                f
+            };
+            features.push(feature("other headers (12)", Extras));
+            (input, features)
+        }
         ReceiverConfig::Sqs(_) => {
             // SQS takes ten attributes: the subject, three typed, six more.
             let mut attributes: Vec<(String, toml::Value)> = vec![
@@ -457,6 +505,8 @@ pub fn report(config: &Config) -> (String, usize) {
         let extra_in = match receiver {
             ReceiverConfig::Sqs(_) => 9,
             ReceiverConfig::Mqtt(_) | ReceiverConfig::Http(_) => EXTRA + 1,
+            ReceiverConfig::Simplemq(q) if q.headers == ferry_config::SimplemqHeaders::Mqbridge => EXTRA + 1,
+            ReceiverConfig::Simplemq(_) => EXTRA + 6,
             _ => EXTRA + 6,
         };
         let ingest = |input: toml::Value| match receive(receiver, input, Timestamp::now()) {

@@ -590,6 +590,7 @@ pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestam
         ReceiverConfig::Sqs(c) => ferry_transport_sqs::fixture::receive(input, c, now),
         // The HTTP receiver reads the wire format itself (400 when malformed).
         ReceiverConfig::Http(c) => return ferry_transport_http::fixture::receive(input, c, now),
+        ReceiverConfig::Simplemq(c) => return ferry_transport_http::fixture::receive_simplemq(input, c, now),
     }
     .map(|admitted| match admitted {
         Admitted::Envelope(mut e) if config.wire_format() == ferry_config::WireFormat::Json => {
@@ -604,7 +605,9 @@ pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestam
 /// as JSON.
 pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
     let packed;
-    let msg = if config.wire_format() == ferry_config::WireFormat::Json {
+    // SimpleMQ writes the wire format itself.
+    let msg = if config.wire_format() == ferry_config::WireFormat::Json && !matches!(config, SenderConfig::Simplemq(_))
+    {
         packed = OutboundMessage { envelope: ferry_core::json_wire::pack(&msg.envelope), ..msg.clone() };
         &packed
     } else {
@@ -616,6 +619,7 @@ pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp)
         SenderConfig::Amqp10(c) => ferry_transport_amqp10::fixture::send(c, msg),
         SenderConfig::Sqs(c) => ferry_transport_sqs::fixture::send(c, msg),
         SenderConfig::Http(c) => ferry_transport_http::fixture::send(c, msg),
+        SenderConfig::Simplemq(c) => ferry_transport_http::fixture::send_simplemq(c, msg),
     }
 }
 

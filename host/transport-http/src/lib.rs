@@ -5,6 +5,8 @@
 //!   when it is not).
 //! - [`sender`]: each message is a request; 408, 429 and 5xx are transient
 //!   and honour `Retry-After`, other statuses permanent.
+//! - [`simplemq`]: Sakura Cloud's SimpleMQ queue (`type = "simplemq"`),
+//!   receiver and sender, with mqbridge's header names when asked.
 //! - [`auth`]: bearer tokens and `X-Ferry-Signature` HMACs.
 //! - [`fixture`]: requests for `ferry test`.
 
@@ -13,6 +15,8 @@ pub mod fixture;
 pub mod probe;
 pub mod receiver;
 pub mod sender;
+pub mod simplemq;
 
 pub use receiver::HttpReceiver;
 pub use sender::HttpSender;
+pub use simplemq::{SimplemqReceiver, SimplemqSender};

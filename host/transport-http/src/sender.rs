@@ -75,7 +75,10 @@ impl HttpSender {
     }
 }
 
-fn with_tls(mut builder: reqwest::ClientBuilder, tls: &TlsConfig) -> Result<reqwest::ClientBuilder, TransportError> {
+pub(crate) fn with_tls(
+    mut builder: reqwest::ClientBuilder,
+    tls: &TlsConfig,
+) -> Result<reqwest::ClientBuilder, TransportError> {
     let read = |path: &str| {
         std::fs::read(path).map_err(|e| TransportError::permanent(format!("cannot read TLS file {path}: {e}")))
     };
@@ -99,7 +102,7 @@ fn with_tls(mut builder: reqwest::ClientBuilder, tls: &TlsConfig) -> Result<reqw
 
 /// A header's value as HTTP header text: typed values written as text (a
 /// time as milliseconds since the epoch, bytes as base64).
-fn as_text(value: &HeaderValue) -> String {
+pub(crate) fn as_text(value: &HeaderValue) -> String {
     match value {
         HeaderValue::Text(s) => s.clone(),
         HeaderValue::Integer(n) => n.to_string(),
@@ -143,7 +146,7 @@ pub fn request_headers(envelope: &Envelope, config: &HttpSenderConfig) -> (Heade
 }
 
 /// `Retry-After` in seconds (an HTTP date is not read), capped.
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     let secs: u64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
 }

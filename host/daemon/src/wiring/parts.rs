@@ -14,7 +14,7 @@ use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::Binding;
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
-use ferry_transport_http::{HttpReceiver, HttpSender};
+use ferry_transport_http::{HttpReceiver, HttpSender, SimplemqReceiver, SimplemqSender};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
 use ferry_wasm::{
@@ -303,6 +303,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
                 checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
             }
             ReceiverConfig::Http(_) => {}
+            ReceiverConfig::Simplemq(q) => checks.push((format!("{key}.api_url"), http(&q.api_url))),
         }
     }
     for (name, s) in &config.senders {
@@ -317,6 +318,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
             }
             // A template: checked once its headers are filled in.
             SenderConfig::Http(_) => {}
+            SenderConfig::Simplemq(q) => checks.push((format!("{key}.api_url"), http(&q.api_url))),
         }
     }
     match checks.into_iter().find(|(_, r)| r.is_err()) {
@@ -348,6 +350,11 @@ pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> R
         SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
         SenderConfig::Http(h) => HttpSender::start(name, h.clone(), metrics.clone())
             .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
+        // Writes the wire format itself (in mqbridge's names when asked).
+        SenderConfig::Simplemq(q) => {
+            return Ok(SimplemqSender::start(name, q.clone(), metrics.clone())
+                .map_err(|e| StartError::new(format!("senders.{name}"), e))?);
+        }
     };
     Ok(match s.wire_format() {
         WireFormat::Json => Arc::new(PackingSender::new(sender)),
@@ -376,6 +383,7 @@ pub(super) fn new_receiver(
             let durable_first = route.delivery_mode == ferry_config::DeliveryMode::SharedOutbox;
             return Arc::new(HttpReceiver::new(name, h.clone(), durable_first, metrics.clone()));
         }
+        ReceiverConfig::Simplemq(q) => return Arc::new(SimplemqReceiver::new(name, q.clone(), metrics.clone())),
     };
     match r.wire_format() {
         WireFormat::Json => Arc::new(UnpackingReceiver::new(receiver, name, metrics.clone())),
@@ -500,6 +508,7 @@ pub fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
         ReceiverConfig::Amqp10(_) => "amqp10",
         ReceiverConfig::Amqp091(_) => "amqp091",
         ReceiverConfig::Http(_) => "http",
+        ReceiverConfig::Simplemq(_) => "simplemq",
     }
 }
 
@@ -511,5 +520,6 @@ pub fn kind_of_sender(s: &SenderConfig) -> &'static str {
         SenderConfig::Amqp10(_) => "amqp10",
         SenderConfig::Amqp091(_) => "amqp091",
         SenderConfig::Http(_) => "http",
+        SenderConfig::Simplemq(_) => "simplemq",
     }
 }
