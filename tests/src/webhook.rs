@@ -96,6 +96,11 @@ impl WebhookTarget {
         self.hits.lock().expect("hits").clone()
     }
 
+    /// How many requests arrived so far (without copying them).
+    pub fn count(&self) -> usize {
+        self.hits.lock().expect("hits").len()
+    }
+
     /// Waits until `n` requests matching `pred` arrived; returns them.
     pub async fn wait_for(&self, n: usize, timeout: Duration, pred: impl Fn(&Hit) -> bool) -> Vec<Hit> {
         let started = Instant::now();

@@ -348,3 +348,52 @@ async fn a_webhook_whose_target_is_down_gets_503_with_retry_after_unless_the_out
     assert!(ws.dead_letters().is_empty());
     assert_eq!(daemon.terminate().code(), Some(0));
 }
+
+/// ferry to ferry over HTTP: MQTT -> HTTP sender (signed, with its bridge
+/// headers) -> HTTP receiver that checks the signature and the token ->
+/// MQTT. The identity and the correlation id cross; a forged signature or
+/// no token is refused.
+#[tokio::test(flavor = "multi_thread")]
+async fn ferry_to_ferry_over_signed_http_keeps_identity_and_refuses_forgeries() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let (src, dst) = (unique("f2f/src"), unique("f2f/dst"));
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        "[receivers.mq]\n{}\n[receivers.web]\n{}\n[senders.hook]\n{}\n[senders.out]\n{}\n{}{}",
+        mqtt_receiver(&format!("{src}/#"), ""),
+        http_receiver(&listen, "bearer_token = \"tok\"\nhmac_secret = \"shared\""),
+        http_sender(
+            &format!("http://{listen}/in"),
+            "bearer_token = \"tok\"\nhmac_secret = \"shared\"\nbridge_headers = true"
+        ),
+        mqtt_sender(""),
+        route("out", "mq", &[("hook", "")], ""),
+        route("in", "web", &[("out", &dst)], "trust_bridge_headers = true"),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    daemon.wait_for_line(&["listening", &listen], WAIT);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&dst).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("{src}/a"), "signed", &[("mqtt.message-id", "f2f-1"), ("kind", "temp")]).await;
+    let got = sub.next(WAIT).await.expect("across two hops");
+    assert_eq!(got.payload.as_ref(), b"signed");
+    assert_eq!(user_property(&got, "mqtt.message-id"), Some("f2f-1"), "Idempotency-Key kept the identity");
+    assert_eq!(user_property(&got, "kind"), Some("temp"));
+    // The receiving route trusts the bridge headers: it counts the hop (an
+    // untrusted route sets no hop header at all).
+    assert_eq!(user_property(&got, "x-bridge.forwarded-hop"), Some("1"));
+
+    let c = client();
+    let url = format!("http://{listen}/in");
+    let forged = c.post(&url).bearer_auth("tok").header("X-Ferry-Signature", "sha256=00").body("x").send().await;
+    assert_eq!(forged.expect("POST").status(), 401);
+    let unsigned = c.post(&url).bearer_auth("tok").body("x").send().await.expect("POST");
+    assert_eq!(unsigned.status(), 401);
+    let sig = ferry_transport_http::auth::sign("shared", b"x");
+    let no_token = c.post(&url).header("X-Ferry-Signature", &sig).body("x").send().await.expect("POST");
+    assert_eq!(no_token.status(), 401);
+    let good = c.post(&url).bearer_auth("tok").header("X-Ferry-Signature", &sig).body("x").send().await;
+    assert_eq!(good.expect("POST").status(), 200);
+    assert_eq!(daemon.terminate().code(), Some(0));
+}

@@ -30,18 +30,24 @@
 //!    with `store` their RSS and disk use after 1,000,000 records (see
 //!    [`engines`]).
 //!
+//! 6. HTTP: webhooks into MQTT through ferry's HTTP receiver, and MQTT out
+//!    through its HTTP sender, against a raw HTTP client/server pair with
+//!    the same client and server (see [`http`]).
+//!
 //! Every route row runs `FERRY_BENCH_REPEAT` times (default 3) and prints
 //! the median rate, p50/p99 latency where each message can be timed, and
 //! ferry's CPU per message and peak RSS from `/proc` (see [`measure`]).
 //!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
-//! (default 20000); `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store` picks groups,
+//! (default 20000), `FERRY_BENCH_HTTP_MESSAGES` (default 20000);
+//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store,http` picks groups,
 //! `FERRY_BENCH_PLUGINS=filter,tenant` the plugins of the plugin-call rows;
 //! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
 
 mod engines;
+mod http;
 mod measure;
 mod mqtt;
 
@@ -847,5 +853,8 @@ async fn main() {
     }
     if wanted("outbox") {
         outbox_rows().await;
+    }
+    if wanted("http") {
+        http::rows(env_or("FERRY_BENCH_HTTP_MESSAGES", 20_000)).await;
     }
 }
