@@ -426,3 +426,12 @@ fn an_admin_server_beyond_loopback_needs_a_token_or_read_only() {
     let short = parse_with_env(&with("listen = \"127.0.0.1:9464\"\ntoken = \"short\""), &no_env).expect_err("short");
     assert_eq!(short.path, "admin.token");
 }
+
+#[test]
+fn simplemq_queue_names_follow_the_api() {
+    assert!(crate::simplemq_queue_name_ok("my-own-queue-00"));
+    assert!(!crate::simplemq_queue_name_ok("abc"));
+    assert!(!crate::simplemq_queue_name_ok("bad--name"));
+    assert!(!crate::simplemq_queue_name_ok("-start"));
+    assert!(!crate::simplemq_queue_name_ok("under_score"));
+}

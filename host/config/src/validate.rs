@@ -481,12 +481,17 @@ fn check_header_prefix(prefix: &str, key: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// A SimpleMQ queue name: 5 to 64 letters and digits, single hyphens
-/// inside (the API's pattern).
+/// Whether `name` is a SimpleMQ queue name: 5 to 64 letters and digits,
+/// single hyphens inside (the API's pattern). The SimpleMQ sender checks a
+/// binding's expanded address with it too.
+pub fn simplemq_queue_name_ok(name: &str) -> bool {
+    (5..=64).contains(&name.len())
+        && name.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// A SimpleMQ queue name, or an error naming `key`.
 fn check_simplemq_queue(queue: &str, key: &str) -> Result<(), ConfigError> {
-    let ok = (5..=64).contains(&queue.len())
-        && queue.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()));
-    if !ok {
+    if !simplemq_queue_name_ok(queue) {
         return Err(ConfigError::new(
             key,
             format!("{queue:?} is not a SimpleMQ queue name (5 to 64 letters and digits, single hyphens inside)"),

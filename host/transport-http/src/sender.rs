@@ -36,17 +36,8 @@ impl HttpSender {
     /// Builds the client (its pool, timeouts and TLS files). An unreadable
     /// TLS file is an error here, not at the first send.
     pub fn start(name: &str, config: HttpSenderConfig, metrics: Metrics) -> Result<Arc<Self>, TransportError> {
-        let mut builder = reqwest::Client::builder()
-            .timeout(Duration::from_millis(config.timeout_ms))
-            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
-            .pool_max_idle_per_host(config.pool_idle_per_host)
-            .tcp_nodelay(true)
-            .redirect(reqwest::redirect::Policy::none())
-            .user_agent(concat!("ferry/", env!("CARGO_PKG_VERSION")));
-        if let Some(tls) = &config.tls {
-            builder = with_tls(builder, tls)?;
-        }
-        let client = builder.build().map_err(|e| TransportError::permanent(format!("HTTP client: {e}")))?;
+        let client =
+            client(config.timeout_ms, config.connect_timeout_ms, Some(config.pool_idle_per_host), config.tls.as_ref())?;
         let method = reqwest::Method::from_bytes(config.method.as_bytes())
             .map_err(|e| TransportError::permanent(format!("method {:?}: {e}", config.method)))?;
         // No standing connection: the sender is ready from the start.
@@ -75,10 +66,51 @@ impl HttpSender {
     }
 }
 
-pub(crate) fn with_tls(
-    mut builder: reqwest::ClientBuilder,
-    tls: &TlsConfig,
-) -> Result<reqwest::ClientBuilder, TransportError> {
+/// The HTTP client of the HTTP and SimpleMQ transports: timeouts, no
+/// redirects, Nagle off, the TLS files. An unreadable TLS file is an error
+/// here, not at the first request.
+pub(crate) fn client(
+    timeout_ms: u64,
+    connect_timeout_ms: u64,
+    pool_idle_per_host: Option<usize>,
+    tls: Option<&TlsConfig>,
+) -> Result<reqwest::Client, TransportError> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(Duration::from_millis(timeout_ms))
+        .connect_timeout(Duration::from_millis(connect_timeout_ms))
+        .tcp_nodelay(true)
+        .redirect(reqwest::redirect::Policy::none())
+        .user_agent(concat!("ferry/", env!("CARGO_PKG_VERSION")));
+    if let Some(n) = pool_idle_per_host {
+        builder = builder.pool_max_idle_per_host(n);
+    }
+    if let Some(tls) = tls {
+        builder = with_tls(builder, tls)?;
+    }
+    builder.build().map_err(|e| TransportError::permanent(format!("HTTP client: {e}")))
+}
+
+/// A non-2xx answer as a failure: 408, 429 and 5xx are transient, held back
+/// by the server's `Retry-After`; every other status is permanent. The
+/// reason is `what`, the status and the start of the answer.
+pub(crate) async fn failure(what: &str, response: reqwest::Response) -> TransportError {
+    let status = response.status();
+    let wait = retry_after(response.headers());
+    let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
+    let reason = format!("{what} answered {status}: {}", text.trim());
+    let code = status.as_u16();
+    if code == 408 || code == 429 || status.is_server_error() {
+        let e = TransportError::transient(reason);
+        match wait {
+            Some(w) => e.retry_after(w),
+            None => e,
+        }
+    } else {
+        TransportError::permanent(reason)
+    }
+}
+
+fn with_tls(mut builder: reqwest::ClientBuilder, tls: &TlsConfig) -> Result<reqwest::ClientBuilder, TransportError> {
     let read = |path: &str| {
         std::fs::read(path).map_err(|e| TransportError::permanent(format!("cannot read TLS file {path}: {e}")))
     };
@@ -175,25 +207,12 @@ impl Sender for HttpSender {
             // Timeouts, refused connections, resets: the target may come back.
             TransportError::transient(format!("{} {}: {}", self.method, redact(&url), error_chain(&e)))
         })?;
-        let status = response.status();
-        if status.is_success() {
+        if response.status().is_success() {
             return Ok(());
         }
-        let wait = retry_after(response.headers());
-        let text = response.text().await.unwrap_or_default();
-        let snippet: String = text.chars().take(200).collect();
-        let reason = format!("{} {} answered {status}: {}", self.method, redact(&url), snippet.trim());
-        debug!(sender = %self.name, %reason, "HTTP send failed");
-        let code = status.as_u16();
-        if code == 408 || code == 429 || status.is_server_error() {
-            let e = TransportError::transient(reason);
-            Err(match wait {
-                Some(w) => e.retry_after(w),
-                None => e,
-            })
-        } else {
-            Err(TransportError::permanent(reason))
-        }
+        let e = failure(&format!("{} {}", self.method, redact(&url)), response).await;
+        debug!(sender = %self.name, reason = %e.reason, "HTTP send failed");
+        Err(e)
     }
 }
 

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use ferry_config::{SimplemqHeaders, SimplemqReceiverConfig, SimplemqSenderConfig, TlsConfig, WireFormat};
+use ferry_config::{SimplemqHeaders, SimplemqReceiverConfig, SimplemqSenderConfig, WireFormat};
 use ferry_core::TransportError;
 use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::json_wire::{self, Decoded, Unpacked};
@@ -59,42 +59,8 @@ pub mod mqbridge {
 /// Headers that stay as they are in mqbridge's format (W3C trace context).
 const TOP_LEVEL: [&str; 2] = ["traceparent", "tracestate"];
 
-fn client(
-    timeout_ms: u64,
-    connect_timeout_ms: u64,
-    tls: Option<&TlsConfig>,
-) -> Result<reqwest::Client, TransportError> {
-    let mut builder = reqwest::Client::builder()
-        .timeout(Duration::from_millis(timeout_ms))
-        .connect_timeout(Duration::from_millis(connect_timeout_ms))
-        .tcp_nodelay(true)
-        .user_agent(concat!("ferry/", env!("CARGO_PKG_VERSION")));
-    if let Some(tls) = tls {
-        builder = crate::sender::with_tls(builder, tls)?;
-    }
-    builder.build().map_err(|e| TransportError::permanent(format!("HTTP client: {e}")))
-}
-
 fn messages_url(api_url: &str, queue: &str) -> String {
     format!("{}/v1/queues/{queue}/messages", api_url.trim_end_matches('/'))
-}
-
-/// A failed call: 429 and 5xx (and connection errors) are transient, with
-/// the server's `Retry-After`; the rest permanent.
-async fn failure(what: &str, response: reqwest::Response) -> TransportError {
-    let status = response.status();
-    let wait = crate::sender::retry_after(response.headers());
-    let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
-    let reason = format!("SimpleMQ {what}: {status}: {}", text.trim());
-    if status.as_u16() == 429 || status.is_server_error() {
-        let e = TransportError::transient(reason);
-        match wait {
-            Some(w) => e.retry_after(w),
-            None => e,
-        }
-    } else {
-        TransportError::permanent(reason)
-    }
 }
 
 fn unreachable_error(what: &str, e: &reqwest::Error) -> TransportError {
@@ -257,7 +223,7 @@ pub struct SimplemqSender {
 
 impl SimplemqSender {
     pub fn start(name: &str, config: SimplemqSenderConfig, metrics: Metrics) -> Result<Arc<Self>, TransportError> {
-        let client = client(config.timeout_ms, config.connect_timeout_ms, config.tls.as_ref())?;
+        let client = crate::sender::client(config.timeout_ms, config.connect_timeout_ms, None, config.tls.as_ref())?;
         let gauge = labels(&[("kind", "simplemq"), ("role", "sender"), ("name", name)]);
         metrics.connected.get_or_create(&gauge).set(1);
         Ok(Arc::new(Self { name: name.to_owned(), config, client }))
@@ -275,7 +241,7 @@ impl Sender for SimplemqSender {
         } else {
             ferry_core::address::expand(&msg.address, &msg.envelope)?
         };
-        if !valid_queue_name(&queue) {
+        if !ferry_config::simplemq_queue_name_ok(&queue) {
             return Err(TransportError::unroutable(format!(
                 "{queue:?} is not a SimpleMQ queue name (5 to 64 letters, digits and single hyphens)"
             )));
@@ -301,14 +267,8 @@ impl Sender for SimplemqSender {
             debug!(sender = %self.name, %queue, "sent to SimpleMQ");
             return Ok(());
         }
-        Err(failure("send", response).await)
+        Err(crate::sender::failure("SimpleMQ send", response).await)
     }
-}
-
-/// SimpleMQ's queue names: 5 to 64 of `[0-9a-zA-Z]`, single hyphens inside.
-fn valid_queue_name(name: &str) -> bool {
-    (5..=64).contains(&name.len())
-        && name.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()))
 }
 
 /// `type = "simplemq"` receiver.
@@ -339,7 +299,7 @@ impl SimplemqReceiver {
             .await
             .map_err(|e| unreachable_error("receive", &e))?;
         if !response.status().is_success() {
-            return Err(failure("receive", response).await);
+            return Err(crate::sender::failure("SimpleMQ receive", response).await);
         }
         let bytes = response.bytes().await.map_err(|e| unreachable_error("receive", &e))?;
         let received: Received = serde_json::from_slice(&bytes)
@@ -417,7 +377,12 @@ impl SimplemqReceiver {
 #[async_trait]
 impl Receiver for SimplemqReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
-        let client = client(self.config.timeout_ms, self.config.connect_timeout_ms, self.config.tls.as_ref())?;
+        let client = crate::sender::client(
+            self.config.timeout_ms,
+            self.config.connect_timeout_ms,
+            None,
+            self.config.tls.as_ref(),
+        )?;
         info!(receiver = %self.name, queue = %self.config.queue, pollers = self.config.pollers, "polling SimpleMQ");
         let pollers = (0..self.config.pollers.max(1)).map(|_| self.poller(&client, &sink, &shutdown));
         futures_util::future::join_all(pollers).await;
@@ -468,7 +433,7 @@ impl SimplemqHandle {
         if response.status().is_success() {
             return Ok(());
         }
-        Err(failure("delete", response).await)
+        Err(crate::sender::failure("SimpleMQ delete", response).await)
     }
 }
 
@@ -542,14 +507,5 @@ mod tests {
             to_envelope("smq-2", &STANDARD.encode("hello"), 0, WireFormat::Json, SimplemqHeaders::Ferry);
         assert_eq!(outcome, Some(Unpacked::Plain));
         assert_eq!(plain.payload().as_ref(), b"hello");
-    }
-
-    #[test]
-    fn queue_names_follow_the_api() {
-        assert!(valid_queue_name("my-own-queue-00"));
-        assert!(!valid_queue_name("abc"));
-        assert!(!valid_queue_name("bad--name"));
-        assert!(!valid_queue_name("-start"));
-        assert!(!valid_queue_name("under_score"));
     }
 }
