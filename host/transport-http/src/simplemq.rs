@@ -4,7 +4,7 @@
 //! invisible for the queue's visibility timeout), `PUT
 //! …/messages/{id}` extends that timeout, `DELETE …/messages/{id}`
 //! acknowledges. Every call carries `Authorization: Bearer <api key>` (one
-//! key per queue). 429 and 5xx are transient.
+//! key per queue). 408, 429 and 5xx are transient.
 //!
 //! Content is base64 text; by default it holds the JSON wire format of
 //! seed 004, so headers cross a queue that has none. With
