@@ -15,6 +15,7 @@
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
 //!   RabbitMQ node a test can restart.
+//! - [`python`]: Python clients (boto3) run as scripts.
 //! - [`pg`]: a PostgreSQL schema of its own per test, for the shared store;
 //!   [`tcp_proxy`]: a proxy a test can cut, as when a host goes away.
 
@@ -23,6 +24,7 @@ pub mod daemon;
 pub mod http;
 pub mod mqtt;
 pub mod pg;
+pub mod python;
 pub mod rabbit;
 pub mod receiver;
 pub mod simplemq;

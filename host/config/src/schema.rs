@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::amqp::*;
+pub use crate::endpoint::{EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue};
 pub use crate::http::*;
 
 /// The whole configuration file.
@@ -34,6 +35,9 @@ pub struct Config {
     /// Receiver -> processors -> bindings pipelines.
     #[serde(default)]
     pub routes: Vec<RouteConfig>,
+    /// Servers ferry runs for applications (the SQS endpoint).
+    #[serde(default)]
+    pub endpoints: EndpointsConfig,
 }
 
 /// `[instance]`

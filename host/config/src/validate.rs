@@ -212,6 +212,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
             }
         }
     }
+    crate::endpoint::check(&config.endpoints, &listeners)?;
     for (name, s) in &config.senders {
         let key = format!("senders.{name}");
         match s {
@@ -303,8 +304,8 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
 
-    if config.routes.is_empty() {
-        return Err(ConfigError::new("routes", "at least one [[routes]] entry is required"));
+    if config.routes.is_empty() && config.endpoints.sqs.is_none() {
+        return Err(ConfigError::new("routes", "at least one [[routes]] entry (or an [endpoints.sqs]) is required"));
     }
     let mut route_ids = BTreeSet::new();
     let mut receiver_users: BTreeMap<&str, &str> = BTreeMap::new();

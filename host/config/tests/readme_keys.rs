@@ -71,6 +71,8 @@ fn every_documented_key_exists_and_every_key_is_documented() {
                 .into_iter()
                 .map(|section| (section, resolve(&schema, &schema["properties"][section])))
                 .collect()
+        } else if heading.starts_with("`[endpoints.sqs]`") {
+            vec![("endpoints.sqs", &schema["$defs"]["SqsEndpointConfig"])]
         } else if heading.starts_with("`[[routes]]`") {
             vec![("", &schema["$defs"]["RouteConfig"])]
         } else {

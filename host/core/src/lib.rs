@@ -13,6 +13,7 @@
 //! - [`outbox`]: the outbox store port (`shared_outbox` delivery).
 //! - [`ledger`]: redelivery counts for sources that do not keep one.
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
+//! - [`records`]: keyed records ferry keeps of its own (the SQS endpoint).
 //! - [`redact`]: passwords out of logged URLs.
 //! - [`shadow`]: a shadow processor beside a live one (shadow rollout).
 //! - [`route`]: the route runtime (direct_hold delivery, dispatch, retries).
@@ -33,6 +34,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod outbox;
 pub mod ports;
+pub mod records;
 pub mod redact;
 pub mod route;
 pub mod shadow;

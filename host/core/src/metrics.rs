@@ -172,6 +172,15 @@ pub struct Metrics {
     /// Headers an HTTP sender could not send (a name that is not an HTTP
     /// token, a value with control characters). Labels: sender.
     pub http_header_dropped: CounterFamily,
+    /// Requests the SQS endpoint answered. Labels: action, queue (empty
+    /// for actions on no queue), code (`ok` or the SQS error code).
+    pub sqs_endpoint_requests: CounterFamily,
+    /// Messages in an SQS endpoint queue. Labels: queue, state
+    /// (`visible`, `in_flight`, `delayed`).
+    pub sqs_endpoint_messages: GaugeFamily,
+    /// Age of the oldest message in an SQS endpoint queue, in seconds
+    /// (0 when empty). Labels: queue.
+    pub sqs_endpoint_oldest_age_seconds: GaugeFamily,
     /// Successful (re)connections of a transport client. Labels: kind,
     /// role (`receiver` or `sender`), name.
     pub connections: CounterFamily,
@@ -272,6 +281,8 @@ impl Metrics {
             counter("wire_format_read", "Payloads read as the JSON wire format, by outcome (wire, plain, malformed)");
         let http_requests = counter("http_requests", "Requests an HTTP receiver answered, by status");
         let http_header_dropped = counter("http_header_dropped", "Headers an HTTP sender could not send");
+        let sqs_endpoint_requests =
+            counter("sqs_endpoint_requests", "Requests the SQS endpoint answered, by action, queue and code");
         let sqs_md5_mismatch = counter("sqs_md5_mismatch", "SQS messages whose MD5 did not match what was received");
         let ingress_rejected =
             counter("ingress_rejected", "Messages a receiver could not read and refused at the broker");
@@ -348,6 +359,18 @@ impl Metrics {
         );
         let taps_open = Gauge::default();
         registry.register("taps_open", "Taps open on routes (ferry tap)", taps_open.clone());
+        let sqs_endpoint_messages = GaugeFamily::default();
+        registry.register(
+            "sqs_endpoint_messages",
+            "Messages in an SQS endpoint queue, by state",
+            sqs_endpoint_messages.clone(),
+        );
+        let sqs_endpoint_oldest_age_seconds = GaugeFamily::default();
+        registry.register(
+            "sqs_endpoint_oldest_age_seconds",
+            "Age of the oldest message in an SQS endpoint queue",
+            sqs_endpoint_oldest_age_seconds.clone(),
+        );
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
@@ -378,6 +401,9 @@ impl Metrics {
             wire_format_read,
             http_requests,
             http_header_dropped,
+            sqs_endpoint_requests,
+            sqs_endpoint_messages,
+            sqs_endpoint_oldest_age_seconds,
             connections,
             connected,
             delivery_latency,

@@ -26,12 +26,16 @@ pub enum Op {
     DeadLetterPut,
     DeadLetterRemove,
     DeadLetterRead,
+    /// A change to the keyed records (the SQS endpoint).
+    RecordWrite,
+    /// A read of the keyed records.
+    RecordRead,
     /// One group commit on the writer thread.
     Commit,
 }
 
 impl Op {
-    pub const ALL: [Op; 10] = [
+    pub const ALL: [Op; 12] = [
         Op::Persist,
         Op::AcquireLease,
         Op::Claim,
@@ -41,6 +45,8 @@ impl Op {
         Op::DeadLetterPut,
         Op::DeadLetterRemove,
         Op::DeadLetterRead,
+        Op::RecordWrite,
+        Op::RecordRead,
         Op::Commit,
     ];
 
@@ -55,6 +61,8 @@ impl Op {
             Op::DeadLetterPut => "dead_letter_put",
             Op::DeadLetterRemove => "dead_letter_remove",
             Op::DeadLetterRead => "dead_letter_read",
+            Op::RecordWrite => "record_write",
+            Op::RecordRead => "record_read",
             Op::Commit => "commit",
         }
     }

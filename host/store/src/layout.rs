@@ -9,6 +9,7 @@
 //! | `leases` | partition | MessagePack [`LeaseToken`](ferry_core::outbox::LeaseToken) |
 //! | `dead_letters` | id | MessagePack [`DeadLetter`](ferry_core::dlq::DeadLetter) |
 //! | `depths` | partition | pending records (absent: none) |
+//! | `records_kv` | `(space, key)` | bytes of the [`RecordStore`](ferry_core::records::RecordStore) port (the SQS endpoint's queues) |
 //!
 //! Records and dead letters share one sequence (`next_seq`), so every id
 //! the store hands out is unique and grows with time.
@@ -35,6 +36,11 @@ pub const DEAD_LETTERS: TableDefinition<u64, &[u8]> = TableDefinition::new("dead
 /// Pending records per partition, changed in the commit that adds or
 /// removes them, so opening the store need not count them.
 pub const DEPTHS: TableDefinition<&str, u64> = TableDefinition::new("depths");
+
+/// The keyed records of ferry's own state beside the outbox. A file of an
+/// earlier ferry gains the table at open; the format stays the same, as
+/// nothing else changed.
+pub const RECORDS_KV: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("records_kv");
 
 /// `meta["format"]`: the layout above. Files of format 1 (duplicate keys
 /// without the address, forgotten at completion) and 2 (no `depths`) are

@@ -47,6 +47,7 @@ use ferry_core::metrics::HistogramFamily;
 use ferry_core::outbox::{
     LeaseToken, LeaseView, NewRecord, OutboxRecord, OutboxStore, PartitionStats, Persisted, StoreError,
 };
+use ferry_core::records::{RecordChange, RecordStore};
 use ferry_envelope::Timestamp;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
@@ -66,8 +67,8 @@ pub use writer::Fault;
 use health::Tracker;
 use index::Index;
 use layout::{
-    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, DEPTHS, FORMAT, FORMAT_KEY, LEASES, META, NEXT_SEQ_KEY, RECORDS, decode, encode,
-    io,
+    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, DEPTHS, FORMAT, FORMAT_KEY, LEASES, META, NEXT_SEQ_KEY, RECORDS, RECORDS_KV,
+    decode, encode, io,
 };
 use writer::{Action, Answer, Request, Writer};
 
@@ -117,7 +118,7 @@ pub async fn open(engine: &Engine, options: StoreOptions) -> Result<Arc<dyn Stor
 /// What the daemon and the `ferry dlq` / `ferry outbox` commands need of a
 /// store beyond the route's ports.
 #[async_trait]
-pub trait Store: OutboxStore + DeadLetterStore {
+pub trait Store: OutboxStore + DeadLetterStore + RecordStore {
     /// `embedded` or `postgres`.
     fn kind(&self) -> &'static str;
     /// The oldest store operation still running, if any (the watchdog).
@@ -386,6 +387,48 @@ impl RedbStore {
     }
 }
 
+#[async_trait]
+impl RecordStore for RedbStore {
+    async fn commit(&self, change: RecordChange) -> Result<(), StoreError> {
+        if change.is_empty() {
+            return Ok(());
+        }
+        match self.change(Action::Records(change)).await? {
+            Answer::Done => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn load(&self, space: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let space = space.to_owned();
+        self.read(Op::RecordRead, move |s| {
+            let txn = s.db.begin_read().map_err(io)?;
+            let table = txn.open_table(RECORDS_KV).map_err(io)?;
+            let mut out = Vec::new();
+            for item in table.range((space.as_str(), "")..).map_err(io)? {
+                let (key, value) = item.map_err(io)?;
+                let (item_space, item_key) = key.value();
+                if item_space != space {
+                    break;
+                }
+                out.push((item_key.to_owned(), value.value().to_vec()));
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl RecordStore for postgres::PgStore {
+    async fn commit(&self, change: RecordChange) -> Result<(), StoreError> {
+        self.commit_records(change).await
+    }
+    async fn load(&self, space: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        self.load_records(space).await
+    }
+}
+
 fn unexpected(answer: Answer) -> StoreError {
     io(format!("the store's writer answered {answer:?} to another request"))
 }
@@ -430,6 +473,7 @@ fn init(db: &Database) -> Result<u64, InitError> {
         txn.open_table(LEASES).map_err(init_failed)?;
         txn.open_table(DEAD_LETTERS).map_err(init_failed)?;
         txn.open_table(DEPTHS).map_err(init_failed)?;
+        txn.open_table(RECORDS_KV).map_err(init_failed)?;
     }
     txn.commit().map_err(init_failed)?;
     Ok(next_seq)

@@ -19,13 +19,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use ferry_core::outbox::{LeaseToken, NewRecord, OutboxRecord, Persisted, StoreError};
+use ferry_core::records::RecordChange;
 use redb::{Database, ReadableDatabase, ReadableTable, Table, WriteTransaction};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::health::{Op, Tracker};
 use crate::index::{Effect, Index, Loaded};
 use crate::layout::{
-    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, DEPTHS, LEASES, META, NEXT_SEQ_KEY, PENDING, RECORDS, decode, encode, io,
+    DEAD_LETTERS, DEDUP, DEDUP_EXPIRY, DEPTHS, LEASES, META, NEXT_SEQ_KEY, PENDING, RECORDS, RECORDS_KV, decode,
+    encode, io,
 };
 
 /// Requests applied in one commit at most.
@@ -71,6 +73,7 @@ pub enum Action {
     RemoveDeadLetters {
         ids: Vec<u64>,
     },
+    Records(RecordChange),
 }
 
 impl Action {
@@ -83,6 +86,7 @@ impl Action {
             Action::Reschedule { failed: false, .. } => Op::Release,
             Action::PutDeadLetter { .. } => Op::DeadLetterPut,
             Action::RemoveDeadLetters { .. } => Op::DeadLetterRemove,
+            Action::Records(_) => Op::RecordWrite,
         }
     }
 }
@@ -131,6 +135,7 @@ struct Tables<'t> {
     leases: Table<'t, &'static str, &'static [u8]>,
     dead_letters: Table<'t, u64, &'static [u8]>,
     depths: Table<'t, &'static str, u64>,
+    records_kv: Table<'t, (&'static str, &'static str), &'static [u8]>,
     /// Records added (or removed) per partition by this transaction, added
     /// to `depths` before it commits.
     depth_delta: HashMap<String, i64>,
@@ -146,6 +151,7 @@ impl<'t> Tables<'t> {
             leases: txn.open_table(LEASES).map_err(io)?,
             dead_letters: txn.open_table(DEAD_LETTERS).map_err(io)?,
             depths: txn.open_table(DEPTHS).map_err(io)?,
+            records_kv: txn.open_table(RECORDS_KV).map_err(io)?,
             depth_delta: HashMap::new(),
         })
     }
@@ -366,6 +372,15 @@ impl Writer {
                     }
                 }
                 Ok(Ok(Answer::Removed(removed)))
+            }
+            Action::Records(change) => {
+                for (space, key) in &change.deletes {
+                    t.records_kv.remove((space.as_str(), key.as_str())).map_err(io)?;
+                }
+                for (space, key, value) in &change.puts {
+                    t.records_kv.insert((space.as_str(), key.as_str()), value.as_slice()).map_err(io)?;
+                }
+                Ok(Ok(Answer::Done))
             }
         }
     }

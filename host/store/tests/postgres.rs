@@ -37,7 +37,8 @@ async fn migrations_apply_once_even_when_instances_start_together() {
     let (a, b, c) = tokio::join!(open(&db, false), open(&db, false), open(&db, false));
     let client = db.client().await;
     let rows = client.query("SELECT version FROM ferry_schema_version", &[]).await.expect("versions");
-    assert_eq!(rows.len(), 1, "one migration, applied once");
+    let known = ferry_store::postgres::migrations::MIGRATIONS.len();
+    assert_eq!(rows.len(), known, "each migration applied once");
     drop((a, b, c));
     // A newer schema than this ferry knows is refused, not misread.
     client
@@ -271,5 +272,31 @@ async fn grouped_completions_are_fenced_one_by_one() {
     assert_eq!((depth("p"), depth("q")), (0, 1), "the fenced-out record is still pending");
     let kept = store.persist((0..100).map(|i| record("p", &format!("m{i}"), "x")).collect()).await.expect("persist");
     assert_eq!((kept.stored, kept.duplicates), (50, 50), "keys kept for their window, the others forgotten");
+    db.drop().await;
+}
+
+/// The keyed records (the SQS endpoint's queues): puts replace, deletes
+/// remove, a load reads one space in key order, and another instance on
+/// the same database sees them.
+#[tokio::test]
+async fn keyed_records_commit_together_and_load_by_space() {
+    use ferry_core::records::{RecordChange, RecordStore};
+    let db = pg::TestDb::new().await;
+    let a = open(&db, false).await;
+    let mut change = RecordChange::default();
+    change.put("sqs.queue", "b", vec![2]);
+    change.put("sqs.queue", "a", vec![1]);
+    change.put("sqs.message", "a/1", vec![9]);
+    RecordStore::commit(a.as_ref(), change).await.expect("commit");
+    let mut change = RecordChange::default();
+    change.put("sqs.queue", "a", vec![3]);
+    change.delete("sqs.message", "a/1");
+    change.delete("sqs.message", "never-there");
+    RecordStore::commit(a.as_ref(), change).await.expect("commit");
+    let b = open(&db, false).await;
+    let queues = RecordStore::load(b.as_ref(), "sqs.queue").await.expect("load");
+    assert_eq!(queues, vec![("a".to_owned(), vec![3]), ("b".to_owned(), vec![2])]);
+    assert!(RecordStore::load(b.as_ref(), "sqs.message").await.expect("load").is_empty());
+    drop((a, b));
     db.drop().await;
 }

@@ -61,6 +61,8 @@ pub struct Bridge {
     generation: u64,
     ended_tx: mpsc::UnboundedSender<RouteEnded>,
     ended_rx: mpsc::UnboundedReceiver<RouteEnded>,
+    /// `[endpoints.sqs]`, bound and waiting for `run`.
+    sqs_endpoint: Option<super::endpoint::SqsEndpoint>,
 }
 
 impl Bridge {
@@ -77,6 +79,10 @@ impl Bridge {
         };
         let store = ferry_store::open(&engine, options).await.map_err(|e| StartError::new(key, e))?;
         info!(store = store.kind(), "store open");
+        let sqs_endpoint = match &config.endpoints.sqs {
+            Some(c) => Some(super::endpoint::SqsEndpoint::prepare(c, store.clone(), &metrics).await?),
+            None => None,
+        };
         let leasing = leasing(&config);
         let prepared =
             prepare(&config, &metrics, &store, &leasing, &BTreeMap::new(), &SenderMap::new(), &PluginState::default())
@@ -102,6 +108,7 @@ impl Bridge {
             generation: 0,
             ended_tx,
             ended_rx,
+            sqs_endpoint,
         })
     }
 
@@ -152,6 +159,10 @@ impl Bridge {
         for planned in std::mem::take(&mut self.pending) {
             self.spawn(planned.key, planned.route, &shutdown);
         }
+        // The endpoint stops with the daemon, after the routes (a route may
+        // be receiving from or sending to its queues).
+        let endpoint_stop = CancellationToken::new();
+        let endpoint = self.sqs_endpoint.take().map(|e| e.spawn(endpoint_stop.clone()));
         let mut clean = true;
         loop {
             tokio::select! {
@@ -190,6 +201,19 @@ impl Bridge {
         }
         for running in self.senders.values() {
             running.sender.close().await;
+        }
+        endpoint_stop.cancel();
+        if let Some(mut task) = endpoint {
+            // Requests being answered finish; long polls still waiting for
+            // a message are cut after a second (they took nothing yet).
+            match tokio::time::timeout(std::time::Duration::from_secs(1), &mut task).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    error!(error = %e, "SQS endpoint task panicked");
+                    clean = false;
+                }
+                Err(_) => task.abort(),
+            }
         }
         // The other instances on a shared store count this one out now.
         if let Err(e) = self.store.leave(&self.leasing.owner).await {

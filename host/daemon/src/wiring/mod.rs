@@ -13,6 +13,7 @@
 //! `plan::prepare` again with the running routes and senders.
 
 mod bridge;
+mod endpoint;
 mod parts;
 mod plan;
 

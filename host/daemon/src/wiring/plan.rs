@@ -232,6 +232,10 @@ pub(super) async fn prepare(
             transports.push((kind_of_receiver(r).to_owned(), "receiver".to_owned(), route.receiver.clone()));
         }
     }
+    if config.endpoints.sqs.is_some() {
+        let (kind, role, name) = super::endpoint::READINESS;
+        transports.push((kind.to_owned(), role.to_owned(), name.to_owned()));
+    }
     let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
     Ok(Prepared { senders, routes, kept, swaps, plugins, readiness })
 }

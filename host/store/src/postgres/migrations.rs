@@ -11,7 +11,10 @@
 use tokio_postgres::Client;
 
 /// (version, what it does, SQL).
-pub const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "outbox records, leases, instances and dead letters", V1)];
+pub const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "outbox records, leases, instances and dead letters", V1),
+    (2, "keyed records (the SQS endpoint's queues)", V2),
+];
 
 /// Any fixed number: the advisory lock the migrations are applied under.
 const LOCK_KEY: i64 = 0x6665_7272_795f_6d31; // "ferry_m1"
@@ -61,6 +64,15 @@ CREATE TABLE ferry_dead_letters (
     entry      BYTEA NOT NULL
 );
 CREATE INDEX ferry_dead_letters_route ON ferry_dead_letters (route, id);
+"#;
+
+const V2: &str = r#"
+CREATE TABLE ferry_records (
+    space TEXT NOT NULL,
+    key   TEXT NOT NULL,
+    value BYTEA NOT NULL,
+    PRIMARY KEY (space, key)
+);
 "#;
 
 /// Why the schema could not be brought up to date.

@@ -39,6 +39,7 @@ use ferry_core::dlq::{DeadLetter, DeadLetterStore};
 use ferry_core::outbox::{
     LeaseToken, LeaseView, NewRecord, OutboxRecord, OutboxStore, PartitionStats, Persisted, StoreError,
 };
+use ferry_core::records::RecordChange;
 use ferry_envelope::Timestamp;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -262,6 +263,40 @@ impl PgStore {
         let client = self.client().await?;
         let n = client.execute("DELETE FROM ferry_dead_letters WHERE id = ANY($1)", &[&ids]).await.map_err(db)?;
         Ok(n as usize)
+    }
+
+    /// Applies a change to the keyed records in one transaction.
+    pub async fn commit_records(&self, change: RecordChange) -> Result<(), StoreError> {
+        if change.is_empty() {
+            return Ok(());
+        }
+        let _running = self.inner.tracker.start(Op::RecordWrite);
+        let mut client = self.client().await?;
+        let txn = client.transaction().await.map_err(db)?;
+        for (space, key) in &change.deletes {
+            txn.execute("DELETE FROM ferry_records WHERE space = $1 AND key = $2", &[space, key]).await.map_err(db)?;
+        }
+        for (space, key, value) in &change.puts {
+            txn.execute(
+                "INSERT INTO ferry_records (space, key, value) VALUES ($1, $2, $3) \
+                 ON CONFLICT (space, key) DO UPDATE SET value = EXCLUDED.value",
+                &[space, key, value],
+            )
+            .await
+            .map_err(db)?;
+        }
+        txn.commit().await.map_err(db)
+    }
+
+    /// Every record of a space, in key order.
+    pub async fn load_records(&self, space: &str) -> Result<Vec<(String, Vec<u8>)>, StoreError> {
+        let _running = self.inner.tracker.start(Op::RecordRead);
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT key, value FROM ferry_records WHERE space = $1 ORDER BY key COLLATE \"C\"", &[&space])
+            .await
+            .map_err(db)?;
+        Ok(rows.into_iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// How many dead letters there are.

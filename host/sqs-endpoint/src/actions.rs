@@ -1,0 +1,549 @@
+//! The SQS actions: input in the JSON protocol's shape in, result in the
+//! same shape out (see [`crate::protocol`]).
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use crate::engine::{Engine, Outgoing, ReceiveOptions, Received};
+use crate::error::SqsError;
+use crate::model::{
+    COMPUTED_ATTRIBUTES, MAX_MESSAGE_BYTES, QUEUE_ATTRIBUTES, md5_of, md5_of_trace, message_attributes, trace_header,
+    wanted,
+};
+
+/// What an action knows of the request beyond its input.
+pub struct Context<'a> {
+    pub engine: &'a Engine,
+    /// `scheme://host[:port]` queue URLs start with.
+    pub base_url: &'a str,
+    /// The caller, as SenderId reports it.
+    pub sender_id: &'a str,
+}
+
+impl Context<'_> {
+    pub fn queue_url(&self, name: &str) -> String {
+        format!("{}/{}/{name}", self.base_url.trim_end_matches('/'), self.engine.identity.account)
+    }
+}
+
+/// The queue a QueueUrl names: only its path counts, so a URL saved with a
+/// stale host still works.
+pub fn queue_name(input: &Value) -> Result<String, SqsError> {
+    let url = text(input, "QueueUrl")?.ok_or_else(|| SqsError::missing_parameter("QueueUrl"))?;
+    let path = match url.find("://") {
+        Some(i) => url[i + 3..].find('/').map_or("", |j| &url[i + 3 + j..]),
+        None => url.as_str(),
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    path.trim_matches('/')
+        .rsplit('/')
+        .next()
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .ok_or_else(SqsError::no_queue)
+}
+
+fn text(input: &Value, key: &str) -> Result<Option<String>, SqsError> {
+    match input.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(SqsError::malformed(format!("{key} must be a string, not {other}"))),
+    }
+}
+
+fn required(input: &Value, key: &str) -> Result<String, SqsError> {
+    text(input, key)?.ok_or_else(|| SqsError::missing_parameter(key))
+}
+
+/// An integer given as a JSON number or (query) a string.
+fn int(input: &Value, key: &str) -> Result<Option<i64>, SqsError> {
+    match input.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Number(n)) => {
+            n.as_i64().map(Some).ok_or_else(|| SqsError::invalid_value(key, n, "must be an integer"))
+        }
+        Some(Value::String(s)) => {
+            s.trim().parse().map(Some).map_err(|_| SqsError::invalid_value(key, s, "must be an integer"))
+        }
+        Some(other) => Err(SqsError::invalid_value(key, other, "must be an integer")),
+    }
+}
+
+fn strings(input: &Value, key: &str) -> Vec<String> {
+    input
+        .get(key)
+        .and_then(Value::as_array)
+        .map_or_else(Vec::new, |items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+}
+
+fn string_map(input: &Value, key: &str) -> BTreeMap<String, String> {
+    input.get(key).and_then(Value::as_object).map_or_else(BTreeMap::new, |map| {
+        map.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned))).collect()
+    })
+}
+
+/// The actions the endpoint serves.
+pub const ACTIONS: &[&str] = &[
+    "CreateQueue",
+    "GetQueueUrl",
+    "ListQueues",
+    "DeleteQueue",
+    "PurgeQueue",
+    "GetQueueAttributes",
+    "SetQueueAttributes",
+    "TagQueue",
+    "UntagQueue",
+    "ListQueueTags",
+    "SendMessage",
+    "SendMessageBatch",
+    "ReceiveMessage",
+    "DeleteMessage",
+    "DeleteMessageBatch",
+    "ChangeMessageVisibility",
+    "ChangeMessageVisibilityBatch",
+];
+
+/// Runs one action.
+pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value, SqsError> {
+    match action {
+        "CreateQueue" => create_queue(cx, input).await,
+        "GetQueueUrl" => {
+            let name = required(input, "QueueName")?;
+            if !cx.engine.exists(&name) {
+                return Err(SqsError::no_queue());
+            }
+            Ok(json!({"QueueUrl": cx.queue_url(&name)}))
+        }
+        "ListQueues" => list_queues(cx, input),
+        "DeleteQueue" => {
+            cx.engine.delete(&queue_name(input)?).await?;
+            Ok(json!({}))
+        }
+        "PurgeQueue" => {
+            cx.engine.purge(&queue_name(input)?).await?;
+            Ok(json!({}))
+        }
+        "GetQueueAttributes" => get_attributes(cx, input),
+        "SetQueueAttributes" => {
+            cx.engine.set_attributes(&queue_name(input)?, string_map(input, "Attributes")).await?;
+            Ok(json!({}))
+        }
+        "TagQueue" => {
+            cx.engine.retag(&queue_name(input)?, string_map(input, "Tags"), &[]).await?;
+            Ok(json!({}))
+        }
+        "UntagQueue" => {
+            cx.engine.retag(&queue_name(input)?, BTreeMap::new(), &strings(input, "TagKeys")).await?;
+            Ok(json!({}))
+        }
+        "ListQueueTags" => {
+            let tags = cx.engine.tags(&queue_name(input)?)?;
+            Ok(if tags.is_empty() { json!({}) } else { json!({"Tags": tags}) })
+        }
+        "SendMessage" => send_message(cx, input).await,
+        "SendMessageBatch" => send_batch(cx, input).await,
+        "ReceiveMessage" => receive(cx, input).await,
+        "DeleteMessage" => {
+            let name = queue_name(input)?;
+            let handle = required(input, "ReceiptHandle")?;
+            for answer in cx.engine.delete_messages(&name, &[handle]).await? {
+                answer?;
+            }
+            Ok(json!({}))
+        }
+        "DeleteMessageBatch" => delete_batch(cx, input).await,
+        "ChangeMessageVisibility" => {
+            let name = queue_name(input)?;
+            let handle = required(input, "ReceiptHandle")?;
+            let timeout =
+                int(input, "VisibilityTimeout")?.ok_or_else(|| SqsError::missing_parameter("VisibilityTimeout"))?;
+            cx.engine.change_visibility(&name, &handle, timeout).await?;
+            Ok(json!({}))
+        }
+        "ChangeMessageVisibilityBatch" => change_visibility_batch(cx, input).await,
+        other => Err(SqsError::invalid_action(other)),
+    }
+}
+
+async fn create_queue(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = required(input, "QueueName")?;
+    let mut tags = string_map(input, "tags");
+    tags.extend(string_map(input, "Tags"));
+    cx.engine.create(&name, string_map(input, "Attributes"), tags).await?;
+    Ok(json!({"QueueUrl": cx.queue_url(&name)}))
+}
+
+fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let prefix = text(input, "QueueNamePrefix")?.unwrap_or_default();
+    let max = int(input, "MaxResults")?;
+    if let Some(m) = max
+        && !(1..=1000).contains(&m)
+    {
+        return Err(SqsError::invalid_value("MaxResults", m, "must be between 1 and 1000"));
+    }
+    let after = text(input, "NextToken")?;
+    let names = cx.engine.list(&prefix);
+    let start = after.as_ref().map_or(0, |token| names.iter().position(|n| n > token).unwrap_or(names.len()));
+    let limit = max.map_or(1000, |m| m as usize);
+    let page: Vec<&String> = names[start..].iter().take(limit).collect();
+    let mut out = Map::new();
+    if !page.is_empty() {
+        out.insert("QueueUrls".into(), page.iter().map(|n| Value::from(cx.queue_url(n))).collect());
+    }
+    if max.is_some()
+        && start + page.len() < names.len()
+        && let Some(last) = page.last()
+    {
+        out.insert("NextToken".into(), Value::from(last.as_str()));
+    }
+    Ok(Value::Object(out))
+}
+
+fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let all = cx.engine.attributes(&name)?;
+    let asked = strings(input, "AttributeNames");
+    for a in &asked {
+        let known =
+            a == "All" || QUEUE_ATTRIBUTES.iter().any(|r| r.name == a) || COMPUTED_ATTRIBUTES.contains(&a.as_str());
+        if !known {
+            return Err(SqsError::invalid_attribute_name(a));
+        }
+    }
+    let chosen: Map<String, Value> = all
+        .into_iter()
+        .filter(|(k, _)| asked.iter().any(|a| a == "All" || a == k))
+        .map(|(k, v)| (k, Value::String(v)))
+        .collect();
+    Ok(if chosen.is_empty() { json!({}) } else { json!({"Attributes": chosen}) })
+}
+
+/// A message of a SendMessage or a batch entry, checked against the queue.
+fn outgoing(cx: &Context<'_>, queue: &str, input: &Value) -> Result<Outgoing, SqsError> {
+    let (fifo, content_dedup, max_size) = cx.engine.queue_kind(queue)?;
+    let body = text(input, "MessageBody")?.ok_or_else(|| SqsError::missing_parameter("MessageBody"))?;
+    if body.is_empty() {
+        return Err(SqsError::missing_parameter("MessageBody"));
+    }
+    if !ferry_transport_sqs::attributes::valid_text(&body) {
+        return Err(SqsError::invalid_contents());
+    }
+    let attributes = message_attributes(input.get("MessageAttributes"))?;
+    let trace = trace_header(input.get("MessageSystemAttributes"))?;
+    let size = body.len() + attributes.iter().map(crate::model::Attr::size).sum::<usize>();
+    if size as i64 > max_size {
+        return Err(SqsError::invalid_parameter(format!(
+            "One or more parameters are invalid. Reason: Message must be shorter than {max_size} bytes."
+        )));
+    }
+    let delay = int(input, "DelaySeconds")?;
+    if let Some(d) = delay {
+        if fifo {
+            return Err(SqsError::invalid_value(
+                "DelaySeconds",
+                d,
+                "The request include parameter that is not valid for this queue type",
+            ));
+        }
+        if !(0..=900).contains(&d) {
+            return Err(SqsError::invalid_value("DelaySeconds", d, "must be between 0 and 900, if provided"));
+        }
+    }
+    let group = text(input, "MessageGroupId")?;
+    let mut dedup_id = text(input, "MessageDeduplicationId")?;
+    for (key, value) in [("MessageGroupId", &group), ("MessageDeduplicationId", &dedup_id)] {
+        if let Some(v) = value
+            && (v.is_empty() || v.len() > 128 || !v.chars().all(|c| c.is_ascii_graphic()))
+        {
+            return Err(SqsError::invalid_value(key, v, "must be 1 to 128 printable ASCII characters"));
+        }
+    }
+    if fifo {
+        if group.is_none() {
+            return Err(SqsError::missing_parameter("MessageGroupId"));
+        }
+        if dedup_id.is_none() {
+            if !content_dedup {
+                return Err(SqsError::invalid_parameter(
+                    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
+                     provided explicitly",
+                ));
+            }
+            dedup_id = Some(sha256_hex(body.as_bytes()));
+        }
+    } else if let Some(id) = &dedup_id {
+        return Err(SqsError::invalid_value(
+            "MessageDeduplicationId",
+            id,
+            "The request includes a parameter that is not valid for this queue type",
+        ));
+    }
+    Ok(Outgoing {
+        body,
+        attributes,
+        trace_header: trace,
+        delay_s: delay,
+        group,
+        dedup_id,
+        sender_id: cx.sender_id.to_owned(),
+    })
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The digests and ids a send answers with.
+fn sent(message: &Outgoing, id: &str, sequence: Option<u64>) -> Map<String, Value> {
+    let mut out = Map::new();
+    out.insert("MD5OfMessageBody".into(), ferry_transport_sqs::attributes::md5_of_body(&message.body).into());
+    if let Some(md5) = md5_of(&message.attributes) {
+        out.insert("MD5OfMessageAttributes".into(), md5.into());
+    }
+    if let Some(trace) = &message.trace_header {
+        out.insert("MD5OfMessageSystemAttributes".into(), md5_of_trace(trace).into());
+    }
+    out.insert("MessageId".into(), id.into());
+    if let Some(seq) = sequence {
+        out.insert("SequenceNumber".into(), format!("{seq:020}").into());
+    }
+    out
+}
+
+async fn send_message(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let message = outgoing(cx, &name, input)?;
+    let result = cx.engine.send(&name, vec![message.clone()]).await?;
+    let first = result.first().ok_or_else(|| SqsError::internal("no result for the message"))?;
+    Ok(Value::Object(sent(&message, &first.message_id, first.sequence)))
+}
+
+/// The checks every batch gets before any entry runs.
+fn batch_entries<'v>(input: &'v Value, entry: &str) -> Result<&'v Vec<Value>, SqsError> {
+    let entries = match input.get("Entries") {
+        Some(Value::Array(entries)) if !entries.is_empty() => entries,
+        _ => return Err(SqsError::empty_batch(entry)),
+    };
+    if entries.len() > 10 {
+        return Err(SqsError::too_many_entries(entries.len()));
+    }
+    let mut seen = HashSet::new();
+    for e in entries {
+        let id = e.get("Id").and_then(Value::as_str).unwrap_or_default();
+        if id.is_empty() || id.len() > 80 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            return Err(SqsError::invalid_batch_id());
+        }
+        if !seen.insert(id) {
+            return Err(SqsError::ids_not_distinct(id));
+        }
+    }
+    Ok(entries)
+}
+
+fn failed(id: &str, err: &SqsError) -> Value {
+    json!({"Id": id, "SenderFault": err.sender, "Code": err.code, "Message": err.message})
+}
+
+fn batch_result(successful: Vec<Value>, failures: Vec<Value>) -> Value {
+    json!({"Successful": successful, "Failed": failures})
+}
+
+async fn send_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let entries = batch_entries(input, "SendMessageBatchRequestEntry")?;
+    if !cx.engine.exists(&name) {
+        return Err(SqsError::no_queue());
+    }
+    let total: usize = entries
+        .iter()
+        .map(|e| {
+            e.get("MessageBody").and_then(Value::as_str).map_or(0, str::len)
+                + message_attributes(e.get("MessageAttributes"))
+                    .map_or(0, |a| a.iter().map(crate::model::Attr::size).sum())
+        })
+        .sum();
+    if total > MAX_MESSAGE_BYTES {
+        return Err(SqsError::batch_too_long(total, MAX_MESSAGE_BYTES));
+    }
+    let mut ok = Vec::new();
+    let mut failures = Vec::new();
+    for e in entries {
+        let id = e.get("Id").and_then(Value::as_str).unwrap_or_default().to_owned();
+        match outgoing(cx, &name, e) {
+            Ok(m) => ok.push((id, m)),
+            Err(err) => failures.push(failed(&id, &err)),
+        }
+    }
+    let results = cx.engine.send(&name, ok.iter().map(|(_, m)| m.clone()).collect()).await?;
+    let successful = ok
+        .iter()
+        .zip(results)
+        .map(|((id, m), r)| {
+            let mut entry = sent(m, &r.message_id, r.sequence);
+            entry.insert("Id".into(), id.clone().into());
+            Value::Object(entry)
+        })
+        .collect();
+    Ok(batch_result(successful, failures))
+}
+
+const SYSTEM_ATTRIBUTES: &[&str] = &[
+    "All",
+    "SenderId",
+    "SentTimestamp",
+    "ApproximateReceiveCount",
+    "ApproximateFirstReceiveTimestamp",
+    "SequenceNumber",
+    "MessageDeduplicationId",
+    "MessageGroupId",
+    "AWSTraceHeader",
+    "DeadLetterQueueSourceArn",
+];
+
+async fn receive(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let max = int(input, "MaxNumberOfMessages")?.unwrap_or(1);
+    if !(1..=10).contains(&max) {
+        return Err(SqsError::invalid_value("MaxNumberOfMessages", max, "Must be between 1 and 10, if provided"));
+    }
+    let visibility = int(input, "VisibilityTimeout")?;
+    if let Some(v) = visibility
+        && !(0..=43_200).contains(&v)
+    {
+        return Err(SqsError::invalid_value("VisibilityTimeout", v, "Must be >= 0 and <= 43200, if provided"));
+    }
+    let wait = int(input, "WaitTimeSeconds")?;
+    if let Some(w) = wait
+        && !(0..=20).contains(&w)
+    {
+        return Err(SqsError::invalid_value("WaitTimeSeconds", w, "Must be >= 0 and <= 20, if provided"));
+    }
+    let mut system = strings(input, "AttributeNames");
+    system.extend(strings(input, "MessageSystemAttributeNames"));
+    for a in &system {
+        if !SYSTEM_ATTRIBUTES.contains(&a.as_str()) {
+            return Err(SqsError::invalid_attribute_name(a));
+        }
+    }
+    let user = strings(input, "MessageAttributeNames");
+    let options = ReceiveOptions {
+        max: max as usize,
+        visibility_s: visibility,
+        wait: wait.map(|w| Duration::from_secs(w as u64)),
+    };
+    let got = cx.engine.receive(&name, options).await?;
+    if got.is_empty() {
+        return Ok(json!({}));
+    }
+    let messages: Vec<Value> = got.iter().map(|r| message_json(r, &system, &user)).collect();
+    Ok(json!({"Messages": messages}))
+}
+
+/// One received message as ReceiveMessage returns it.
+fn message_json(r: &Received, system: &[String], user: &[String]) -> Value {
+    let s = &r.stored;
+    let mut out = Map::new();
+    out.insert("MessageId".into(), s.id.clone().into());
+    out.insert("ReceiptHandle".into(), r.receipt_handle.clone().into());
+    out.insert("MD5OfBody".into(), ferry_transport_sqs::attributes::md5_of_body(&s.body).into());
+    out.insert("Body".into(), s.body.clone().into());
+    let mut attrs = Map::new();
+    let mut put = |name: &str, value: Option<String>| {
+        if let Some(v) = value
+            && wanted(system, name)
+        {
+            attrs.insert(name.to_owned(), v.into());
+        }
+    };
+    put("SenderId", Some(s.sender_id.clone()));
+    put("SentTimestamp", Some(s.sent_ms.to_string()));
+    put("ApproximateReceiveCount", Some(r.receive_count.to_string()));
+    put("ApproximateFirstReceiveTimestamp", Some(r.first_receive_ms.to_string()));
+    put("AWSTraceHeader", s.trace_header.clone());
+    put("MessageGroupId", s.group.clone());
+    put("MessageDeduplicationId", s.dedup_id.clone());
+    put("SequenceNumber", s.sequence.map(|n| format!("{n:020}")));
+    put("DeadLetterQueueSourceArn", s.source_arn.clone());
+    if !attrs.is_empty() {
+        out.insert("Attributes".into(), Value::Object(attrs));
+    }
+    let selected: Vec<_> = s.attributes.iter().filter(|a| wanted(user, &a.name)).cloned().collect();
+    if let Some(md5) = md5_of(&selected) {
+        out.insert("MD5OfMessageAttributes".into(), md5.into());
+        let map: Map<String, Value> = selected.iter().map(|a| (a.name.clone(), a.to_json())).collect();
+        out.insert("MessageAttributes".into(), Value::Object(map));
+    }
+    Value::Object(out)
+}
+
+async fn delete_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let entries = batch_entries(input, "DeleteMessageBatchRequestEntry")?;
+    let mut ok = Vec::new();
+    let mut failures = Vec::new();
+    let mut handles = Vec::new();
+    let mut ids = Vec::new();
+    for e in entries {
+        let id = e.get("Id").and_then(Value::as_str).unwrap_or_default();
+        match required(e, "ReceiptHandle") {
+            Ok(handle) => {
+                handles.push(handle);
+                ids.push(id);
+            }
+            Err(err) => failures.push(failed(id, &err)),
+        }
+    }
+    for (id, answer) in ids.into_iter().zip(cx.engine.delete_messages(&name, &handles).await?) {
+        match answer {
+            Ok(()) => ok.push(json!({"Id": id})),
+            Err(err) => failures.push(failed(id, &err)),
+        }
+    }
+    Ok(batch_result(ok, failures))
+}
+
+async fn change_visibility_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let entries = batch_entries(input, "ChangeMessageVisibilityBatchRequestEntry")?;
+    if !cx.engine.exists(&name) {
+        return Err(SqsError::no_queue());
+    }
+    let mut ok = Vec::new();
+    let mut failures = Vec::new();
+    for e in entries {
+        let id = e.get("Id").and_then(Value::as_str).unwrap_or_default();
+        let result = async {
+            let handle = required(e, "ReceiptHandle")?;
+            let timeout =
+                int(e, "VisibilityTimeout")?.ok_or_else(|| SqsError::missing_parameter("VisibilityTimeout"))?;
+            cx.engine.change_visibility(&name, &handle, timeout).await
+        }
+        .await;
+        match result {
+            Ok(()) => ok.push(json!({"Id": id})),
+            Err(err) if err.code == "AWS.SimpleQueueService.NonExistentQueue" => return Err(err),
+            Err(err) => failures.push(failed(id, &err)),
+        }
+    }
+    Ok(batch_result(ok, failures))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_urls_resolve_by_path_only() {
+        for url in [
+            "http://127.0.0.1:9324/000000000000/orders",
+            "https://stale-host.example/000000000000/orders",
+            "/000000000000/orders",
+        ] {
+            assert_eq!(queue_name(&json!({"QueueUrl": url})).expect("resolves"), "orders", "{url}");
+        }
+        assert_eq!(queue_name(&json!({})).expect_err("missing").code, "MissingParameter");
+    }
+}

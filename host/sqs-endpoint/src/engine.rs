@@ -1,0 +1,804 @@
+//! The queues: registry, messages, visibility, FIFO groups, deduplication
+//! and redrive, kept in memory and written through to ferry's store.
+//!
+//! Every change is on disk before the call that made it returns: a
+//! `SendMessage` is answered only once its message is committed, so an app
+//! that heard "sent" never loses the message to a crash. Reads (receive,
+//! attributes) are served from memory; what a receive changes (receipt,
+//! visibility, count) is committed before the messages are handed out, so
+//! a restart never shows a received message as never received.
+//!
+//! Records (spaces of the store's keyed records):
+//! - `sqs.queue`: name → [`QueueMeta`];
+//! - `sqs.message`: `name/seq` → [`Stored`] (what was sent; never changes);
+//! - `sqs.delivery`: `name/seq` → [`Delivery`] (visibility and counts);
+//! - `sqs.dedup`: `name/dedup-id` → [`DedupEntry`] (FIFO, five minutes).
+//!
+//! The lock over the state is a plain mutex held only for in-memory work,
+//! never across an await; store commits happen outside it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use ferry_core::outbox::StoreError;
+use ferry_core::records::{RecordChange, RecordStore};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+
+use crate::error::SqsError;
+use crate::model::{Attr, DEDUP_WINDOW_MS, QUEUE_ATTRIBUTES, RedrivePolicy, check_queue_attributes};
+
+const QUEUES: &str = "sqs.queue";
+const MESSAGES: &str = "sqs.message";
+const DELIVERIES: &str = "sqs.delivery";
+const DEDUP: &str = "sqs.dedup";
+
+/// Where the endpoint says its queues are.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub region: String,
+    pub account: String,
+}
+
+impl Identity {
+    pub fn arn(&self, queue: &str) -> String {
+        format!("arn:aws:sqs:{}:{}:{queue}", self.region, self.account)
+    }
+}
+
+/// A queue's durable description.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct QueueMeta {
+    pub name: String,
+    /// Settable attributes as given (defaults are not stored).
+    pub attributes: BTreeMap<String, String>,
+    pub tags: BTreeMap<String, String>,
+    pub created_s: i64,
+    pub modified_s: i64,
+}
+
+/// A message as sent; never changes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Stored {
+    pub id: String,
+    pub body: String,
+    pub attributes: Vec<Attr>,
+    pub trace_header: Option<String>,
+    pub sent_ms: i64,
+    pub sender_id: String,
+    pub group: Option<String>,
+    pub dedup_id: Option<String>,
+    /// FIFO queues: the SequenceNumber.
+    pub sequence: Option<u64>,
+    /// Set on a message a redrive moved: the queue it came from.
+    pub source_arn: Option<String>,
+}
+
+/// What receiving has done to a message.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Delivery {
+    /// Not receivable before (ms).
+    pub visible_at_ms: i64,
+    pub receive_count: u32,
+    pub first_receive_ms: Option<i64>,
+    /// The nonce of the latest receipt handle.
+    pub receipt: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct DedupEntry {
+    until_ms: i64,
+    message_id: String,
+    sequence: Option<u64>,
+}
+
+struct Message {
+    stored: Arc<Stored>,
+    delivery: Delivery,
+    /// Not yet on disk: not receivable, and on a FIFO queue it holds its
+    /// group back so order is kept.
+    committed: bool,
+}
+
+impl Message {
+    fn in_flight(&self, now: i64) -> bool {
+        self.delivery.receive_count > 0 && self.delivery.visible_at_ms > now
+    }
+}
+
+struct Queue {
+    meta: QueueMeta,
+    messages: BTreeMap<u64, Message>,
+    dedup: HashMap<String, DedupEntry>,
+    notify: Arc<Notify>,
+    purged_ms: Option<i64>,
+}
+
+impl Queue {
+    fn fifo(&self) -> bool {
+        self.meta.name.ends_with(".fifo")
+    }
+
+    fn int(&self, name: &str) -> i64 {
+        let value = self.meta.attributes.get(name).map(String::as_str);
+        let default = QUEUE_ATTRIBUTES.iter().find(|r| r.name == name).and_then(|r| r.default);
+        value.or(default).and_then(|v| v.parse().ok()).unwrap_or(0)
+    }
+
+    fn flag(&self, name: &str) -> bool {
+        self.meta.attributes.get(name).is_some_and(|v| v == "true")
+    }
+
+    fn redrive(&self) -> Option<RedrivePolicy> {
+        self.meta.attributes.get("RedrivePolicy").filter(|v| !v.is_empty()).and_then(|v| RedrivePolicy::parse(v).ok())
+    }
+}
+
+/// Counts of a queue, as GetQueueAttributes and the metrics report them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Depth {
+    pub visible: u64,
+    pub in_flight: u64,
+    pub delayed: u64,
+    /// Sent time of the oldest message (ms), if any.
+    pub oldest_ms: Option<i64>,
+}
+
+/// A message to send, checked by the protocol layer.
+#[derive(Debug, Clone, Default)]
+pub struct Outgoing {
+    pub body: String,
+    pub attributes: Vec<Attr>,
+    pub trace_header: Option<String>,
+    pub delay_s: Option<i64>,
+    pub group: Option<String>,
+    pub dedup_id: Option<String>,
+    pub sender_id: String,
+}
+
+/// What a send answered.
+#[derive(Debug, Clone)]
+pub struct SendResult {
+    pub message_id: String,
+    pub sequence: Option<u64>,
+}
+
+/// A message handed to a receiver.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub stored: Arc<Stored>,
+    pub receipt_handle: String,
+    pub receive_count: u32,
+    pub first_receive_ms: i64,
+}
+
+/// How to receive.
+#[derive(Debug, Clone)]
+pub struct ReceiveOptions {
+    pub max: usize,
+    pub visibility_s: Option<i64>,
+    pub wait: Option<Duration>,
+}
+
+struct State {
+    queues: BTreeMap<String, Queue>,
+    next_seq: u64,
+}
+
+/// The queues.
+pub struct Engine {
+    state: Mutex<State>,
+    store: Arc<dyn RecordStore>,
+    pub identity: Identity,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+fn message_key(queue: &str, seq: u64) -> String {
+    format!("{queue}/{seq:020}")
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Encoding plain structs into a Vec cannot fail.
+    rmp_serde::to_vec_named(value).unwrap_or_default()
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(space: &str, key: &str, bytes: &[u8]) -> Result<T, StoreError> {
+    rmp_serde::from_slice(bytes).map_err(|e| StoreError::Io(format!("{space} record {key} cannot be read: {e}")))
+}
+
+fn internal(e: StoreError) -> SqsError {
+    SqsError::internal(e)
+}
+
+/// A receipt handle names the queue, the message and the receive.
+fn receipt_handle(queue: &str, seq: u64, nonce: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{queue}/{seq}/{nonce}"))
+}
+
+fn parse_receipt(queue: &str, handle: &str) -> Result<(u64, String), SqsError> {
+    use base64::Engine as _;
+    let bad = || SqsError::invalid_receipt(handle);
+    let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(handle).map_err(|_| bad())?;
+    let text = String::from_utf8(text).map_err(|_| bad())?;
+    let mut parts = text.rsplitn(3, '/');
+    let (Some(nonce), Some(seq), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad());
+    };
+    if name != queue {
+        return Err(bad());
+    }
+    Ok((seq.parse().map_err(|_| bad())?, nonce.to_owned()))
+}
+
+impl Engine {
+    /// Loads every queue from the store.
+    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity) -> Result<Arc<Self>, StoreError> {
+        let mut queues = BTreeMap::new();
+        for (key, bytes) in store.load(QUEUES).await? {
+            let meta: QueueMeta = decode(QUEUES, &key, &bytes)?;
+            queues.insert(
+                meta.name.clone(),
+                Queue {
+                    meta,
+                    messages: BTreeMap::new(),
+                    dedup: HashMap::new(),
+                    notify: Arc::new(Notify::new()),
+                    purged_ms: None,
+                },
+            );
+        }
+        let mut deliveries: HashMap<String, Delivery> = HashMap::new();
+        for (key, bytes) in store.load(DELIVERIES).await? {
+            let delivery = decode(DELIVERIES, &key, &bytes)?;
+            deliveries.insert(key, delivery);
+        }
+        let mut next_seq = 1;
+        let mut orphans = RecordChange::default();
+        for (key, bytes) in store.load(MESSAGES).await? {
+            let Some((name, seq)) = key.rsplit_once('/').and_then(|(n, s)| Some((n, s.parse::<u64>().ok()?))) else {
+                continue;
+            };
+            next_seq = next_seq.max(seq + 1);
+            let delivery = deliveries.remove(&key);
+            let Some(queue) = queues.get_mut(name) else {
+                orphans.delete(MESSAGES, key.clone());
+                orphans.delete(DELIVERIES, key);
+                continue;
+            };
+            let stored: Stored = decode(MESSAGES, &key, &bytes)?;
+            let delivery = delivery.unwrap_or(Delivery { visible_at_ms: stored.sent_ms, ..Delivery::default() });
+            queue.messages.insert(seq, Message { stored: Arc::new(stored), delivery, committed: true });
+        }
+        let now = now_ms();
+        for (key, bytes) in store.load(DEDUP).await? {
+            let entry: DedupEntry = decode(DEDUP, &key, &bytes)?;
+            match key.rsplit_once('/').and_then(|(name, id)| Some((queues.get_mut(name)?, id))) {
+                Some((queue, id)) if entry.until_ms > now => {
+                    queue.dedup.insert(id.to_owned(), entry);
+                }
+                _ => orphans.delete(DEDUP, key),
+            }
+        }
+        store.commit(orphans).await?;
+        Ok(Arc::new(Self { state: Mutex::new(State { queues, next_seq }), store, identity }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queue names, in order, starting with `prefix`.
+    pub fn list(&self, prefix: &str) -> Vec<String> {
+        self.lock().queues.keys().filter(|n| n.starts_with(prefix)).cloned().collect()
+    }
+
+    pub fn exists(&self, name: &str) -> bool {
+        self.lock().queues.contains_key(name)
+    }
+
+    /// Creates a queue, or finds the one of that name when its attributes
+    /// are the same. Returns whether it was created.
+    pub async fn create(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        let fifo_name = name.ends_with(".fifo");
+        if !crate::model::valid_queue_name(name) {
+            return Err(SqsError::invalid_parameter(
+                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
+            ));
+        }
+        let fifo_attr = attributes.get("FifoQueue").is_some_and(|v| v == "true");
+        if fifo_attr != fifo_name {
+            return Err(SqsError::invalid_parameter(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \
+                 end with .fifo suffix and be 1 to 80 in length.",
+            ));
+        }
+        let meta = {
+            let mut state = self.lock();
+            let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
+            check_queue_attributes(&attributes, fifo_name, &arn_of)?;
+            if let Some(existing) = state.queues.get(name) {
+                for (key, value) in &attributes {
+                    let current = existing
+                        .meta
+                        .attributes
+                        .get(key)
+                        .map(String::as_str)
+                        .or_else(|| QUEUE_ATTRIBUTES.iter().find(|r| r.name == key).and_then(|r| r.default));
+                    if current != Some(value.as_str()) {
+                        return Err(SqsError::queue_exists(format!(
+                            "A queue already exists with the same name and a different value for attribute {key}"
+                        )));
+                    }
+                }
+                return Ok(false);
+            }
+            let now = now_ms() / 1000;
+            let meta = QueueMeta { name: name.to_owned(), attributes, tags, created_s: now, modified_s: now };
+            state.queues.insert(
+                name.to_owned(),
+                Queue {
+                    meta: meta.clone(),
+                    messages: BTreeMap::new(),
+                    dedup: HashMap::new(),
+                    notify: Arc::new(Notify::new()),
+                    purged_ms: None,
+                },
+            );
+            meta
+        };
+        let mut change = RecordChange::default();
+        change.put(QUEUES, name, encode(&meta));
+        if let Err(e) = self.store.commit(change).await {
+            self.lock().queues.remove(name);
+            return Err(internal(e));
+        }
+        Ok(true)
+    }
+
+    /// Declares a queue from config: created when missing, left as it is
+    /// otherwise (the API may have changed its attributes since).
+    pub async fn declare(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        if self.exists(name) {
+            return Ok(());
+        }
+        self.create(name, attributes, BTreeMap::new()).await.map(|_| ())
+    }
+
+    /// Deletes a queue and its messages.
+    pub async fn delete(&self, name: &str) -> Result<(), SqsError> {
+        let queue = self.lock().queues.remove(name).ok_or_else(SqsError::no_queue)?;
+        queue.notify.notify_waiters();
+        let mut change = RecordChange::default();
+        change.delete(QUEUES, name);
+        for seq in queue.messages.keys() {
+            change.delete(MESSAGES, message_key(name, *seq));
+            change.delete(DELIVERIES, message_key(name, *seq));
+        }
+        for id in queue.dedup.keys() {
+            change.delete(DEDUP, format!("{name}/{id}"));
+        }
+        self.store.commit(change).await.map_err(internal)
+    }
+
+    /// Removes every message (at most once a minute, as SQS allows).
+    pub async fn purge(&self, name: &str) -> Result<(), SqsError> {
+        let change = {
+            let mut state = self.lock();
+            let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+            let now = now_ms();
+            if queue.purged_ms.is_some_and(|at| now - at < 60_000) {
+                return Err(SqsError::purge_in_progress(&self.identity.arn(name)));
+            }
+            queue.purged_ms = Some(now);
+            let mut change = RecordChange::default();
+            for seq in std::mem::take(&mut queue.messages).into_keys() {
+                change.delete(MESSAGES, message_key(name, seq));
+                change.delete(DELIVERIES, message_key(name, seq));
+            }
+            change
+        };
+        self.store.commit(change).await.map_err(internal)
+    }
+
+    /// A queue's attributes: what was set, the defaults, and the computed
+    /// ones.
+    pub fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        let state = self.lock();
+        let queue = state.queues.get(name).ok_or_else(SqsError::no_queue)?;
+        let fifo = queue.fifo();
+        let mut out: BTreeMap<String, String> = QUEUE_ATTRIBUTES
+            .iter()
+            .filter(|r| fifo || !r.fifo_only)
+            .filter_map(|r| Some((r.name.to_owned(), r.default?.to_owned())))
+            .collect();
+        out.extend(queue.meta.attributes.clone());
+        if fifo {
+            out.insert("FifoQueue".into(), "true".into());
+        }
+        let depth = depth_of(queue, now_ms());
+        out.insert("ApproximateNumberOfMessages".into(), depth.visible.to_string());
+        out.insert("ApproximateNumberOfMessagesNotVisible".into(), depth.in_flight.to_string());
+        out.insert("ApproximateNumberOfMessagesDelayed".into(), depth.delayed.to_string());
+        out.insert("CreatedTimestamp".into(), queue.meta.created_s.to_string());
+        out.insert("LastModifiedTimestamp".into(), queue.meta.modified_s.to_string());
+        out.insert("QueueArn".into(), self.identity.arn(name));
+        Ok(out)
+    }
+
+    /// Depth of every queue (the metrics).
+    pub fn depths(&self) -> Vec<(String, Depth)> {
+        let now = now_ms();
+        self.lock().queues.iter().map(|(name, q)| (name.clone(), depth_of(q, now))).collect()
+    }
+
+    pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        let meta = {
+            let mut state = self.lock();
+            let fifo = name.ends_with(".fifo");
+            {
+                let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
+                if !state.queues.contains_key(name) {
+                    return Err(SqsError::no_queue());
+                }
+                check_queue_attributes(&attributes, fifo, &arn_of)?;
+            }
+            if attributes.get("FifoQueue").is_some_and(|v| (v == "true") != fifo) {
+                return Err(SqsError::invalid_attribute_value("FifoQueue", "a queue's type cannot be changed."));
+            }
+            let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+            queue.meta.attributes.extend(attributes);
+            queue.meta.modified_s = now_ms() / 1000;
+            queue.meta.clone()
+        };
+        let mut change = RecordChange::default();
+        change.put(QUEUES, name, encode(&meta));
+        self.store.commit(change).await.map_err(internal)
+    }
+
+    pub fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        let state = self.lock();
+        Ok(state.queues.get(name).ok_or_else(SqsError::no_queue)?.meta.tags.clone())
+    }
+
+    /// Adds tags (`Some`) or removes them (`None`).
+    pub async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
+        let meta = {
+            let mut state = self.lock();
+            let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+            queue.meta.tags.extend(set);
+            for key in remove {
+                queue.meta.tags.remove(key);
+            }
+            if queue.meta.tags.len() > 50 {
+                return Err(SqsError::invalid_parameter("Too many tags added for queue."));
+            }
+            queue.meta.clone()
+        };
+        let mut change = RecordChange::default();
+        change.put(QUEUES, name, encode(&meta));
+        self.store.commit(change).await.map_err(internal)
+    }
+
+    /// Whether the queue is FIFO and deduplicates by content.
+    pub fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
+        let state = self.lock();
+        let q = state.queues.get(name).ok_or_else(SqsError::no_queue)?;
+        Ok((q.fifo(), q.flag("ContentBasedDeduplication"), q.int("MaximumMessageSize")))
+    }
+
+    /// Sends messages to one queue; each answer in the order given. The
+    /// messages are on disk when this returns `Ok`.
+    pub async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
+        let now = now_ms();
+        let mut results = Vec::with_capacity(messages.len());
+        let mut change = RecordChange::default();
+        let mut added = Vec::new();
+        let mut dedup_added = Vec::new();
+        let notify = {
+            let mut guard = self.lock();
+            let state = &mut *guard;
+            let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+            let fifo = queue.fifo();
+            let queue_delay = queue.int("DelaySeconds");
+            queue.dedup.retain(|_, e| e.until_ms > now);
+            for m in messages {
+                if fifo {
+                    let dedup_id = m.dedup_id.clone().unwrap_or_default();
+                    if let Some(entry) = queue.dedup.get(&dedup_id) {
+                        results.push(SendResult { message_id: entry.message_id.clone(), sequence: entry.sequence });
+                        continue;
+                    }
+                }
+                let seq = state.next_seq;
+                state.next_seq += 1;
+                let stored = Stored {
+                    id: uuid::Uuid::new_v4().to_string(),
+                    body: m.body,
+                    attributes: m.attributes,
+                    trace_header: m.trace_header,
+                    sent_ms: now,
+                    sender_id: m.sender_id,
+                    group: m.group,
+                    dedup_id: m.dedup_id,
+                    sequence: fifo.then_some(seq),
+                    source_arn: None,
+                };
+                let delay = m.delay_s.unwrap_or(queue_delay);
+                let delivery = Delivery { visible_at_ms: now + delay * 1000, ..Delivery::default() };
+                let key = message_key(name, seq);
+                change.put(MESSAGES, key.clone(), encode(&stored));
+                change.put(DELIVERIES, key, encode(&delivery));
+                if fifo {
+                    let dedup_id = stored.dedup_id.clone().unwrap_or_default();
+                    let entry = DedupEntry {
+                        until_ms: now + DEDUP_WINDOW_MS,
+                        message_id: stored.id.clone(),
+                        sequence: Some(seq),
+                    };
+                    change.put(DEDUP, format!("{name}/{dedup_id}"), encode(&entry));
+                    queue.dedup.insert(dedup_id.clone(), entry);
+                    dedup_added.push(dedup_id);
+                }
+                results.push(SendResult { message_id: stored.id.clone(), sequence: stored.sequence });
+                queue.messages.insert(seq, Message { stored: Arc::new(stored), delivery, committed: false });
+                added.push(seq);
+            }
+            queue.notify.clone()
+        };
+        let committed = self.store.commit(change).await;
+        {
+            let mut state = self.lock();
+            if let Some(queue) = state.queues.get_mut(name) {
+                for seq in &added {
+                    match committed {
+                        Ok(()) => {
+                            if let Some(m) = queue.messages.get_mut(seq) {
+                                m.committed = true;
+                            }
+                        }
+                        Err(_) => {
+                            queue.messages.remove(seq);
+                        }
+                    }
+                }
+                if committed.is_err() {
+                    for id in &dedup_added {
+                        queue.dedup.remove(id);
+                    }
+                }
+            }
+        }
+        committed.map_err(internal)?;
+        notify.notify_waiters();
+        Ok(results)
+    }
+
+    /// Receives up to `options.max` messages, waiting up to
+    /// `options.wait` (else the queue's ReceiveMessageWaitTimeSeconds) for
+    /// the first.
+    pub async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
+        let (notify, wait) = {
+            let state = self.lock();
+            let queue = state.queues.get(name).ok_or_else(SqsError::no_queue)?;
+            let wait = options.wait.unwrap_or(Duration::from_secs(queue.int("ReceiveMessageWaitTimeSeconds") as u64));
+            (queue.notify.clone(), wait)
+        };
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (got, change, next_ms) = self.take(name, &options)?;
+            if !change.is_empty() {
+                self.store.commit(change).await.map_err(internal)?;
+            }
+            let now = tokio::time::Instant::now();
+            if !got.is_empty() || now >= deadline {
+                return Ok(got);
+            }
+            let mut wake = deadline;
+            if let Some(next) = next_ms {
+                let wait_ms = (next - now_ms()).max(1) as u64;
+                wake = wake.min(now + Duration::from_millis(wait_ms));
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
+
+    /// One pass over a queue: the messages taken, the change that records
+    /// it, and when the next message becomes visible.
+    #[allow(clippy::type_complexity)]
+    fn take(
+        &self,
+        name: &str,
+        options: &ReceiveOptions,
+    ) -> Result<(Vec<Received>, RecordChange, Option<i64>), SqsError> {
+        let now = now_ms();
+        let mut guard = self.lock();
+        let state = &mut *guard;
+        let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+        let fifo = queue.fifo();
+        let visibility = options.visibility_s.unwrap_or_else(|| queue.int("VisibilityTimeout"));
+        let retention_ms = queue.int("MessageRetentionPeriod") * 1000;
+        let redrive = queue.redrive();
+        let mut change = RecordChange::default();
+        let mut got = Vec::new();
+        let mut expired = Vec::new();
+        let mut dead = Vec::new();
+        let mut blocked: HashSet<String> = HashSet::new();
+        let mut next_ms: Option<i64> = None;
+        for (seq, m) in &mut queue.messages {
+            if m.stored.sent_ms + retention_ms <= now {
+                expired.push(*seq);
+                continue;
+            }
+            let group = if fifo { m.stored.group.clone() } else { None };
+            if let Some(g) = &group
+                && blocked.contains(g)
+            {
+                continue;
+            }
+            if !m.committed || m.delivery.visible_at_ms > now {
+                if m.committed {
+                    next_ms = Some(next_ms.map_or(m.delivery.visible_at_ms, |n| n.min(m.delivery.visible_at_ms)));
+                }
+                if let Some(g) = group {
+                    blocked.insert(g);
+                }
+                continue;
+            }
+            if got.len() >= options.max {
+                continue;
+            }
+            if let Some(policy) = &redrive
+                && m.delivery.receive_count >= policy.max_receive_count
+            {
+                dead.push((*seq, policy.target_name.clone()));
+                if let Some(g) = group {
+                    blocked.insert(g);
+                }
+                continue;
+            }
+            let nonce = format!("{:016x}", rand::random::<u64>());
+            m.delivery.receive_count += 1;
+            m.delivery.first_receive_ms.get_or_insert(now);
+            m.delivery.visible_at_ms = now + visibility * 1000;
+            m.delivery.receipt = Some(nonce.clone());
+            change.put(DELIVERIES, message_key(name, *seq), encode(&m.delivery));
+            got.push(Received {
+                stored: m.stored.clone(),
+                receipt_handle: receipt_handle(name, *seq, &nonce),
+                receive_count: m.delivery.receive_count,
+                first_receive_ms: m.delivery.first_receive_ms.unwrap_or(now),
+            });
+        }
+        for seq in expired {
+            queue.messages.remove(&seq);
+            change.delete(MESSAGES, message_key(name, seq));
+            change.delete(DELIVERIES, message_key(name, seq));
+        }
+        let source_arn = self.identity.arn(name);
+        let mut moved = Vec::new();
+        for (seq, target) in dead {
+            if let Some(m) = queue.messages.remove(&seq) {
+                change.delete(MESSAGES, message_key(name, seq));
+                change.delete(DELIVERIES, message_key(name, seq));
+                moved.push((m, target));
+            }
+        }
+        for (m, target) in moved {
+            let new_seq = state.next_seq;
+            state.next_seq += 1;
+            let Some(dlq) = state.queues.get_mut(&target) else {
+                // The dead-letter queue was deleted after the policy was
+                // set: SQS keeps such messages where they are.
+                tracing::warn!(queue = name, target = %target, "redrive target does not exist; message kept");
+                continue;
+            };
+            let mut stored = (*m.stored).clone();
+            stored.source_arn = Some(source_arn.clone());
+            stored.sequence = dlq.fifo().then_some(new_seq);
+            let delivery = Delivery { visible_at_ms: now, ..Delivery::default() };
+            let key = message_key(&target, new_seq);
+            change.put(MESSAGES, key.clone(), encode(&stored));
+            change.put(DELIVERIES, key, encode(&delivery));
+            dlq.messages.insert(new_seq, Message { stored: Arc::new(stored), delivery, committed: true });
+            dlq.notify.notify_waiters();
+        }
+        Ok((got, change, next_ms))
+    }
+
+    /// Deletes received messages, one answer per handle, in one commit. A
+    /// handle whose message is already gone succeeds, as in SQS.
+    pub async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
+        let mut answers = Vec::with_capacity(handles.len());
+        let change = {
+            let mut state = self.lock();
+            let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+            let mut change = RecordChange::default();
+            let mut unblocked = false;
+            for handle in handles {
+                let answer = parse_receipt(name, handle).and_then(|(seq, _nonce)| {
+                    match queue.messages.get(&seq) {
+                        // Never received: a made-up handle cannot delete it.
+                        Some(m) if m.delivery.receive_count == 0 => Err(SqsError::invalid_receipt(handle)),
+                        Some(m) => {
+                            unblocked |= m.stored.group.is_some();
+                            queue.messages.remove(&seq);
+                            change.delete(MESSAGES, message_key(name, seq));
+                            change.delete(DELIVERIES, message_key(name, seq));
+                            Ok(())
+                        }
+                        None => Ok(()),
+                    }
+                });
+                answers.push(answer);
+            }
+            if unblocked {
+                queue.notify.notify_waiters();
+            }
+            change
+        };
+        self.store.commit(change).await.map_err(internal)?;
+        Ok(answers)
+    }
+
+    /// Changes how long a received message stays invisible, counted from
+    /// now.
+    pub async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
+        if !(0..=43_200).contains(&timeout_s) {
+            return Err(SqsError::invalid_value(
+                "VisibilityTimeout",
+                timeout_s,
+                "must be between 0 and 43200, if provided",
+            ));
+        }
+        let (change, notify) = {
+            let mut state = self.lock();
+            let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
+            let (seq, nonce) = parse_receipt(name, handle)?;
+            let now = now_ms();
+            let m = queue.messages.get_mut(&seq).ok_or_else(SqsError::not_inflight)?;
+            if !m.in_flight(now) || m.delivery.receipt.as_deref() != Some(nonce.as_str()) {
+                return Err(SqsError::not_inflight());
+            }
+            m.delivery.visible_at_ms = now + timeout_s * 1000;
+            let mut change = RecordChange::default();
+            change.put(DELIVERIES, message_key(name, seq), encode(&m.delivery));
+            (change, queue.notify.clone())
+        };
+        self.store.commit(change).await.map_err(internal)?;
+        if timeout_s == 0 {
+            notify.notify_waiters();
+        }
+        Ok(())
+    }
+}
+
+fn depth_of(queue: &Queue, now: i64) -> Depth {
+    let mut depth = Depth::default();
+    for m in queue.messages.values().filter(|m| m.committed) {
+        depth.oldest_ms = Some(depth.oldest_ms.map_or(m.stored.sent_ms, |o| o.min(m.stored.sent_ms)));
+        if m.in_flight(now) {
+            depth.in_flight += 1;
+        } else if m.delivery.visible_at_ms > now {
+            depth.delayed += 1;
+        } else {
+            depth.visible += 1;
+        }
+    }
+    depth
+}

@@ -1,0 +1,24 @@
+//! ferry as an SQS server (issue 20, seed 003): applications keep their AWS
+//! SDK code, point its endpoint at ferry, and their queues live in ferry's
+//! store.
+//!
+//! - [`engine`]: the queues — registry, visibility, receipt handles,
+//!   retention, delays, FIFO groups and deduplication, redrive — written
+//!   through to the store before any call that changed them returns.
+//! - [`model`]: message attributes and queue attributes, with SQS's limits.
+//! - [`protocol`]: AWS JSON 1.0 and the query protocol, read into one shape
+//!   and written back in their own.
+//! - [`actions`]: the SQS actions over that shape.
+//! - [`error`]: SQS's errors as each protocol names them.
+//! - [`server`]: the HTTP server.
+
+pub mod actions;
+pub mod engine;
+pub mod error;
+pub mod model;
+pub mod protocol;
+pub mod server;
+
+pub use engine::{Engine, Identity};
+pub use error::SqsError;
+pub use server::{ServerOptions, serve};

@@ -1,0 +1,396 @@
+//! What a message and a queue carry, and the limits SQS puts on them.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use ferry_transport_sqs::attributes::{AttrBytes, md5_of_attributes, valid_name, valid_text};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::SqsError;
+
+/// The largest message (body and attributes together) and the largest
+/// batch request, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 1_048_576;
+/// Message attributes a message may carry.
+pub const MAX_ATTRIBUTES: usize = 10;
+/// The FIFO deduplication window.
+pub const DEDUP_WINDOW_MS: i64 = 5 * 60 * 1000;
+
+/// A message attribute as sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attr {
+    pub name: String,
+    /// `String`, `Number`, `Binary`, or one of them with a `.subtype`.
+    pub data_type: String,
+    pub value: AttrValue,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttrValue {
+    Text(String),
+    Binary(Vec<u8>),
+}
+
+impl Attr {
+    fn md5_bytes(&self) -> AttrBytes<'_> {
+        match &self.value {
+            AttrValue::Text(s) => AttrBytes::Text(s),
+            AttrValue::Binary(b) => AttrBytes::Binary(b),
+        }
+    }
+
+    /// Bytes counted against the message size: name, type and value.
+    pub fn size(&self) -> usize {
+        self.name.len()
+            + self.data_type.len()
+            + match &self.value {
+                AttrValue::Text(s) => s.len(),
+                AttrValue::Binary(b) => b.len(),
+            }
+    }
+
+    /// `{"DataType": …, "StringValue" | "BinaryValue": …}` (binary base64).
+    pub fn to_json(&self) -> Value {
+        match &self.value {
+            AttrValue::Text(s) => serde_json::json!({"DataType": self.data_type, "StringValue": s}),
+            AttrValue::Binary(b) => serde_json::json!({"DataType": self.data_type, "BinaryValue": B64.encode(b)}),
+        }
+    }
+}
+
+/// AWS's MD5OfMessageAttributes (None without attributes).
+pub fn md5_of(attributes: &[Attr]) -> Option<String> {
+    if attributes.is_empty() {
+        return None;
+    }
+    Some(md5_of_attributes(attributes.iter().map(|a| (a.name.as_str(), a.data_type.as_str(), a.md5_bytes()))))
+}
+
+fn base_type(data_type: &str) -> &str {
+    data_type.split_once('.').map_or(data_type, |(base, _)| base)
+}
+
+/// Reads `MessageAttributes` (`{name: {DataType, StringValue|BinaryValue}}`)
+/// and checks them as SQS does.
+pub fn message_attributes(input: Option<&Value>) -> Result<Vec<Attr>, SqsError> {
+    let Some(map) = input.and_then(Value::as_object) else {
+        return Ok(Vec::new());
+    };
+    if map.len() > MAX_ATTRIBUTES {
+        return Err(SqsError::invalid_parameter(format!(
+            "Number of message attributes [{}] exceeds the allowed maximum [{MAX_ATTRIBUTES}].",
+            map.len()
+        )));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (name, value) in map {
+        if !valid_name(name) {
+            return Err(SqsError::invalid_parameter(format!(
+                "Message (user) attribute name '{name}' is invalid. The attribute name can contain A-Z, a-z, \
+                 0-9, underscore (_), hyphen (-), and period (.) characters, must not start or end with a \
+                 period, must not have successive periods, must not start with AWS. or Amazon., and must be \
+                 at most 256 characters long."
+            )));
+        }
+        out.push(attribute(name, value, "Message (user) attribute")?);
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// One attribute value, checked: `what` names the kind in messages.
+fn attribute(name: &str, value: &Value, what: &str) -> Result<Attr, SqsError> {
+    let data_type = value.get("DataType").and_then(Value::as_str).unwrap_or_default();
+    if data_type.is_empty() {
+        return Err(SqsError::invalid_parameter(format!(
+            "The message attribute '{name}' must contain non-empty message attribute type."
+        )));
+    }
+    let base = base_type(data_type);
+    if !matches!(base, "String" | "Number" | "Binary") || data_type.len() > 256 {
+        return Err(SqsError::invalid_parameter(format!(
+            "The type of message (user) attribute '{name}' is invalid. You must use only the following supported \
+             type prefixes: Binary, Number, String."
+        )));
+    }
+    let string = value.get("StringValue").and_then(Value::as_str);
+    let binary = value.get("BinaryValue").and_then(Value::as_str);
+    let value = match base {
+        "Binary" => {
+            let Some(text) = binary else {
+                return Err(SqsError::invalid_parameter(format!(
+                    "{what} '{name}' must contain a non-empty value of type 'Binary'."
+                )));
+            };
+            let bytes = B64.decode(text).map_err(|_| {
+                SqsError::invalid_parameter(format!("{what} '{name}' has an invalid base64 binary value."))
+            })?;
+            if bytes.is_empty() {
+                return Err(SqsError::invalid_parameter(format!(
+                    "{what} '{name}' must contain a non-empty value of type 'Binary'."
+                )));
+            }
+            AttrValue::Binary(bytes)
+        }
+        _ => {
+            let text = string.unwrap_or_default();
+            if text.is_empty() {
+                return Err(SqsError::invalid_parameter(format!(
+                    "{what} '{name}' must contain a non-empty value of type '{base}'."
+                )));
+            }
+            if !valid_text(text) {
+                return Err(SqsError::invalid_contents());
+            }
+            if base == "Number" && !is_number(text) {
+                return Err(SqsError::invalid_parameter(format!(
+                    "Can't cast the value of message (user) attribute '{name}' to a number."
+                )));
+            }
+            AttrValue::Text(text.to_owned())
+        }
+    };
+    Ok(Attr { name: name.to_owned(), data_type: data_type.to_owned(), value })
+}
+
+/// SQS numbers: up to 38 significant digits, exponent -128..126.
+fn is_number(text: &str) -> bool {
+    let digits = text.chars().filter(char::is_ascii_digit).count();
+    text.parse::<f64>().is_ok_and(f64::is_finite) && digits <= 38 && !text.contains(['x', 'X', 'n', 'N', 'i', 'I'])
+}
+
+/// Reads `MessageSystemAttributes`: only `AWSTraceHeader` (String) exists.
+pub fn trace_header(input: Option<&Value>) -> Result<Option<String>, SqsError> {
+    let Some(map) = input.and_then(Value::as_object) else {
+        return Ok(None);
+    };
+    let mut trace = None;
+    for (name, value) in map {
+        if name != "AWSTraceHeader" {
+            return Err(SqsError::invalid_parameter(format!("Message system attribute name '{name}' is invalid.")));
+        }
+        let attr = attribute(name, value, "Message system attribute")?;
+        match (base_type(&attr.data_type), attr.value) {
+            ("String", AttrValue::Text(s)) => trace = Some(s),
+            _ => {
+                return Err(SqsError::invalid_parameter(
+                    "The type of message system attribute 'AWSTraceHeader' is invalid. You must use only the \
+                     following supported type prefixes: String.",
+                ));
+            }
+        }
+    }
+    Ok(trace)
+}
+
+/// MD5OfMessageSystemAttributes of a trace header.
+pub fn md5_of_trace(trace: &str) -> String {
+    md5_of_attributes([("AWSTraceHeader", "String", AttrBytes::Text(trace))])
+}
+
+/// Whether `names` (as ReceiveMessage takes them: `All`, `.*`, exact names,
+/// `prefix.*`) asks for `name`.
+pub fn wanted(names: &[String], name: &str) -> bool {
+    names.iter().any(|n| {
+        n == "All"
+            || n == ".*"
+            || n == name
+            || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(&format!("{prefix}.")))
+    })
+}
+
+/// A queue's settable attributes, their defaults and ranges.
+pub struct AttributeRule {
+    pub name: &'static str,
+    pub default: Option<&'static str>,
+    /// Inclusive range of an integer attribute.
+    pub range: Option<(i64, i64)>,
+    /// Settable on FIFO queues only.
+    pub fifo_only: bool,
+}
+
+pub const QUEUE_ATTRIBUTES: &[AttributeRule] = &[
+    AttributeRule { name: "DelaySeconds", default: Some("0"), range: Some((0, 900)), fifo_only: false },
+    AttributeRule {
+        name: "MaximumMessageSize",
+        default: Some("1048576"),
+        range: Some((1024, MAX_MESSAGE_BYTES as i64)),
+        fifo_only: false,
+    },
+    AttributeRule {
+        name: "MessageRetentionPeriod",
+        default: Some("345600"),
+        range: Some((60, 1_209_600)),
+        fifo_only: false,
+    },
+    AttributeRule { name: "ReceiveMessageWaitTimeSeconds", default: Some("0"), range: Some((0, 20)), fifo_only: false },
+    AttributeRule { name: "VisibilityTimeout", default: Some("30"), range: Some((0, 43_200)), fifo_only: false },
+    AttributeRule { name: "RedrivePolicy", default: None, range: None, fifo_only: false },
+    AttributeRule { name: "RedriveAllowPolicy", default: None, range: None, fifo_only: false },
+    AttributeRule { name: "Policy", default: None, range: None, fifo_only: false },
+    AttributeRule { name: "KmsMasterKeyId", default: None, range: None, fifo_only: false },
+    AttributeRule { name: "KmsDataKeyReusePeriodSeconds", default: None, range: Some((60, 86_400)), fifo_only: false },
+    AttributeRule { name: "SqsManagedSseEnabled", default: Some("true"), range: None, fifo_only: false },
+    AttributeRule { name: "FifoQueue", default: None, range: None, fifo_only: true },
+    AttributeRule { name: "ContentBasedDeduplication", default: Some("false"), range: None, fifo_only: true },
+    AttributeRule { name: "DeduplicationScope", default: Some("queue"), range: None, fifo_only: true },
+    AttributeRule { name: "FifoThroughputLimit", default: Some("perQueue"), range: None, fifo_only: true },
+];
+
+/// Attributes GetQueueAttributes computes.
+pub const COMPUTED_ATTRIBUTES: &[&str] = &[
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesNotVisible",
+    "ApproximateNumberOfMessagesDelayed",
+    "CreatedTimestamp",
+    "LastModifiedTimestamp",
+    "QueueArn",
+];
+
+/// Checks attributes given to CreateQueue or SetQueueAttributes.
+pub fn check_queue_attributes(
+    attributes: &BTreeMap<String, String>,
+    fifo: bool,
+    arn_of: &dyn Fn(&str) -> Option<String>,
+) -> Result<(), SqsError> {
+    for (name, value) in attributes {
+        let Some(rule) = QUEUE_ATTRIBUTES.iter().find(|r| r.name == name) else {
+            return Err(SqsError::invalid_attribute_name(name));
+        };
+        if rule.fifo_only && !fifo {
+            return Err(SqsError::invalid_attribute_name(name));
+        }
+        if let Some((low, high)) = rule.range {
+            match value.parse::<i64>() {
+                Ok(v) if (low..=high).contains(&v) => {}
+                _ => {
+                    return Err(SqsError::invalid_attribute_value(
+                        name,
+                        &format!("must be an integer between {low} and {high}."),
+                    ));
+                }
+            }
+        }
+        match name.as_str() {
+            "FifoQueue" | "ContentBasedDeduplication" | "SqsManagedSseEnabled"
+                if value != "true" && value != "false" =>
+            {
+                return Err(SqsError::invalid_attribute_value(name, "must be true or false."));
+            }
+            "RedrivePolicy" if !value.is_empty() => {
+                let policy = RedrivePolicy::parse(value)?;
+                if arn_of(&policy.target_name).is_none() {
+                    return Err(SqsError::invalid_parameter(format!(
+                        "Value {value} for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist."
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// A queue's RedrivePolicy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedrivePolicy {
+    /// The dead-letter queue's name (the last part of its ARN).
+    pub target_name: String,
+    pub max_receive_count: u32,
+}
+
+impl RedrivePolicy {
+    pub fn parse(text: &str) -> Result<Self, SqsError> {
+        let bad = |reason: &str| {
+            SqsError::invalid_parameter(format!(
+                "Value {text} for parameter RedrivePolicy is invalid. Reason: {reason}"
+            ))
+        };
+        let value: Value = serde_json::from_str(text).map_err(|_| bad("Invalid JSON."))?;
+        let arn = value
+            .get("deadLetterTargetArn")
+            .and_then(Value::as_str)
+            .ok_or_else(|| bad("Redrive policy does not contain mandatory attribute: deadLetterTargetArn."))?;
+        let count = match value.get("maxReceiveCount") {
+            Some(Value::Number(n)) => n.as_u64(),
+            Some(Value::String(s)) => s.parse().ok(),
+            _ => None,
+        }
+        .ok_or_else(|| bad("Redrive policy does not contain mandatory attribute: maxReceiveCount."))?;
+        if !(1..=1000).contains(&count) {
+            return Err(bad("Invalid value for maxReceiveCount: must be between 1 and 1000."));
+        }
+        let target_name = arn.rsplit(':').next().unwrap_or_default().to_owned();
+        Ok(Self { target_name, max_receive_count: count as u32 })
+    }
+}
+
+/// Whether `name` is a valid queue name (`fifo`: with the `.fifo` suffix).
+pub fn valid_queue_name(name: &str) -> bool {
+    let stem = name.strip_suffix(".fifo").unwrap_or(name);
+    !stem.is_empty() && name.len() <= 80 && stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attributes_are_read_sorted_and_checked() {
+        let input = serde_json::json!({
+            "b": {"DataType": "Number", "StringValue": "42"},
+            "a": {"DataType": "Binary.gzip", "BinaryValue": "AAEC"},
+        });
+        let attrs = message_attributes(Some(&input)).expect("valid");
+        assert_eq!(attrs[0].name, "a");
+        assert_eq!(attrs[0].value, AttrValue::Binary(vec![0, 1, 2]));
+        assert_eq!(attrs[1].data_type, "Number");
+        for (bad, code) in [
+            (serde_json::json!({"AWS.x": {"DataType": "String", "StringValue": "v"}}), "InvalidParameterValue"),
+            (serde_json::json!({"x": {"DataType": "Text", "StringValue": "v"}}), "InvalidParameterValue"),
+            (serde_json::json!({"x": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue"),
+            (serde_json::json!({"x": {"DataType": "Number", "StringValue": "abc"}}), "InvalidParameterValue"),
+            (serde_json::json!({"x": {"DataType": "String", "StringValue": "\u{1}"}}), "InvalidMessageContents"),
+        ] {
+            assert_eq!(message_attributes(Some(&bad)).expect_err("refused").code, code, "{bad}");
+        }
+        let eleven: serde_json::Map<String, Value> =
+            (0..11).map(|i| (format!("a{i}"), serde_json::json!({"DataType": "String", "StringValue": "v"}))).collect();
+        assert!(message_attributes(Some(&Value::Object(eleven))).expect_err("too many").message.contains("[11]"));
+    }
+
+    #[test]
+    fn only_the_trace_header_is_a_system_attribute() {
+        let ok = serde_json::json!({"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-abc"}});
+        assert_eq!(trace_header(Some(&ok)).expect("valid").as_deref(), Some("Root=1-abc"));
+        let bad = serde_json::json!({"SenderId": {"DataType": "String", "StringValue": "x"}});
+        assert_eq!(trace_header(Some(&bad)).expect_err("refused").code, "InvalidParameterValue");
+    }
+
+    #[test]
+    fn attribute_names_select_all_exact_and_prefixes() {
+        let names = vec!["bar.*".to_owned(), "foo".to_owned()];
+        assert!(wanted(&names, "foo"));
+        assert!(wanted(&names, "bar.baz"));
+        assert!(!wanted(&names, "barbaz"));
+        assert!(!wanted(&names, "food"));
+        assert!(wanted(&["All".to_owned()], "anything"));
+    }
+
+    #[test]
+    fn queue_names_and_redrive_policies() {
+        assert!(valid_queue_name("orders"));
+        assert!(valid_queue_name("tasks.fifo"));
+        assert!(!valid_queue_name(".fifo"));
+        assert!(!valid_queue_name("a/b"));
+        assert!(!valid_queue_name(&"x".repeat(81)));
+        let p = RedrivePolicy::parse(
+            r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"3"}"#,
+        )
+        .expect("valid");
+        assert_eq!((p.target_name.as_str(), p.max_receive_count), ("dlq", 3));
+        assert!(RedrivePolicy::parse(r#"{"maxReceiveCount":3}"#).is_err());
+    }
+}

@@ -1,0 +1,151 @@
+//! The HTTP server: one handler for every path, as SQS has; the protocol is
+//! told from the method and headers, the action from the request.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use ferry_core::metrics::Metrics;
+use serde_json::Value;
+
+use crate::actions::{self, Context};
+use crate::engine::Engine;
+use crate::error::SqsError;
+use crate::protocol::{self, Protocol};
+
+/// The largest request body read: a 1 MiB message grows when its binary
+/// attributes are base64 and its text is escaped or form-encoded.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// How the server runs.
+#[derive(Clone)]
+pub struct ServerOptions {
+    /// `scheme://host[:port]` for queue URLs; `None`: `http://` and the
+    /// request's Host header.
+    pub advertised_url: Option<String>,
+    pub metrics: Metrics,
+}
+
+struct App {
+    engine: Arc<Engine>,
+    options: ServerOptions,
+    local: SocketAddr,
+}
+
+/// Serves the endpoint on `listener` until `shutdown` completes. Also
+/// keeps the queue gauges current.
+pub async fn serve(
+    engine: Arc<Engine>,
+    listener: tokio::net::TcpListener,
+    options: ServerOptions,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let local = listener.local_addr()?;
+    let gauges = tokio::spawn(keep_gauges(engine.clone(), options.metrics.clone()));
+    let app = Arc::new(App { engine, options, local });
+    let router = axum::Router::new().fallback(handle).with_state(app);
+    let served = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
+    gauges.abort();
+    served
+}
+
+async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        metrics.sqs_endpoint_messages.clear();
+        metrics.sqs_endpoint_oldest_age_seconds.clear();
+        for (queue, depth) in engine.depths() {
+            for (state, n) in [("visible", depth.visible), ("in_flight", depth.in_flight), ("delayed", depth.delayed)] {
+                metrics
+                    .sqs_endpoint_messages
+                    .get_or_create(&vec![("queue".into(), queue.clone()), ("state".into(), state.into())])
+                    .set(n as i64);
+            }
+            let age = depth.oldest_ms.map_or(0, |t| (now - t).max(0) / 1000);
+            metrics.sqs_endpoint_oldest_age_seconds.get_or_create(&vec![("queue".into(), queue.clone())]).set(age);
+        }
+    }
+}
+
+async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let (parts, body) = request.into_parts();
+    let protocol = protocol::protocol_of(&parts.method, &parts.headers);
+    let body = match axum::body::to_bytes(body, MAX_REQUEST_BYTES).await {
+        Ok(b) => b,
+        Err(_) => return error(&app, protocol, "", "", &SqsError::too_large(MAX_REQUEST_BYTES), &request_id),
+    };
+    let call = match protocol::parse(protocol, &parts.uri, &parts.headers, &body) {
+        Ok(call) => call,
+        Err(e) => return error(&app, protocol, "", "", &e, &request_id),
+    };
+    let base_url = match &app.options.advertised_url {
+        Some(url) => url.clone(),
+        None => {
+            let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            format!("http://{}", host.map_or_else(|| app.local.to_string(), str::to_owned))
+        }
+    };
+    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id: "000000000000" };
+    // Labels only name queues and actions that exist, so requests for
+    // made-up names cannot grow the metrics without bound.
+    let queue = actions::queue_name(&call.input)
+        .ok()
+        .or_else(|| call.input.get("QueueName").and_then(Value::as_str).map(str::to_owned))
+        .filter(|q| app.engine.exists(q))
+        .unwrap_or_default();
+    let action = if actions::ACTIONS.contains(&call.action.as_str()) { call.action.as_str() } else { "unknown" };
+    match actions::run(&cx, &call.action, &call.input).await {
+        Ok(result) => {
+            Metrics::inc(
+                &app.options.metrics.sqs_endpoint_requests,
+                &[("action", action), ("queue", &queue), ("code", "ok")],
+            );
+            match protocol {
+                Protocol::Json => reply(StatusCode::OK, "application/x-amz-json-1.0", result.to_string(), &request_id),
+                Protocol::Query => reply(
+                    StatusCode::OK,
+                    "text/xml",
+                    protocol::xml_result(&call.action, &result, &request_id),
+                    &request_id,
+                ),
+            }
+        }
+        Err(e) => error(&app, protocol, action, &queue, &e, &request_id),
+    }
+}
+
+fn reply(status: StatusCode, content_type: &'static str, body: String, request_id: &str) -> Response {
+    let mut response = (status, [(header::CONTENT_TYPE, content_type)], Body::from(body)).into_response();
+    if let Ok(v) = HeaderValue::from_str(request_id) {
+        response.headers_mut().insert("x-amzn-requestid", v);
+    }
+    response
+}
+
+fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError, request_id: &str) -> Response {
+    Metrics::inc(&app.options.metrics.sqs_endpoint_requests, &[("action", action), ("queue", queue), ("code", e.code)]);
+    if e.status >= 500 {
+        tracing::warn!(action, queue, error = %e, "SQS endpoint request failed");
+    }
+    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    match protocol {
+        Protocol::Json => {
+            let mut response =
+                reply(status, "application/x-amz-json-1.0", protocol::json_error(e).to_string(), request_id);
+            if let Ok(v) = HeaderValue::from_str(&format!("{};{}", e.code, e.fault())) {
+                response.headers_mut().insert("x-amzn-query-error", v);
+            }
+            response
+        }
+        Protocol::Query => reply(status, "text/xml", protocol::xml_error(e, request_id), request_id),
+    }
+}
