@@ -35,11 +35,17 @@ pub fn require_aws_env() {
 
 /// A client with static test credentials.
 pub fn client() -> Client {
+    client_for(&endpoint())
+}
+
+/// A client of another SQS endpoint (ferry's own), with the same
+/// credentials.
+pub fn client_for(endpoint_url: &str) -> Client {
     let config = aws_sdk_sqs::Config::builder()
         .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
         .credentials_provider(Credentials::new("test", "test", None, None, "ferry-tests"))
-        .endpoint_url(endpoint())
+        .endpoint_url(endpoint_url)
         .build();
     Client::from_conf(config)
 }

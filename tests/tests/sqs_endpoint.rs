@@ -14,20 +14,14 @@ use ferry_tests::unique;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// Sends three messages to `sys.argv[2]` (a queue it creates) and receives
-/// one of them, leaving it in flight; prints what it saw.
-const FIRST: &str = r#"
+/// What every script starts with: the client for `sys.argv[1]`, the queue
+/// name `sys.argv[2]`, and AWS's MD5 of message attributes, computed here
+/// independently of ferry's.
+const PRELUDE: &str = r#"
 import json, sys, hashlib, struct, boto3
 endpoint, name = sys.argv[1], sys.argv[2]
 sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
                    aws_access_key_id="x", aws_secret_access_key="x")
-out = {}
-declared = sqs.get_queue_url(QueueName="declared")["QueueUrl"]
-out["declared_visibility"] = sqs.get_queue_attributes(
-    QueueUrl=declared, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"]
-url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "300"})["QueueUrl"]
-out["url"] = url
-
 def md5_attrs(attrs):
     h = hashlib.md5()
     for k in sorted(attrs):
@@ -40,6 +34,18 @@ def md5_attrs(attrs):
             s = v["StringValue"].encode()
             h.update(b"\x01" + struct.pack(">I", len(s)) + s)
     return h.hexdigest()
+"#;
+
+/// Sends three messages to `sys.argv[2]` (a queue it creates) and receives
+/// one of them, leaving it in flight; prints what it saw.
+const FIRST: &str = r#"
+out = {}
+declared = sqs.get_queue_url(QueueName="declared")["QueueUrl"]
+out["declared_visibility"] = sqs.get_queue_attributes(
+    QueueUrl=declared, AttributeNames=["VisibilityTimeout"])["Attributes"]["VisibilityTimeout"]
+url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "300"})["QueueUrl"]
+out["url"] = url
+
 
 attrs = {"color": {"DataType": "String", "StringValue": "red"},
          "raw": {"DataType": "Binary", "BinaryValue": b"\x00\xff"},
@@ -72,10 +78,6 @@ print(json.dumps(out))
 
 /// After the restart: what is left to receive.
 const SECOND: &str = r#"
-import json, sys, boto3
-endpoint, name = sys.argv[1], sys.argv[2]
-sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
-                   aws_access_key_id="x", aws_secret_access_key="x")
 url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
 a = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
 got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1,
@@ -89,7 +91,8 @@ print(json.dumps({"visible": a["ApproximateNumberOfMessages"], "in_flight": a["A
 /// Runs a boto3 script with the endpoint and queue name as its arguments.
 async fn boto3(script: &'static str, endpoint: &str, name: &str) -> serde_json::Value {
     let (endpoint, name) = (endpoint.to_owned(), name.to_owned());
-    tokio::task::spawn_blocking(move || run_json("boto3", script, &[&endpoint, &name])).await.expect("python")
+    let script = format!("{PRELUDE}{script}");
+    tokio::task::spawn_blocking(move || run_json("boto3", &script, &[&endpoint, &name])).await.expect("python")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -161,4 +164,230 @@ fn a_bad_endpoint_config_is_refused_with_its_key() {
         assert!(!out.status.success(), "{config} was accepted");
         assert!(stderr.contains(key), "{config}: {stderr}");
     }
+}
+
+/// Two routes through one daemon: endpoint queue `inbox` → MQTT `to_mqtt`,
+/// and MQTT `from_mqtt` → endpoint queue `outbox`.
+struct Bridges<'a> {
+    listen: &'a str,
+    inbox: &'a str,
+    outbox: &'a str,
+    outbox_attributes: &'a str,
+    to_mqtt: &'a str,
+    from_mqtt: &'a str,
+    /// More keys of the first route.
+    first_route: &'a str,
+    /// More keys of the endpoint sender.
+    fifo_sender: &'a str,
+}
+
+fn two_bridges(b: &Bridges<'_>) -> String {
+    let broker = ferry_tests::mqtt::broker_url();
+    format!(
+        r#"[endpoints.sqs]
+listen = "{listen}"
+[endpoints.sqs.queues."{inbox}"]
+[endpoints.sqs.queues."{outbox}"]
+attributes = {{ {outbox_attributes} }}
+
+[receivers.apps]
+type = "sqs_endpoint"
+queue = "{inbox}"
+
+[senders.mqtt]
+type = "mqtt"
+url = "{broker}"
+client_id = "{out_id}"
+
+[receivers.devices]
+type = "mqtt"
+url = "{broker}"
+client_id = "{in_id}"
+topics = ["{from_mqtt}"]
+
+[senders.apps]
+type = "sqs_endpoint"
+queue = "{outbox}"
+{fifo_sender}
+
+[[routes]]
+id = "apps-to-mqtt"
+receiver = "apps"
+{first_route}
+[[routes.bindings]]
+sender = "mqtt"
+address = "{to_mqtt}"
+
+[[routes]]
+id = "mqtt-to-apps"
+receiver = "devices"
+[[routes.bindings]]
+sender = "apps"
+"#,
+        listen = b.listen,
+        inbox = b.inbox,
+        outbox = b.outbox,
+        outbox_attributes = b.outbox_attributes,
+        from_mqtt = b.from_mqtt,
+        to_mqtt = b.to_mqtt,
+        first_route = b.first_route,
+        fifo_sender = b.fifo_sender,
+        out_id = unique("ep-out"),
+        in_id = unique("ep-in"),
+    )
+}
+
+/// boto3 sends with attributes; what an MQTT subscriber gets.
+const SEND: &str = r#"
+url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+r = sqs.send_message(QueueUrl=url, MessageBody='{"order": 42}', MessageAttributes={
+    "color": {"DataType": "String", "StringValue": "red"},
+    "qty": {"DataType": "Number", "StringValue": "3"}})
+print(json.dumps({"id": r["MessageId"]}))
+"#;
+
+/// boto3 receives what a route put on the queue, checking every digest.
+const RECEIVE: &str = r#"
+url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+got = []
+for _ in range(10):
+    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["All"]).get("Messages", [])
+    if got:
+        break
+m = got[0]
+assert m["MD5OfBody"] == hashlib.md5(m["Body"].encode()).hexdigest()
+assert m["MD5OfMessageAttributes"] == md5_attrs(m["MessageAttributes"])
+sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+print(json.dumps({"body": m["Body"], "attrs": {k: v.get("StringValue") for k, v in m["MessageAttributes"].items()}}))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn routes_bridge_endpoint_queues_and_mqtt_both_ways() {
+    use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
+    let listen = format!("127.0.0.1:{}", free_port());
+    let endpoint = format!("http://{listen}");
+    let (inbox, outbox) = (unique("inbox"), unique("outbox"));
+    let (to_mqtt, from_mqtt) = (unique("ep/out"), unique("ep/in"));
+    let config = two_bridges(&Bridges {
+        listen: &listen,
+        inbox: &inbox,
+        outbox: &outbox,
+        outbox_attributes: "",
+        to_mqtt: &to_mqtt,
+        from_mqtt: &from_mqtt,
+        first_route: "",
+        fifo_sender: "",
+    });
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&to_mqtt).await;
+    // The endpoint receiver, the MQTT sender and receiver log "connected".
+    let daemon = Daemon::start(&ws, 3);
+
+    let sent = boto3(SEND, &endpoint, &inbox).await;
+    let publish = sub.next(WAIT).await.expect("the app's message reaches MQTT");
+    assert_eq!(topic(&publish), to_mqtt);
+    assert_eq!(&publish.payload[..], br#"{"order": 42}"#);
+    assert_eq!(user_property(&publish, "color"), Some("red"));
+    assert_eq!(user_property(&publish, "qty"), Some("3"));
+    assert!(sent["id"].is_string());
+    // Acknowledged: deleted from the endpoint queue, not just hidden.
+    let sqs = ferry_tests::sqs::client_for(&endpoint);
+    let inbox_url = format!("{endpoint}/000000000000/{inbox}");
+    let mut depth = (-1, -1);
+    for _ in 0..50 {
+        depth = ferry_tests::sqs::depth(&sqs, &inbox_url).await;
+        if depth == (0, 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(depth, (0, 0), "(visible, in flight) after the route acknowledged");
+
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&from_mqtt, "reading 21.5", &[("sensor", "kitchen"), ("unit", "C")]).await;
+    let got = boto3(RECEIVE, &endpoint, &outbox).await;
+    assert_eq!(got["body"], "reading 21.5");
+    assert_eq!(got["attrs"]["sensor"], "kitchen");
+    assert_eq!(got["attrs"]["unit"], "C");
+    assert!(daemon.terminate().success());
+}
+
+/// 300 messages from an app through two routes and back to an app: endpoint
+/// queue → (shared_outbox) → MQTT → FIFO endpoint queue, its group taken
+/// from an attribute that crossed MQTT as a user property. Nothing is lost,
+/// every group comes out whole, and the first queue ends empty.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_load_through_endpoint_queues_and_mqtt_loses_nothing() {
+    use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
+    let listen = format!("127.0.0.1:{}", free_port());
+    let endpoint = format!("http://{listen}");
+    let (inbox, outbox) = (unique("load-in"), format!("{}.fifo", unique("load-out")));
+    let via = unique("ep/load");
+    let config = two_bridges(&Bridges {
+        listen: &listen,
+        inbox: &inbox,
+        outbox: &outbox,
+        outbox_attributes: "FifoQueue = \"true\"",
+        to_mqtt: &via,
+        from_mqtt: &via,
+        first_route: "delivery_mode = \"shared_outbox\"",
+        fifo_sender: "message_group_header = \"group\"",
+    });
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config);
+    let daemon = Daemon::start(&ws, 3);
+    let sqs = ferry_tests::sqs::client_for(&endpoint);
+    let inbox_url = format!("{endpoint}/000000000000/{inbox}");
+    let outbox_url = format!("{endpoint}/000000000000/{outbox}");
+    const TOTAL: usize = 300;
+    for batch in 0..TOTAL / 10 {
+        let entries = (0..10)
+            .map(|i| {
+                let n = batch * 10 + i;
+                let text = |v: String| MessageAttributeValue::builder().data_type("String").string_value(v).build();
+                SendMessageBatchRequestEntry::builder()
+                    .id(format!("m{i}"))
+                    .message_body(format!("message {n}"))
+                    .message_attributes("group", text(format!("g{}", n % 3)).expect("attribute"))
+                    .build()
+                    .expect("entry")
+            })
+            .collect();
+        let out =
+            sqs.send_message_batch().queue_url(&inbox_url).set_entries(Some(entries)).send().await.expect("batch");
+        assert_eq!(out.successful().len(), 10);
+    }
+    let mut bodies = std::collections::BTreeSet::new();
+    let mut groups = std::collections::BTreeMap::<String, usize>::new();
+    let started = std::time::Instant::now();
+    while bodies.len() < TOTAL && started.elapsed() < Duration::from_secs(90) {
+        let got = sqs
+            .receive_message()
+            .queue_url(&outbox_url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(2)
+            .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+            .send()
+            .await
+            .expect("receive");
+        for m in got.messages() {
+            if bodies.insert(m.body().expect("body").to_owned()) {
+                let group =
+                    m.attributes().and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId)).expect("group");
+                *groups.entry(group.clone()).or_default() += 1;
+            }
+            sqs.delete_message()
+                .queue_url(&outbox_url)
+                .receipt_handle(m.receipt_handle().expect("h"))
+                .send()
+                .await
+                .expect("delete");
+        }
+    }
+    assert_eq!(bodies.len(), TOTAL, "every message arrived");
+    assert_eq!(groups, [("g0".to_owned(), 100), ("g1".to_owned(), 100), ("g2".to_owned(), 100)].into());
+    assert_eq!(ferry_tests::sqs::depth(&sqs, &inbox_url).await, (0, 0), "the first queue was emptied");
+    assert!(daemon.terminate().success());
 }

@@ -117,3 +117,137 @@ pub(crate) fn check(
     }
     Ok(())
 }
+
+/// `type = "sqs_endpoint"` receiver: a route consumes what applications
+/// send to a queue of the [SQS endpoint](SqsEndpointConfig).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqsEndpointReceiverConfig {
+    /// The endpoint queue (declared under `[endpoints.sqs.queues]` or
+    /// created through the API; the receiver waits while it does not exist).
+    pub queue: String,
+    /// Seconds a message stays invisible to other consumers while the
+    /// route holds it; renewed every half of it. Default 30.
+    #[serde(default = "default_visibility_timeout")]
+    pub visibility_timeout: i32,
+    /// Messages taken per receive, 1 to 10. Default 10.
+    #[serde(default = "default_max_messages")]
+    pub max_messages: i32,
+    /// `json`: bodies are the JSON wire format. Default `none`.
+    #[serde(default)]
+    pub wire_format: crate::WireFormat,
+}
+
+/// `type = "sqs_endpoint"` sender: a route's messages go to a queue of the
+/// [SQS endpoint](SqsEndpointConfig), where applications receive them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqsEndpointSenderConfig {
+    /// The endpoint queue for bindings whose address is empty; a binding's
+    /// address (a template) names the queue otherwise.
+    #[serde(default)]
+    pub queue: String,
+    /// FIFO queues: header whose text is the MessageGroupId. Default
+    /// `x-bridge.ordering-key`.
+    #[serde(default = "default_message_group_header")]
+    pub message_group_header: String,
+    /// FIFO queues: MessageGroupId when that header is missing. Default
+    /// `default`.
+    #[serde(default = "default_message_group")]
+    pub default_message_group: String,
+    /// `json`: bodies are the JSON wire format. Default `none`.
+    #[serde(default)]
+    pub wire_format: crate::WireFormat,
+}
+
+fn default_visibility_timeout() -> i32 {
+    30
+}
+fn default_max_messages() -> i32 {
+    10
+}
+fn default_message_group_header() -> String {
+    "x-bridge.ordering-key".to_owned()
+}
+fn default_message_group() -> String {
+    "default".to_owned()
+}
+
+fn queue_name_ok(name: &str) -> bool {
+    let stem = name.strip_suffix(".fifo").unwrap_or(name);
+    !stem.is_empty() && name.len() <= 80 && stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// Checks an `sqs_endpoint` receiver at `key`.
+pub(crate) fn check_receiver(
+    config: &SqsEndpointReceiverConfig,
+    endpoints: &EndpointsConfig,
+    key: &str,
+) -> Result<(), ConfigError> {
+    if endpoints.sqs.is_none() {
+        return Err(ConfigError::new(key, "type = \"sqs_endpoint\" needs an [endpoints.sqs] section"));
+    }
+    if !queue_name_ok(&config.queue) {
+        return Err(ConfigError::new(format!("{key}.queue"), QUEUE_NAME_RULE));
+    }
+    if !(0..=43_200).contains(&config.visibility_timeout) {
+        return Err(ConfigError::new(format!("{key}.visibility_timeout"), "must be between 0 and 43200"));
+    }
+    if !(1..=10).contains(&config.max_messages) {
+        return Err(ConfigError::new(format!("{key}.max_messages"), "must be between 1 and 10"));
+    }
+    Ok(())
+}
+
+/// Checks an `sqs_endpoint` sender at `key`.
+pub(crate) fn check_sender(
+    config: &SqsEndpointSenderConfig,
+    endpoints: &EndpointsConfig,
+    key: &str,
+) -> Result<(), ConfigError> {
+    if endpoints.sqs.is_none() {
+        return Err(ConfigError::new(key, "type = \"sqs_endpoint\" needs an [endpoints.sqs] section"));
+    }
+    if !config.queue.is_empty() && !queue_name_ok(&config.queue) {
+        return Err(ConfigError::new(format!("{key}.queue"), QUEUE_NAME_RULE));
+    }
+    Ok(())
+}
+
+const QUEUE_NAME_RULE: &str = "a queue name is 1 to 80 letters, digits, - and _, with .fifo at the end of a FIFO queue";
+
+impl SqsEndpointReceiverConfig {
+    /// The SQS receiver whose envelope mapping this one shares (for
+    /// `ferry test` and `ferry validate --explain`).
+    pub fn as_sqs(&self) -> crate::SqsReceiverConfig {
+        crate::SqsReceiverConfig {
+            queue_url: None,
+            queue_name: Some(self.queue.clone()),
+            endpoint_url: None,
+            region: None,
+            wait_time_seconds: 20,
+            max_messages: self.max_messages,
+            visibility_timeout: self.visibility_timeout,
+            sns_unwrap: false,
+            wire_format: self.wire_format,
+        }
+    }
+}
+
+impl SqsEndpointSenderConfig {
+    /// The SQS sender whose envelope mapping this one shares.
+    pub fn as_sqs(&self) -> crate::SqsSenderConfig {
+        crate::SqsSenderConfig {
+            queue_url: None,
+            queue_name: (!self.queue.is_empty()).then(|| self.queue.clone()),
+            endpoint_url: None,
+            region: None,
+            max_message_bytes: 1024 * 1024,
+            message_group_header: self.message_group_header.clone(),
+            default_message_group: self.default_message_group.clone(),
+            batch_size: 10,
+            batch_linger_ms: 5,
+            wire_format: self.wire_format,
+        }
+    }
+}

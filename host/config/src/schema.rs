@@ -7,7 +7,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::amqp::*;
-pub use crate::endpoint::{EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue};
+pub use crate::endpoint::{
+    EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
+};
 pub use crate::http::*;
 
 /// The whole configuration file.
@@ -237,6 +239,8 @@ pub enum ReceiverConfig {
     Amqp091(Amqp091ReceiverConfig),
     Http(HttpReceiverConfig),
     Simplemq(SimplemqReceiverConfig),
+    #[serde(rename = "sqs_endpoint")]
+    SqsEndpoint(SqsEndpointReceiverConfig),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
@@ -249,6 +253,8 @@ pub enum SenderConfig {
     Amqp091(Amqp091SenderConfig),
     Http(HttpSenderConfig),
     Simplemq(SimplemqSenderConfig),
+    #[serde(rename = "sqs_endpoint")]
+    SqsEndpoint(SqsEndpointSenderConfig),
 }
 
 impl ReceiverConfig {
@@ -261,6 +267,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(c) => c.wire_format,
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
+            ReceiverConfig::SqsEndpoint(c) => c.wire_format,
         }
     }
 }
@@ -275,6 +282,7 @@ impl SenderConfig {
             SenderConfig::Amqp091(c) => c.wire_format,
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
+            SenderConfig::SqsEndpoint(c) => c.wire_format,
         }
     }
 }

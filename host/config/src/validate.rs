@@ -156,6 +156,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
                 check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
             }
+            ReceiverConfig::SqsEndpoint(e) => crate::endpoint::check_receiver(e, &config.endpoints, &key)?,
             ReceiverConfig::Simplemq(q) => {
                 check_simplemq_queue(&q.queue, &format!("{key}.queue"))?;
                 check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), &key)?;
@@ -271,6 +272,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
                 check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
                 check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
             }
+            SenderConfig::SqsEndpoint(e) => crate::endpoint::check_sender(e, &config.endpoints, &key)?,
             SenderConfig::Simplemq(q) => {
                 if let Some(queue) = &q.queue {
                     check_simplemq_queue(queue, &format!("{key}.queue"))?;

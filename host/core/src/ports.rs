@@ -73,6 +73,22 @@ pub trait DeliveryHandle: Send + Sync {
 /// receiver wait, which is the route's backpressure.
 pub type DeliverySink = mpsc::Sender<Delivery>;
 
+/// Waits until the route can take at least one delivery; how many it can
+/// take now. `None` when the route or `shutdown` stopped. Receivers that
+/// fetch in batches (SQS) ask for no more than this.
+pub async fn room(sink: &DeliverySink, shutdown: &CancellationToken) -> Option<usize> {
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        permit = sink.reserve() => match permit {
+            Ok(p) => {
+                drop(p);
+                Some(sink.capacity().max(1))
+            }
+            Err(_) => None,
+        },
+    }
+}
+
 /// Reads deliveries from a transport until `shutdown` fires.
 #[async_trait]
 pub trait Receiver: Send + Sync {

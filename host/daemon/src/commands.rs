@@ -100,6 +100,9 @@ pub async fn probe(path: &Path) -> ExitCode {
             ReceiverConfig::Simplemq(q) => {
                 report(key, "simplemq", ferry_transport_http::probe::target(&q.api_url).await)
             }
+            ReceiverConfig::SqsEndpoint(e) => {
+                report(key, "sqs_endpoint", Ok(format!("queue {} of this daemon's [endpoints.sqs]", e.queue)))
+            }
         }
     }
     for (name, s) in &config.senders {
@@ -116,6 +119,7 @@ pub async fn probe(path: &Path) -> ExitCode {
             }
             SenderConfig::Sqs(_) => report(key, "sqs", Ok("no queue configured (bindings name theirs)".into())),
             SenderConfig::Simplemq(q) => report(key, "simplemq", ferry_transport_http::probe::target(&q.api_url).await),
+            SenderConfig::SqsEndpoint(_) => report(key, "sqs_endpoint", Ok("this daemon's [endpoints.sqs]".into())),
             SenderConfig::Http(h) => match &h.url {
                 Some(url) => report(key, "http", ferry_transport_http::probe::target(url).await),
                 None => report(key, "http", Ok("no url configured (bindings name theirs)".into())),

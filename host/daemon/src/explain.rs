@@ -264,7 +264,7 @@ fn probe(receiver: &ReceiverConfig) -> (toml::Value, Vec<Feature>) {
             features.push(feature("other headers (12)", Extras));
             (input, features)
         }
-        ReceiverConfig::Sqs(_) => {
+        ReceiverConfig::Sqs(_) | ReceiverConfig::SqsEndpoint(_) => {
             // SQS takes ten attributes: the subject, three typed, six more.
             let mut attributes: Vec<(String, toml::Value)> = vec![
                 ("Subject".into(), s(SUBJECT)),
@@ -503,7 +503,7 @@ pub fn report(config: &Config) -> (String, usize) {
         let Some(receiver) = config.receivers.get(&route.receiver) else { continue };
         let (input, features) = probe(receiver);
         let extra_in = match receiver {
-            ReceiverConfig::Sqs(_) => 9,
+            ReceiverConfig::Sqs(_) | ReceiverConfig::SqsEndpoint(_) => 9,
             ReceiverConfig::Mqtt(_) | ReceiverConfig::Http(_) => EXTRA + 1,
             ReceiverConfig::Simplemq(q) if q.headers == ferry_config::SimplemqHeaders::Mqbridge => EXTRA + 1,
             ReceiverConfig::Simplemq(_) => EXTRA + 6,

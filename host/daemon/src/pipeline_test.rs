@@ -588,6 +588,15 @@ pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestam
         ReceiverConfig::Amqp091(c) => ferry_transport_amqp091::fixture::receive(input, c, now),
         ReceiverConfig::Amqp10(c) => ferry_transport_amqp10::fixture::receive(input, c, now),
         ReceiverConfig::Sqs(c) => ferry_transport_sqs::fixture::receive(input, c, now),
+        ReceiverConfig::SqsEndpoint(c) => {
+            ferry_transport_sqs::fixture::receive(input, &c.as_sqs(), now).map(|a| match a {
+                Admitted::Envelope(mut e) => {
+                    e.subject.get_or_insert_with(|| ferry_sqs_endpoint::bridge::channel(&c.queue, None));
+                    Admitted::Envelope(e)
+                }
+                other => other,
+            })
+        }
         // The HTTP receiver reads the wire format itself (400 when malformed).
         ReceiverConfig::Http(c) => return ferry_transport_http::fixture::receive(input, c, now),
         ReceiverConfig::Simplemq(c) => return ferry_transport_http::fixture::receive_simplemq(input, c, now),
@@ -618,6 +627,7 @@ pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp)
         SenderConfig::Amqp091(c) => ferry_transport_amqp091::fixture::send(c, msg, now),
         SenderConfig::Amqp10(c) => ferry_transport_amqp10::fixture::send(c, msg),
         SenderConfig::Sqs(c) => ferry_transport_sqs::fixture::send(c, msg),
+        SenderConfig::SqsEndpoint(c) => ferry_transport_sqs::fixture::send(&c.as_sqs(), msg),
         SenderConfig::Http(c) => ferry_transport_http::fixture::send(c, msg),
         SenderConfig::Simplemq(c) => ferry_transport_http::fixture::send_simplemq(c, msg),
     }

@@ -641,6 +641,10 @@ impl Engine {
         let mut blocked: HashSet<String> = HashSet::new();
         let mut next_ms: Option<i64> = None;
         for (seq, m) in &mut queue.messages {
+            // A full receive returns at once: no need to look further.
+            if got.len() >= options.max {
+                break;
+            }
             if m.stored.sent_ms + retention_ms <= now {
                 expired.push(*seq);
                 continue;
@@ -658,9 +662,6 @@ impl Engine {
                 if let Some(g) = group {
                     blocked.insert(g);
                 }
-                continue;
-            }
-            if got.len() >= options.max {
                 continue;
             }
             if let Some(policy) = &redrive
@@ -731,18 +732,20 @@ impl Engine {
             let mut change = RecordChange::default();
             let mut unblocked = false;
             for handle in handles {
-                let answer = parse_receipt(name, handle).and_then(|(seq, _nonce)| {
+                let answer = parse_receipt(name, handle).map(|(seq, nonce)| {
                     match queue.messages.get(&seq) {
-                        // Never received: a made-up handle cannot delete it.
-                        Some(m) if m.delivery.receive_count == 0 => Err(SqsError::invalid_receipt(handle)),
+                        // Not the latest receipt (the message came back and
+                        // was received again, or the handle was made up):
+                        // as SQS says, the call succeeds but the message
+                        // may stay.
+                        Some(m) if m.delivery.receipt.as_deref() != Some(nonce.as_str()) => {}
                         Some(m) => {
                             unblocked |= m.stored.group.is_some();
                             queue.messages.remove(&seq);
                             change.delete(MESSAGES, message_key(name, seq));
                             change.delete(DELIVERIES, message_key(name, seq));
-                            Ok(())
                         }
-                        None => Ok(()),
+                        None => {}
                     }
                 });
                 answers.push(answer);

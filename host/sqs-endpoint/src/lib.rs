@@ -11,8 +11,10 @@
 //! - [`actions`]: the SQS actions over that shape.
 //! - [`error`]: SQS's errors as each protocol names them.
 //! - [`server`]: the HTTP server.
+//! - [`bridge`]: the `sqs_endpoint` receiver and sender routes use.
 
 pub mod actions;
+pub mod bridge;
 pub mod engine;
 pub mod error;
 pub mod model;

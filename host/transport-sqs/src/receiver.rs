@@ -95,12 +95,8 @@ impl Receiver for SqsReceiver {
 
         while !shutdown.is_cancelled() {
             // Fetch only what the route can take now.
-            let room = tokio::select! {
-                _ = shutdown.cancelled() => break,
-                permit = sink.reserve() => match permit {
-                    Ok(p) => { drop(p); sink.capacity().max(1) }
-                    Err(_) => break,
-                },
+            let Some(room) = ferry_core::ports::room(&sink, &shutdown).await else {
+                break;
             };
             let max = i32::try_from(room).unwrap_or(10).clamp(1, self.config.max_messages);
             let request = queue

@@ -14,9 +14,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use super::parts::{RouteBindings, StartError, check_urls, injected_fault, leasing, store_engine, uses_plugins};
+use super::parts::{
+    EndpointQueues, RouteBindings, StartError, check_urls, injected_fault, leasing, store_engine, uses_plugins,
+};
 use super::plan::{
-    ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, prepare, warn_orphaned_records,
+    ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, Shared, prepare, warn_orphaned_records,
 };
 use crate::admin::SharedReadiness;
 
@@ -63,6 +65,8 @@ pub struct Bridge {
     ended_rx: mpsc::UnboundedReceiver<RouteEnded>,
     /// `[endpoints.sqs]`, bound and waiting for `run`.
     sqs_endpoint: Option<super::endpoint::SqsEndpoint>,
+    /// Its queues, for the routes (a reload builds with them too).
+    endpoint_queues: EndpointQueues,
 }
 
 impl Bridge {
@@ -84,9 +88,10 @@ impl Bridge {
             None => None,
         };
         let leasing = leasing(&config);
+        let endpoint_queues = sqs_endpoint.as_ref().map(super::endpoint::SqsEndpoint::engine);
+        let shared = Shared { store: &store, leasing: &leasing, queues: &endpoint_queues };
         let prepared =
-            prepare(&config, &metrics, &store, &leasing, &BTreeMap::new(), &SenderMap::new(), &PluginState::default())
-                .await?;
+            prepare(&config, &metrics, &shared, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
         warn_orphaned_records(&config, store.as_ref());
         let shared_config = Arc::new(RwLock::new(config.clone()));
         let shared_bindings = Arc::new(RwLock::new(
@@ -109,6 +114,7 @@ impl Bridge {
             ended_tx,
             ended_rx,
             sqs_endpoint,
+            endpoint_queues,
         })
     }
 
@@ -232,10 +238,13 @@ impl Bridge {
         if config.admin != self.config.admin || config.store != self.config.store {
             warn!("reload: [admin] and [store] changes take effect at the next start");
         }
+        if config.endpoints != self.config.endpoints {
+            warn!("reload: [endpoints] changes take effect at the next start");
+        }
         let running: BTreeMap<String, RouteKey> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
-        let prepared =
-            prepare(&config, &self.metrics, &self.store, &self.leasing, &running, &self.senders, &self.plugins).await;
+        let shared = Shared { store: &self.store, leasing: &self.leasing, queues: &self.endpoint_queues };
+        let prepared = prepare(&config, &self.metrics, &shared, &running, &self.senders, &self.plugins).await;
         let prepared = match prepared {
             Ok(p) => p,
             Err(e) => {

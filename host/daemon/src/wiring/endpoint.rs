@@ -47,6 +47,11 @@ impl SqsEndpoint {
         Ok(Self { engine, listener, options })
     }
 
+    /// The queues, for `sqs_endpoint` receivers and senders.
+    pub fn engine(&self) -> Arc<Engine> {
+        self.engine.clone()
+    }
+
     /// Serves until `shutdown`.
     pub fn spawn(self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let metrics = self.options.metrics.clone();

@@ -12,6 +12,7 @@ use ferry_core::json_wire::{PackingSender, UnpackingReceiver};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::Binding;
+use ferry_sqs_endpoint::bridge::{EndpointReceiver, EndpointSender};
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
 use ferry_transport_http::{HttpReceiver, HttpSender, SimplemqReceiver, SimplemqSender};
@@ -302,7 +303,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
                 checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
                 checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
             }
-            ReceiverConfig::Http(_) => {}
+            ReceiverConfig::Http(_) | ReceiverConfig::SqsEndpoint(_) => {}
             ReceiverConfig::Simplemq(q) => checks.push((format!("{key}.api_url"), http(&q.api_url))),
         }
     }
@@ -317,7 +318,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
                 checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
             }
             // A template: checked once its headers are filled in.
-            SenderConfig::Http(_) => {}
+            SenderConfig::Http(_) | SenderConfig::SqsEndpoint(_) => {}
             SenderConfig::Simplemq(q) => checks.push((format!("{key}.api_url"), http(&q.api_url))),
         }
     }
@@ -339,7 +340,25 @@ fn amqp091_url(url: &str) -> Result<(), String> {
     ferry_transport_amqp091::connection::parse_url(url).map(|_| ())
 }
 
-pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> Result<Arc<dyn Sender>, StartError> {
+/// The SQS endpoint's queues, for `sqs_endpoint` receivers and senders
+/// (`None` where no endpoint runs: the CLI).
+pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Engine>>;
+
+fn endpoint_queues<'e>(
+    queues: &'e EndpointQueues,
+    key: &str,
+) -> Result<&'e Arc<ferry_sqs_endpoint::Engine>, StartError> {
+    queues.as_ref().ok_or_else(|| {
+        StartError::new(key, "type = \"sqs_endpoint\" works in the daemon that runs [endpoints.sqs], not from the CLI")
+    })
+}
+
+pub(super) fn start_sender(
+    name: &str,
+    s: &SenderConfig,
+    metrics: &Metrics,
+    queues: &EndpointQueues,
+) -> Result<Arc<dyn Sender>, StartError> {
     let sender: Arc<dyn Sender> = match s {
         SenderConfig::Mqtt(m) => Arc::new(
             MqttSender::start(name, m.clone(), metrics.clone())
@@ -350,6 +369,12 @@ pub(super) fn start_sender(name: &str, s: &SenderConfig, metrics: &Metrics) -> R
         SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
         SenderConfig::Http(h) => HttpSender::start(name, h.clone(), metrics.clone())
             .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
+        SenderConfig::SqsEndpoint(e) => Arc::new(EndpointSender::new(
+            name,
+            e.clone(),
+            endpoint_queues(queues, &format!("senders.{name}"))?.clone(),
+            metrics.clone(),
+        )),
         // Writes the wire format itself (in mqbridge's names when asked).
         SenderConfig::Simplemq(q) => {
             return Ok(SimplemqSender::start(name, q.clone(), metrics.clone())
@@ -367,7 +392,8 @@ pub(super) fn new_receiver(
     r: &ReceiverConfig,
     route: &RouteConfig,
     metrics: &Metrics,
-) -> Arc<dyn Receiver> {
+    queues: &EndpointQueues,
+) -> Result<Arc<dyn Receiver>, StartError> {
     let receiver: Arc<dyn Receiver> = match r {
         ReceiverConfig::Mqtt(m) => Arc::new(MqttReceiver::new(
             name,
@@ -381,14 +407,20 @@ pub(super) fn new_receiver(
         // Reads the wire format itself: a malformed body is its caller's 400.
         ReceiverConfig::Http(h) => {
             let durable_first = route.delivery_mode == ferry_config::DeliveryMode::SharedOutbox;
-            return Arc::new(HttpReceiver::new(name, h.clone(), durable_first, metrics.clone()));
+            return Ok(Arc::new(HttpReceiver::new(name, h.clone(), durable_first, metrics.clone())));
         }
-        ReceiverConfig::Simplemq(q) => return Arc::new(SimplemqReceiver::new(name, q.clone(), metrics.clone())),
+        ReceiverConfig::Simplemq(q) => return Ok(Arc::new(SimplemqReceiver::new(name, q.clone(), metrics.clone()))),
+        ReceiverConfig::SqsEndpoint(e) => Arc::new(EndpointReceiver::new(
+            name,
+            e.clone(),
+            endpoint_queues(queues, &format!("receivers.{name}"))?.clone(),
+            metrics.clone(),
+        )),
     };
-    match r.wire_format() {
+    Ok(match r.wire_format() {
         WireFormat::Json => Arc::new(UnpackingReceiver::new(receiver, name, metrics.clone())),
         WireFormat::None => receiver,
-    }
+    })
 }
 
 /// A route's bindings: each binding's sender (found by `sender`) and
@@ -453,7 +485,7 @@ impl<'a> StandaloneBindings<'a> {
                     .senders
                     .get(&b.sender)
                     .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-                self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics)?);
+                self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics, &None)?);
             }
         }
         make_bindings(route, mappers, |name| self.senders.get(name).cloned())
@@ -509,6 +541,7 @@ pub fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
         ReceiverConfig::Amqp091(_) => "amqp091",
         ReceiverConfig::Http(_) => "http",
         ReceiverConfig::Simplemq(_) => "simplemq",
+        ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
     }
 }
 
@@ -521,5 +554,6 @@ pub fn kind_of_sender(s: &SenderConfig) -> &'static str {
         SenderConfig::Amqp091(_) => "amqp091",
         SenderConfig::Http(_) => "http",
         SenderConfig::Simplemq(_) => "simplemq",
+        SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
     }
 }

@@ -16,8 +16,9 @@ use ferry_wasm::{LoadedPlugin, PluginEngine, PluginRegistry};
 use tracing::warn;
 
 use super::parts::{
-    StartError, binding_mappers, build_chain, build_mappers, chain_plugins, kind_of_receiver, kind_of_sender,
-    load_plugins, make_bindings, new_engine, new_receiver, plugin_limits, shadow_plugins, start_sender, uses_plugins,
+    EndpointQueues, StartError, binding_mappers, build_chain, build_mappers, chain_plugins, kind_of_receiver,
+    kind_of_sender, load_plugins, make_bindings, new_engine, new_receiver, plugin_limits, shadow_plugins, start_sender,
+    uses_plugins,
 };
 use crate::admin::Readiness;
 
@@ -110,6 +111,15 @@ pub(super) struct Prepared {
     pub readiness: Readiness,
 }
 
+/// What every route of a bridge shares, whatever the config: the store,
+/// this process's name on leases, and the SQS endpoint's queues.
+#[derive(Clone, Copy)]
+pub(super) struct Shared<'a> {
+    pub store: &'a Arc<dyn Store>,
+    pub leasing: &'a ferry_core::route::Leasing,
+    pub queues: &'a EndpointQueues,
+}
+
 /// Builds what `config` needs beyond what is running: `running` maps the
 /// ids of running routes to their fingerprints, `old_senders` the running
 /// senders. Nothing here stops what runs; on error, what was started here
@@ -117,12 +127,12 @@ pub(super) struct Prepared {
 pub(super) async fn prepare(
     config: &Config,
     metrics: &Metrics,
-    store: &Arc<dyn Store>,
-    leasing: &ferry_core::route::Leasing,
+    shared: &Shared<'_>,
     running: &BTreeMap<String, RouteKey>,
     old_senders: &SenderMap,
     old_plugins: &PluginState,
 ) -> Result<Prepared, StartError> {
+    let Shared { store, leasing, queues } = *shared;
     let mut plugins = PluginState::default();
     if uses_plugins(config) {
         let engine = match &old_plugins.engine {
@@ -181,7 +191,7 @@ pub(super) async fn prepare(
     for (name, s) in &config.senders {
         let sender = match old_senders.get(name) {
             Some(old) if old.config == *s => old.sender.clone(),
-            _ => match start_sender(name, s, metrics) {
+            _ => match start_sender(name, s, metrics, queues) {
                 Ok(sender) => {
                     started.push(sender.clone());
                     sender
@@ -206,7 +216,7 @@ pub(super) async fn prepare(
         let route = Route {
             id: route_config.id.clone(),
             source_id: route_config.receiver.clone(),
-            receiver: new_receiver(&route_config.receiver, receiver_config, route_config, metrics),
+            receiver: new_receiver(&route_config.receiver, receiver_config, route_config, metrics, queues)?,
             processors: chain.into(),
             bindings,
             policy: RoutePolicy::from_config(route_config),
