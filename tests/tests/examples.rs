@@ -332,3 +332,47 @@ async fn simplemq_fanout_example_copies_each_message_to_two_queues() {
     eventually("the source message deleted", || smq.messages(&source).is_empty()).await;
     assert!(daemon.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sqs_endpoint_example_bridges_apps_and_devices() {
+    let listen = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
+    let endpoint = format!("http://{listen}");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_SQS_LISTEN", &listen),
+        ("FERRY_MQTT_CLIENT_ID", &unique("ex-ep-out")),
+        ("FERRY_MQTT_IN_CLIENT_ID", &unique("ex-ep-in")),
+    ]);
+    ws.config(&example("sqs-endpoint.toml"));
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    let region = unique("eu");
+    sub.subscribe(&format!("orders/{region}")).await;
+    let daemon = Daemon::start(&ws, 3);
+    let client = sqs::client_for(&endpoint);
+    let orders = format!("{endpoint}/000000000000/orders");
+    let mut attributes = HashMap::new();
+    attributes.insert("region".to_owned(), text(&region));
+    sqs::send(&client, &orders, r#"{"order":42}"#, attributes).await;
+    let publish = sub.next(Duration::from_secs(10)).await.expect("the order reaches MQTT");
+    assert_eq!(topic(&publish), format!("orders/{region}"));
+    assert_eq!(user_property(&publish, "region"), Some(region.as_str()));
+
+    let reading = unique("21.5");
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("sensors/{}", unique("kitchen")), &reading, &[("unit", "C")]).await;
+    let events = format!("{endpoint}/000000000000/events");
+    let mut found = None;
+    for _ in 0..10 {
+        for m in sqs::receive(&client, &events, Duration::from_secs(1)).await {
+            if m.body() == Some(reading.as_str()) {
+                found = Some(m);
+            }
+        }
+        if found.is_some() {
+            break;
+        }
+    }
+    let m = found.expect("the reading reaches the events queue");
+    let unit = m.message_attributes().and_then(|a| a.get("unit")).and_then(|v| v.string_value());
+    assert_eq!(unit, Some("C"));
+    assert!(daemon.terminate().success());
+}

@@ -29,10 +29,6 @@ impl RecordChange {
     pub fn delete(&mut self, space: &str, key: impl Into<String>) {
         self.deletes.push((space.to_owned(), key.into()));
     }
-    pub fn extend(&mut self, other: RecordChange) {
-        self.puts.extend(other.puts);
-        self.deletes.extend(other.deletes);
-    }
 }
 
 /// The port: durable commits of [`RecordChange`]s, and reading a space back.

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use ferry_core::metrics::Metrics;
+use ferry_core::metrics::{Metrics, labels};
 use serde_json::Value;
 
 use crate::actions::{self, Context};
@@ -21,6 +21,10 @@ use crate::protocol::{self, Protocol};
 /// The largest request body read: a 1 MiB message grows when its binary
 /// attributes are base64 and its text is escaped or form-encoded.
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+
+/// The longest a request may take, reading its body included: a long poll
+/// waits 20 s at most, so anything past this is a stuck or hostile client.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// How the server runs.
 #[derive(Clone)]
@@ -48,7 +52,10 @@ pub async fn serve(
     let local = listener.local_addr()?;
     let gauges = tokio::spawn(keep_gauges(engine.clone(), options.metrics.clone()));
     let app = Arc::new(App { engine, options, local });
-    let router = axum::Router::new().fallback(handle).with_state(app);
+    let router = axum::Router::new()
+        .fallback(handle)
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
+        .with_state(app);
     let served = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
     gauges.abort();
     served
@@ -66,11 +73,11 @@ async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
             for (state, n) in [("visible", depth.visible), ("in_flight", depth.in_flight), ("delayed", depth.delayed)] {
                 metrics
                     .sqs_endpoint_messages
-                    .get_or_create(&vec![("queue".into(), queue.clone()), ("state".into(), state.into())])
+                    .get_or_create(&labels(&[("queue", &queue), ("state", state)]))
                     .set(n as i64);
             }
             let age = depth.oldest_ms.map_or(0, |t| (now - t).max(0) / 1000);
-            metrics.sqs_endpoint_oldest_age_seconds.get_or_create(&vec![("queue".into(), queue.clone())]).set(age);
+            metrics.sqs_endpoint_oldest_age_seconds.get_or_create(&labels(&[("queue", &queue)])).set(age);
         }
     }
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use ferry_config::SqsEndpointConfig;
-use ferry_core::metrics::Metrics;
+use ferry_core::metrics::{Metrics, labels};
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions};
 use ferry_store::Store;
 use tokio_util::sync::CancellationToken;
@@ -56,11 +56,7 @@ impl SqsEndpoint {
     pub fn spawn(self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let metrics = self.options.metrics.clone();
         let (kind, role, name) = READINESS;
-        let gauge = vec![
-            ("kind".to_owned(), kind.to_owned()),
-            ("role".to_owned(), role.to_owned()),
-            ("name".to_owned(), name.to_owned()),
-        ];
+        let gauge = labels(&[("kind", kind), ("role", role), ("name", name)]);
         tokio::spawn(async move {
             match self.listener.local_addr() {
                 Ok(addr) => info!(listen = %addr, queues = self.engine.list("").len(), "SQS endpoint listening"),
