@@ -20,8 +20,9 @@ const WAIT: Duration = Duration::from_secs(20);
 const PRELUDE: &str = r#"
 import json, sys, hashlib, struct, boto3
 endpoint, name = sys.argv[1], sys.argv[2]
+key_id, secret = (sys.argv[3], sys.argv[4]) if len(sys.argv) > 4 else ("x", "x")
 sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
-                   aws_access_key_id="x", aws_secret_access_key="x")
+                   aws_access_key_id=key_id, aws_secret_access_key=secret)
 def md5_attrs(attrs):
     h = hashlib.md5()
     for k in sorted(attrs):
@@ -90,9 +91,16 @@ print(json.dumps({"visible": a["ApproximateNumberOfMessages"], "in_flight": a["A
 
 /// Runs a boto3 script with the endpoint and queue name as its arguments.
 async fn boto3(script: &'static str, endpoint: &str, name: &str) -> serde_json::Value {
-    let (endpoint, name) = (endpoint.to_owned(), name.to_owned());
+    boto3_as(script, endpoint, name, "x", "x").await
+}
+
+/// [`boto3`], signing with this access key.
+async fn boto3_as(script: &'static str, endpoint: &str, name: &str, key_id: &str, secret: &str) -> serde_json::Value {
+    let args = [endpoint, name, key_id, secret].map(str::to_owned);
     let script = format!("{PRELUDE}{script}");
-    tokio::task::spawn_blocking(move || run_json("boto3", &script, &[&endpoint, &name])).await.expect("python")
+    tokio::task::spawn_blocking(move || run_json("boto3", &script, &args.each_ref().map(String::as_str)))
+        .await
+        .expect("python")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -148,6 +156,7 @@ fn a_bad_endpoint_config_is_refused_with_its_key() {
     let ws = Workspace::with_plugins(&[]);
     for (config, key) in [
         ("[endpoints.sqs]\nlisten = \"0.0.0.0:9324\"\n", "endpoints.sqs.listen"),
+        ("[endpoints.sqs]\nlisten = \"0.0.0.0:9324\"\nauth = \"verify\"\n", "endpoints.sqs.access_keys"),
         ("[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\naccount = \"12\"\n", "endpoints.sqs.account"),
         (
             "[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\n[endpoints.sqs.queues.\"a.fifo\"]\n",
@@ -389,5 +398,59 @@ async fn a_load_through_endpoint_queues_and_mqtt_loses_nothing() {
     assert_eq!(bodies.len(), TOTAL, "every message arrived");
     assert_eq!(groups, [("g0".to_owned(), 100), ("g1".to_owned(), 100), ("g2".to_owned(), 100)].into());
     assert_eq!(ferry_tests::sqs::depth(&sqs, &inbox_url).await, (0, 0), "the first queue was emptied");
+    assert!(daemon.terminate().success());
+}
+
+/// Creates a queue and sends to it; prints the error code boto3 got, if any.
+const SIGNED: &str = r#"
+try:
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="signed")
+    n = len(sqs.receive_message(QueueUrl=url).get("Messages", []))
+    print(json.dumps({"code": "ok", "received": n}))
+except sqs.exceptions.ClientError as e:
+    print(json.dumps({"code": e.response["Error"]["Code"]}))
+"#;
+
+/// A presigned query-protocol GET made by botocore's own SigV4 query signer;
+/// prints the status and whether the reply is ListQueues' XML.
+const PRESIGNED: &str = r#"
+import urllib.request, urllib.error
+from botocore.auth import SigV4QueryAuth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+request = AWSRequest(method="GET", url=endpoint + "/?Action=ListQueues&Version=2012-11-05")
+SigV4QueryAuth(Credentials(key_id, secret), "sqs", "us-east-1", expires=300).add_auth(request)
+try:
+    with urllib.request.urlopen(request.prepare().url) as r:
+        print(json.dumps({"status": r.status, "xml": "<ListQueuesResponse" in r.read().decode()}))
+except urllib.error.HTTPError as e:
+    print(json.dumps({"status": e.code, "xml": "<ErrorResponse" in e.read().decode()}))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn boto3_requests_are_verified_with_sigv4() {
+    let listen = format!("127.0.0.1:{}", free_port());
+    let endpoint = format!("http://{listen}");
+    let ws = Workspace::with_plugins(&[]).with_env(&[("FERRY_TEST_SQS_SECRET", "s3cret-for-boto")]);
+    ws.config(&format!(
+        "[endpoints.sqs]\nlisten = \"{listen}\"\nauth = \"verify\"\n\n[[endpoints.sqs.access_keys]]\nid = \"AKIDBOTO\"\nsecret = \"${{FERRY_TEST_SQS_SECRET}}\"\n"
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    daemon.wait_for_line(&["SQS endpoint listening", &listen], WAIT);
+    let ok = boto3_as(SIGNED, &endpoint, &unique("sig"), "AKIDBOTO", "s3cret-for-boto").await;
+    assert_eq!(ok, serde_json::json!({"code": "ok", "received": 1}));
+    let wrong = boto3_as(SIGNED, &endpoint, &unique("sig"), "AKIDBOTO", "guessed").await;
+    assert_eq!(wrong["code"], "SignatureDoesNotMatch");
+    let unknown = boto3_as(SIGNED, &endpoint, &unique("sig"), "AKIDNOBODY", "s3cret-for-boto").await;
+    assert_eq!(unknown["code"], "InvalidClientTokenId");
+    let presigned = boto3_as(PRESIGNED, &endpoint, "", "AKIDBOTO", "s3cret-for-boto").await;
+    assert_eq!(presigned, serde_json::json!({"status": 200, "xml": true}));
+    let forged = boto3_as(PRESIGNED, &endpoint, "", "AKIDBOTO", "guessed").await;
+    assert_eq!(forged, serde_json::json!({"status": 403, "xml": true}));
+    // `ferry render` does not show the secret.
+    let out = ws.ferry(&["render", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && !text.contains("s3cret-for-boto") && text.contains("AKIDBOTO"), "{text}");
     assert!(daemon.terminate().success());
 }

@@ -22,9 +22,18 @@ pub struct EndpointsConfig {
 #[serde(deny_unknown_fields)]
 pub struct SqsEndpointConfig {
     /// Address to listen on, `host:port` (for example `127.0.0.1:9324`).
-    /// Requests are not authenticated yet: the address must be a loopback
-    /// one.
+    /// With `auth = "none"` it must be a loopback address.
     pub listen: String,
+    /// `verify`: every request must carry a SigV4 signature made with one
+    /// of `access_keys` (wrong signature: SignatureDoesNotMatch; unknown
+    /// key: InvalidClientTokenId; more than 15 minutes off the server's
+    /// clock: refused). `none`: no check, for local development only
+    /// (loopback). Default `none`.
+    #[serde(default)]
+    pub auth: EndpointAuth,
+    /// `auth = "verify"`: the access keys requests may be signed with.
+    #[serde(default)]
+    pub access_keys: Vec<AccessKey>,
     /// `scheme://host[:port]` that queue URLs start with, as clients reach
     /// the endpoint (behind a proxy, say). Default: `http://` and the Host
     /// header of each request. Only a URL's path names its queue, so a URL
@@ -43,6 +52,28 @@ pub struct SqsEndpointConfig {
     /// has.
     #[serde(default)]
     pub queues: BTreeMap<String, SqsEndpointQueue>,
+}
+
+/// `[endpoints.sqs] auth`
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum EndpointAuth {
+    /// No check (local development; loopback only).
+    #[default]
+    None,
+    /// SigV4 against `access_keys`.
+    Verify,
+}
+
+/// `[[endpoints.sqs.access_keys]]`
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AccessKey {
+    /// The access key id clients sign with (`AWS_ACCESS_KEY_ID`).
+    pub id: String,
+    /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as
+    /// `${VAR}` or `{ file = "…" }`.
+    pub secret: String,
 }
 
 /// `[endpoints.sqs.queues.NAME]`
@@ -76,11 +107,21 @@ pub(crate) fn check(
     let addr: std::net::SocketAddr = sqs.listen.parse().map_err(|_| {
         ConfigError::new(format!("{key}.listen"), format!("{:?} is not an IP:port address", sqs.listen))
     })?;
-    if !addr.ip().is_loopback() {
+    if !addr.ip().is_loopback() && sqs.auth == EndpointAuth::None {
         return Err(ConfigError::new(
             format!("{key}.listen"),
-            format!("{addr} is not a loopback address: the endpoint does not authenticate requests yet"),
+            format!(
+                "{addr} is not a loopback address: set auth = \"verify\" and access_keys, so requests must be signed"
+            ),
         ));
+    }
+    if sqs.auth == EndpointAuth::Verify && sqs.access_keys.is_empty() {
+        return Err(ConfigError::new(format!("{key}.access_keys"), "auth = \"verify\" needs at least one access key"));
+    }
+    for (i, k) in sqs.access_keys.iter().enumerate() {
+        if k.id.is_empty() || k.secret.is_empty() {
+            return Err(ConfigError::new(format!("{key}.access_keys[{i}]"), "id and secret must not be empty"));
+        }
     }
     if let Some(other) = listeners.get(&addr) {
         return Err(ConfigError::new(format!("{key}.listen"), format!("{other} listens there already")));

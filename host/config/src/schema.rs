@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::amqp::*;
 pub use crate::endpoint::{
-    EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
+    AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig,
+    SqsEndpointSenderConfig,
 };
 pub use crate::http::*;
 

@@ -130,7 +130,7 @@ pub fn header_of(name: &str, value: &toml_value::Value) -> Result<HeaderValue, S
 
 /// Milliseconds since the epoch of an RFC 3339 date-time with an offset
 /// (`2026-12-01T10:00:00Z`, `…+01:00`, fractions allowed).
-fn chrono_free_millis(s: &str) -> Option<i64> {
+pub fn chrono_free_millis(s: &str) -> Option<i64> {
     let (date, rest) = s.split_once(['T', ' '])?;
     let mut d = date.splitn(3, '-');
     let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);

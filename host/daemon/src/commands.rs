@@ -164,6 +164,10 @@ pub fn render(path: &Path) -> ExitCode {
                     _ => {}
                 }
             }
+            // And the SQS endpoint's access key secrets.
+            if let Some(sqs) = &config.endpoints.sqs {
+                secrets.extend(sqs.access_keys.iter().map(|k| k.secret.clone()));
+            }
             mask_secrets(&mut value, &secrets);
             match serde_json::to_string_pretty(&value) {
                 Ok(text) => {

@@ -194,6 +194,16 @@ impl SqsError {
         )
     }
 
+    /// A signed request whose time is too far from the server's.
+    pub fn expired(amz_date: &str) -> Self {
+        Self::sender(
+            "SignatureDoesNotMatch",
+            "SignatureDoesNotMatch",
+            403,
+            format!("Signature expired: {amz_date} is more than 15 minutes away from the server's time."),
+        )
+    }
+
     pub fn unknown_key() -> Self {
         Self::sender(
             "InvalidClientTokenId",

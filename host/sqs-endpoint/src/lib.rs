@@ -9,11 +9,13 @@
 //! - [`protocol`]: AWS JSON 1.0 and the query protocol, read into one shape
 //!   and written back in their own.
 //! - [`actions`]: the SQS actions over that shape.
+//! - [`auth`]: SigV4 verification of requests (`auth = "verify"`).
 //! - [`error`]: SQS's errors as each protocol names them.
 //! - [`server`]: the HTTP server.
 //! - [`bridge`]: the `sqs_endpoint` receiver and sender routes use.
 
 pub mod actions;
+pub mod auth;
 pub mod bridge;
 pub mod engine;
 pub mod error;

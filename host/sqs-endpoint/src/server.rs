@@ -33,6 +33,9 @@ pub struct ServerOptions {
     /// request's Host header.
     pub advertised_url: Option<String>,
     pub metrics: Metrics,
+    /// `Some`: every request must be signed (SigV4) with one of these
+    /// access keys.
+    pub auth: Option<crate::auth::Keys>,
 }
 
 struct App {
@@ -90,6 +93,12 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         Ok(b) => b,
         Err(_) => return error(&app, protocol, "", "", &SqsError::too_large(MAX_REQUEST_BYTES), &request_id),
     };
+    if let Some(keys) = &app.options.auth {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        if let Err(e) = crate::auth::verify(&parts, &body, keys, now) {
+            return error(&app, protocol, "", "", &e, &request_id);
+        }
+    }
     let call = match protocol::parse(protocol, &parts.uri, &parts.headers, &body) {
         Ok(call) => call,
         Err(e) => return error(&app, protocol, "", "", &e, &request_id),

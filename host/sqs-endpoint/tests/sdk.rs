@@ -788,3 +788,49 @@ async fn concurrent_producers_and_consumers_lose_nothing() {
     assert_eq!(attrs[&QueueAttributeName::ApproximateNumberOfMessagesNotVisible], "0");
     ep.stop().await;
 }
+
+/// `auth = "verify"`: the SDK's signed requests pass; a wrong secret, an
+/// unknown key and an unsigned request are refused with AWS's codes, in
+/// both protocols.
+#[tokio::test]
+async fn sigv4_signatures_are_verified() {
+    let keys: ferry_sqs_endpoint::auth::Keys = [("AKIDFERRYTEST".to_owned(), "s3cret/key+value".to_owned())].into();
+    let ep = Endpoint::start_with(Some(keys)).await;
+    let good = common::client(&ep.url, "AKIDFERRYTEST", "s3cret/key+value");
+    let url = good
+        .create_queue()
+        .queue_name(unique("signed"))
+        .send()
+        .await
+        .expect("signed create")
+        .queue_url()
+        .expect("url")
+        .to_owned();
+    good.send_message().queue_url(&url).message_body("signed body").send().await.expect("signed send");
+    let got = good.receive_message().queue_url(&url).send().await.expect("signed receive");
+    assert_eq!(got.messages()[0].body(), Some("signed body"));
+
+    let wrong = common::client(&ep.url, "AKIDFERRYTEST", "not the secret");
+    let err = wrong.send_message().queue_url(&url).message_body("x").send().await.expect_err("wrong secret");
+    assert_eq!(err.code(), Some("SignatureDoesNotMatch"));
+    let unknown = common::client(&ep.url, "AKIDSTRANGER", "s3cret/key+value");
+    let err = unknown.list_queues().send().await.expect_err("unknown key");
+    assert_eq!(err.code(), Some("InvalidClientTokenId"));
+    // Unsigned requests, in each protocol.
+    let (status, header, _) = ep.json("ListQueues", "{}").await;
+    assert_eq!(status, 403);
+    assert_eq!(header.as_deref(), Some("MissingAuthenticationToken;Sender"));
+    let (status, xml) = ep.query("/", &[("Action", "ListQueues")]).await;
+    assert_eq!(status, 403);
+    assert!(xml.contains("<Code>MissingAuthenticationToken</Code>"), "{xml}");
+    // Nothing the refused clients sent arrived.
+    let attrs = good
+        .get_queue_attributes()
+        .queue_url(&url)
+        .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+        .send()
+        .await
+        .expect("attrs");
+    assert_eq!(attrs.attributes().expect("a")[&QueueAttributeName::ApproximateNumberOfMessages], "0");
+    ep.stop().await;
+}

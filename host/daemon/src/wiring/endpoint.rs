@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use ferry_config::SqsEndpointConfig;
+use ferry_config::{EndpointAuth, SqsEndpointConfig};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions};
 use ferry_store::Store;
@@ -43,7 +43,9 @@ impl SqsEndpoint {
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
             .map_err(|e| StartError::new("endpoints.sqs.listen", format!("cannot listen on {}: {e}", config.listen)))?;
-        let options = ServerOptions { advertised_url: config.advertised_url.clone(), metrics: metrics.clone() };
+        let auth = (config.auth == EndpointAuth::Verify)
+            .then(|| config.access_keys.iter().map(|k| (k.id.clone(), k.secret.clone())).collect());
+        let options = ServerOptions { advertised_url: config.advertised_url.clone(), metrics: metrics.clone(), auth };
         Ok(Self { engine, listener, options })
     }
 

@@ -23,9 +23,14 @@ pub struct Endpoint {
 
 impl Endpoint {
     pub async fn start() -> Self {
+        Self::start_with(None).await
+    }
+
+    /// An endpoint that checks SigV4 signatures against `keys`.
+    pub async fn start_with(auth: Option<ferry_sqs_endpoint::auth::Keys>) -> Self {
         let tmp = tempfile::tempdir().expect("temp dir");
         let dir = tmp.path().to_path_buf();
-        let mut e = Self::start_in(&dir).await;
+        let mut e = Self::open(&dir, auth).await;
         e._tmp = Some(tmp);
         e
     }
@@ -33,6 +38,10 @@ impl Endpoint {
     /// An endpoint over the store in `dir` (which outlives it). A store
     /// just let go is released when its writer thread ends: wait for it.
     pub async fn start_in(dir: &std::path::Path) -> Self {
+        Self::open(dir, None).await
+    }
+
+    async fn open(dir: &std::path::Path, auth: Option<ferry_sqs_endpoint::auth::Keys>) -> Self {
         let mut tries = 0;
         let store = loop {
             match RedbStore::open(dir, StoreOptions::default()) {
@@ -50,7 +59,7 @@ impl Endpoint {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let metrics = Metrics::new();
-        let options = ServerOptions { advertised_url: None, metrics: metrics.clone() };
+        let options = ServerOptions { advertised_url: None, metrics: metrics.clone(), auth: auth.clone() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = engine.clone();
         let task = tokio::spawn(async move {
@@ -60,7 +69,7 @@ impl Endpoint {
             .await
             .expect("serves");
         });
-        let client = client(&url);
+        let client = client(&url, "test", "test");
         Self { url, client, engine, metrics, dir: dir.to_path_buf(), stop: Some(stop), task: Some(task), _tmp: None }
     }
 
@@ -112,11 +121,11 @@ impl Endpoint {
     }
 }
 
-pub fn client(url: &str) -> aws_sdk_sqs::Client {
+pub fn client(url: &str, key_id: &str, secret: &str) -> aws_sdk_sqs::Client {
     let config = aws_sdk_sqs::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new("us-east-1"))
-        .credentials_provider(Credentials::new("test", "test", None, None, "tests"))
+        .credentials_provider(Credentials::new(key_id, secret, None, None, "tests"))
         .endpoint_url(url)
         .build();
     aws_sdk_sqs::Client::from_conf(config)
