@@ -629,11 +629,18 @@ impl Engine {
         let now = now_ms();
         let mut guard = self.lock();
         let state = &mut *guard;
+        // A dead-letter queue deleted after the policy was set (or the queue
+        // itself): SQS keeps such messages where they are, and so do we.
+        let redrive = state
+            .queues
+            .get(name)
+            .ok_or_else(SqsError::no_queue)?
+            .redrive()
+            .filter(|p| p.target_name != name && state.queues.contains_key(&p.target_name));
         let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
         let fifo = queue.fifo();
         let visibility = options.visibility_s.unwrap_or_else(|| queue.int("VisibilityTimeout"));
         let retention_ms = queue.int("MessageRetentionPeriod") * 1000;
-        let redrive = queue.redrive();
         let mut change = RecordChange::default();
         let mut got = Vec::new();
         let mut expired = Vec::new();
@@ -703,10 +710,8 @@ impl Engine {
         for (m, target) in moved {
             let new_seq = state.next_seq;
             state.next_seq += 1;
+            // The target exists: checked above, under the same lock.
             let Some(dlq) = state.queues.get_mut(&target) else {
-                // The dead-letter queue was deleted after the policy was
-                // set: SQS keeps such messages where they are.
-                tracing::warn!(queue = name, target = %target, "redrive target does not exist; message kept");
                 continue;
             };
             let mut stored = (*m.stored).clone();

@@ -834,3 +834,22 @@ async fn sigv4_signatures_are_verified() {
     assert_eq!(attrs.attributes().expect("a")[&QueueAttributeName::ApproximateNumberOfMessages], "0");
     ep.stop().await;
 }
+
+/// A dead-letter queue deleted after the policy named it: messages past
+/// `maxReceiveCount` stay where they are (as in SQS), never vanish.
+#[tokio::test]
+async fn a_missing_dead_letter_queue_keeps_messages_where_they_are() {
+    let ep = Endpoint::start().await;
+    let dlq_name = unique("gone-dlq");
+    let dlq = ep.create(&dlq_name, &[]).await;
+    let policy =
+        format!(r#"{{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:{dlq_name}","maxReceiveCount":1}}"#);
+    let url = ep.create(&unique("keeps"), &[("RedrivePolicy", &policy)]).await;
+    ep.client.send_message().queue_url(&url).message_body("precious").send().await.expect("sent");
+    ep.client.delete_queue().queue_url(&dlq).send().await.expect("dlq deleted");
+    for round in 1..=3 {
+        let got = ep.client.receive_message().queue_url(&url).visibility_timeout(0).send().await.expect("receive");
+        assert_eq!(got.messages().len(), 1, "receive {round}: the message is still there");
+    }
+    ep.stop().await;
+}
