@@ -49,15 +49,7 @@ async fn queue_lifecycle_over_the_json_protocol() {
         .send()
         .await
         .expect("set");
-    let attrs = ep
-        .client
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .expect("get");
-    let attrs = attrs.attributes().expect("attributes");
+    let attrs = ep.attributes(&url).await;
     assert_eq!(attrs[&QueueAttributeName::VisibilityTimeout], "7");
     assert_eq!(attrs[&QueueAttributeName::DelaySeconds], "2");
     assert_eq!(attrs[&QueueAttributeName::QueueArn], format!("arn:aws:sqs:us-east-1:000000000000:{name}"));
@@ -487,45 +479,21 @@ async fn bad_input_gets_the_codes_sqs_returns() {
     let entry = |id: &str, body: &str| {
         SendMessageBatchRequestEntry::builder().id(id).message_body(body).build().expect("entry")
     };
-    let e = c
-        .send_message_batch()
-        .queue_url(&url)
-        .set_entries(Some((0..11).map(|i| entry(&format!("e{i}"), "x")).collect()))
-        .send()
-        .await
-        .expect_err("11");
+    let batch = |entries: Vec<SendMessageBatchRequestEntry>| {
+        c.send_message_batch().queue_url(&url).set_entries(Some(entries)).send()
+    };
+    let e = batch((0..11).map(|i| entry(&format!("e{i}"), "x")).collect()).await.expect_err("11");
     assert_eq!(code(&e).as_deref(), Some("AWS.SimpleQueueService.TooManyEntriesInBatchRequest"));
-    let e = c
-        .send_message_batch()
-        .queue_url(&url)
-        .entries(entry("same", "x"))
-        .entries(entry("same", "y"))
-        .send()
-        .await
-        .expect_err("dup ids");
+    let e = batch(vec![entry("same", "x"), entry("same", "y")]).await.expect_err("dup ids");
     assert_eq!(code(&e).as_deref(), Some("AWS.SimpleQueueService.BatchEntryIdsNotDistinct"));
-    let e = c.send_message_batch().queue_url(&url).entries(entry("bad id!", "x")).send().await.expect_err("id");
+    let e = batch(vec![entry("bad id!", "x")]).await.expect_err("id");
     assert_eq!(code(&e).as_deref(), Some("AWS.SimpleQueueService.InvalidBatchEntryId"));
-    let e = c.send_message_batch().queue_url(&url).set_entries(Some(Vec::new())).send().await.expect_err("empty");
+    let e = batch(Vec::new()).await.expect_err("empty");
     assert_eq!(code(&e).as_deref(), Some("AWS.SimpleQueueService.EmptyBatchRequest"));
     let big = "x".repeat(600_000);
-    let e = c
-        .send_message_batch()
-        .queue_url(&url)
-        .entries(entry("a", &big))
-        .entries(entry("b", &big))
-        .send()
-        .await
-        .expect_err("long");
+    let e = batch(vec![entry("a", &big), entry("b", &big)]).await.expect_err("long");
     assert_eq!(code(&e).as_deref(), Some("AWS.SimpleQueueService.BatchRequestTooLong"));
-    let mixed = c
-        .send_message_batch()
-        .queue_url(&url)
-        .entries(entry("ok", "fine"))
-        .entries(entry("bad", ""))
-        .send()
-        .await
-        .expect("mixed");
+    let mixed = batch(vec![entry("ok", "fine"), entry("bad", "")]).await.expect("mixed");
     assert_eq!(mixed.successful().len(), 1);
     assert_eq!(mixed.failed()[0].id(), "bad");
     assert_eq!(mixed.failed()[0].code(), "MissingParameter");
@@ -666,15 +634,7 @@ async fn queues_and_messages_survive_a_restart() {
     };
     let ep = Endpoint::start_in(tmp.path()).await;
     let url = format!("{}/000000000000/{url_path}", ep.url);
-    let attrs = ep
-        .client
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .expect("attrs");
-    let attrs = attrs.attributes().expect("a");
+    let attrs = ep.attributes(&url).await;
     assert_eq!(attrs[&QueueAttributeName::ApproximateNumberOfMessages], "2");
     assert_eq!(attrs[&QueueAttributeName::ApproximateNumberOfMessagesNotVisible], "1", "still in flight");
     assert_eq!(attrs[&QueueAttributeName::VisibilityTimeout], "600");
@@ -775,15 +735,7 @@ async fn concurrent_producers_and_consumers_lose_nothing() {
         assert_eq!(seen.len(), total);
         assert!(seen.values().all(|n| *n == 1), "a message was handed out twice within its visibility timeout");
     }
-    let attrs = ep
-        .client
-        .get_queue_attributes()
-        .queue_url(&url)
-        .attribute_names(QueueAttributeName::All)
-        .send()
-        .await
-        .expect("attrs");
-    let attrs = attrs.attributes().expect("a");
+    let attrs = ep.attributes(&url).await;
     assert_eq!(attrs[&QueueAttributeName::ApproximateNumberOfMessages], "0");
     assert_eq!(attrs[&QueueAttributeName::ApproximateNumberOfMessagesNotVisible], "0");
     ep.stop().await;

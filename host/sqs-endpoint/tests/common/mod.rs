@@ -91,6 +91,22 @@ impl Endpoint {
         req.send().await.expect("queue created").queue_url().expect("url").to_owned()
     }
 
+    /// Every attribute of a queue.
+    pub async fn attributes(
+        &self,
+        url: &str,
+    ) -> std::collections::HashMap<aws_sdk_sqs::types::QueueAttributeName, String> {
+        let out = self
+            .client
+            .get_queue_attributes()
+            .queue_url(url)
+            .attribute_names(aws_sdk_sqs::types::QueueAttributeName::All)
+            .send()
+            .await
+            .expect("queue attributes");
+        out.attributes().cloned().unwrap_or_default()
+    }
+
     /// A POST in the query protocol: (status, body).
     pub async fn query(&self, path: &str, params: &[(&str, &str)]) -> (u16, String) {
         let body: String = form_urlencoded::Serializer::new(String::new()).extend_pairs(params).finish();
