@@ -15,8 +15,9 @@ use ferry_tests::unique;
 const WAIT: Duration = Duration::from_secs(20);
 
 /// What every script starts with: the client for `sys.argv[1]`, the queue
-/// name `sys.argv[2]`, and AWS's MD5 of message attributes, computed here
-/// independently of ferry's.
+/// name `sys.argv[2]`, AWS's MD5 of message attributes, computed here
+/// independently of ferry's, and `receive_one` (one message of a queue,
+/// its digests checked).
 const PRELUDE: &str = r#"
 import json, sys, hashlib, struct, boto3
 endpoint, name = sys.argv[1], sys.argv[2]
@@ -35,6 +36,17 @@ def md5_attrs(attrs):
             s = v["StringValue"].encode()
             h.update(b"\x01" + struct.pack(">I", len(s)) + s)
     return h.hexdigest()
+def receive_one(url):
+    got = []
+    for _ in range(10):
+        got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["All"]).get("Messages", [])
+        if got:
+            break
+    m = got[0]
+    assert m["MD5OfBody"] == hashlib.md5(m["Body"].encode()).hexdigest()
+    if "MessageAttributes" in m:
+        assert m["MD5OfMessageAttributes"] == md5_attrs(m["MessageAttributes"])
+    return m
 "#;
 
 /// Sends three messages to `sys.argv[2]` (a queue it creates) and receives
@@ -166,6 +178,22 @@ fn a_bad_endpoint_config_is_refused_with_its_key() {
             "[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\n[endpoints.sqs.queues.\"bad/name\"]\n",
             "endpoints.sqs.queues.bad/name",
         ),
+        (
+            "[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\n[endpoints.sqs.topics.\"t.fifo\"]\n",
+            "endpoints.sqs.topics.t.fifo",
+        ),
+        (
+            "[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\n[receivers.r]\ntype = \"sqs_endpoint\"\nqueue = \"q\"\ntopic = \"t\"\n",
+            "receivers.r: set either queue or topic",
+        ),
+        (
+            "[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\n[receivers.r]\ntype = \"sqs_endpoint\"\n",
+            "receivers.r: set either queue or topic",
+        ),
+        (
+            "[endpoints.sqs]\nlisten = \"127.0.0.1:9324\"\n[receivers.r]\ntype = \"sqs_endpoint\"\ntopic = \"a b\"\n",
+            "receivers.r.topic",
+        ),
     ] {
         ws.config(config);
         let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
@@ -258,14 +286,7 @@ print(json.dumps({"id": r["MessageId"]}))
 /// boto3 receives what a route put on the queue, checking every digest.
 const RECEIVE: &str = r#"
 url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-got = []
-for _ in range(10):
-    got = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=2, MessageAttributeNames=["All"]).get("Messages", [])
-    if got:
-        break
-m = got[0]
-assert m["MD5OfBody"] == hashlib.md5(m["Body"].encode()).hexdigest()
-assert m["MD5OfMessageAttributes"] == md5_attrs(m["MessageAttributes"])
+m = receive_one(url)
 sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 print(json.dumps({"body": m["Body"], "attrs": {k: v.get("StringValue") for k, v in m["MessageAttributes"].items()}}))
 "#;
@@ -453,4 +474,139 @@ async fn boto3_requests_are_verified_with_sigv4() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && !text.contains("s3cret-for-boto") && text.contains("AKIDBOTO"), "{text}");
     assert!(daemon.terminate().success());
+}
+
+/// boto3's SNS client publishes to a topic with two endpoint queues
+/// subscribed (one raw) and reads both queues back.
+const SNS_FAN_OUT: &str = r#"
+topic, enveloped, raw = sys.argv[2].split(",")
+sns = boto3.client("sns", endpoint_url=endpoint, region_name="us-east-1",
+                   aws_access_key_id=key_id, aws_secret_access_key=secret)
+arn = sns.create_topic(Name=topic)["TopicArn"]
+for q, attrs in [(enveloped, {}), (raw, {"RawMessageDelivery": "true"})]:
+    sns.subscribe(TopicArn=arn, Protocol="sqs", Endpoint="arn:aws:sqs:us-east-1:000000000000:" + q, Attributes=attrs)
+r = sns.publish(TopicArn=arn, Message="disk almost full", Subject="alert",
+                MessageAttributes={"severity": {"DataType": "String", "StringValue": "high"},
+                                   "pct": {"DataType": "Number", "StringValue": "93"}})
+out = {"id": r["MessageId"], "arn": arn}
+for q in (enveloped, raw):
+    m = receive_one(sqs.get_queue_url(QueueName=q)["QueueUrl"])
+    out[q] = {"body": m["Body"], "attrs": {k: v.get("StringValue") for k, v in m.get("MessageAttributes", {}).items()}}
+print(json.dumps(out))
+"#;
+
+/// SNS publish → two endpoint queues (enveloped and raw) and, through a
+/// route receiving from the topic, a RabbitMQ queue.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sns_publish_reaches_two_endpoint_queues_and_a_rabbitmq_queue() {
+    use ferry_tests::rabbit::{Rabbit, URL091};
+    let listen = format!("127.0.0.1:{}", free_port());
+    let endpoint = format!("http://{listen}");
+    let (topic, enveloped, raw, amqp_queue) = (unique("alerts"), unique("env"), unique("raw"), unique("sns-amqp"));
+    let rabbit = Rabbit::connect().await;
+    rabbit.declare_queue(&amqp_queue).await;
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"[endpoints.sqs]
+listen = "{listen}"
+[endpoints.sqs.queues."{enveloped}"]
+[endpoints.sqs.queues."{raw}"]
+[endpoints.sqs.topics."{topic}"]
+
+[receivers.alerts]
+type = "sqs_endpoint"
+topic = "{topic}"
+
+[senders.rabbit]
+type = "amqp091"
+url = "{URL091}"
+
+[[routes]]
+id = "alerts-to-rabbit"
+receiver = "alerts"
+[[routes.bindings]]
+sender = "rabbit"
+address = "{amqp_queue}"
+"#
+    ));
+    // The topic receiver and the AMQP sender log "connected".
+    let daemon = Daemon::start(&ws, 2);
+    let out = boto3(SNS_FAN_OUT, &endpoint, &format!("{topic},{enveloped},{raw}")).await;
+    let arn = format!("arn:aws:sns:us-east-1:000000000000:{topic}");
+    assert_eq!(out["arn"], arn.as_str());
+
+    let note: serde_json::Value =
+        serde_json::from_str(out[&enveloped]["body"].as_str().expect("body")).expect("a Notification");
+    assert_eq!(note["Type"], "Notification");
+    assert_eq!(note["Message"], "disk almost full");
+    assert_eq!(note["Subject"], "alert");
+    assert_eq!(note["MessageId"], out["id"]);
+    assert_eq!(note["MessageAttributes"]["severity"], serde_json::json!({"Type": "String", "Value": "high"}));
+    assert_eq!(out[&raw]["body"], "disk almost full");
+    assert_eq!(out[&raw]["attrs"]["severity"], "high");
+    assert_eq!(out[&raw]["attrs"]["pct"], "93");
+
+    let got = rabbit.get(&amqp_queue, WAIT).await.expect("the route delivered the publish to RabbitMQ");
+    assert_eq!(got.delivery.data, b"disk almost full");
+    let headers = got.delivery.properties.headers().clone().unwrap_or_default();
+    let header = |name: &str| {
+        headers.inner().get(name).map(|v| match v {
+            lapin::types::AMQPValue::LongString(s) => s.to_string(),
+            other => format!("{other:?}"),
+        })
+    };
+    assert_eq!(header("severity").as_deref(), Some("high"));
+    assert_eq!(header("sns.Subject").as_deref(), Some("alert"));
+    assert_eq!(header("sns.TopicArn").as_deref(), Some(arn.as_str()));
+    assert!(daemon.terminate().success());
+    rabbit.delete_queue(&amqp_queue).await;
+}
+
+/// Creates a queue and sends one message, or reads the queue's depth.
+const SHARED: &str = r#"
+if sys.argv[2].startswith("create:"):
+    url = sqs.create_queue(QueueName=sys.argv[2][7:])["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="kept in PostgreSQL")
+    print(json.dumps({"url": url}))
+else:
+    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    m = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])
+    print(json.dumps({"bodies": [x["Body"] for x in m]}))
+"#;
+
+/// Two instances on one PostgreSQL store: the second is refused the
+/// endpoint with the reason while the first serves it, and serves the same
+/// queues once the first stopped.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_instance_per_shared_store_serves_the_endpoint() {
+    let db = ferry_tests::pg::TestDb::new().await;
+    let name = unique("shared");
+    let config = |listen: &str| {
+        format!(
+            "[store]\ntype = \"postgres\"\nurl = \"{}\"\nlease_ttl_secs = 3\n\n[endpoints.sqs]\nlisten = \"{listen}\"\n",
+            db.url
+        )
+    };
+    let (first_listen, second_listen) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let first_ws = Workspace::with_plugins(&[]);
+    first_ws.config(&config(&first_listen));
+    let first = Daemon::start(&first_ws, 0);
+    first.wait_for_line(&["SQS endpoint listening"], WAIT);
+    boto3(SHARED, &format!("http://{first_listen}"), &format!("create:{name}")).await;
+
+    let second_ws = Workspace::with_plugins(&[]);
+    second_ws.config(&config(&second_listen));
+    let refused = Daemon::start(&second_ws, 0);
+    refused.wait_for_line(&["endpoints.sqs", "another instance serves the SQS endpoint"], WAIT);
+    assert!(!refused.wait_for_exit().success(), "the second instance does not start the endpoint");
+
+    // A clean stop gives the lease up: the other instance takes over the
+    // same queues at once.
+    assert!(first.terminate().success());
+    let second = Daemon::start(&second_ws, 0);
+    second.wait_for_line(&["SQS endpoint listening"], WAIT);
+    let got = boto3(SHARED, &format!("http://{second_listen}"), &name).await;
+    assert_eq!(got["bodies"], serde_json::json!(["kept in PostgreSQL"]));
+    assert!(second.terminate().success());
+    db.drop().await;
 }

@@ -15,6 +15,11 @@
 //!    on the same SQS endpoint (moto_server in development): raw drain
 //!    (ReceiveMessage + DeleteMessageBatch) and raw fill (SendMessageBatch).
 //!
+//!    The SQS endpoint (`endpoint`): SendMessageBatch and ReceiveMessage +
+//!    DeleteMessageBatch with the same SDK loops against ferry's
+//!    `[endpoints.sqs]` and against moto_server (`FERRY_BENCH_ENDPOINT_MESSAGES`,
+//!    default 2000).
+//!
 //! 4. AMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent messages:
 //!    ferry against RabbitMQ's own shovel (ack-mode on-confirm, same
 //!    prefetch) on fresh queues of the same depth, against a minimal bridge
@@ -41,7 +46,7 @@
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
 //! (default 20000), `FERRY_BENCH_HTTP_MESSAGES` (default 20000);
-//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,amqp,outbox,store,http` picks groups,
+//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http` picks groups,
 //! `FERRY_BENCH_PLUGINS=filter,tenant` the plugins of the plugin-call rows;
 //! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
@@ -437,6 +442,65 @@ async fn sqs_rows() {
     measure::row("raw SDK fill (send batch x4)", &raw_fill);
     measure::row("MQTT -> SQS through ferry", &mqtt_to_sqs);
     measure::ratio("ratio ferry / raw fill", mqtt_to_sqs.rate / raw_fill.rate);
+}
+
+fn endpoint_messages() -> usize {
+    env_or("FERRY_BENCH_ENDPOINT_MESSAGES", 2_000)
+}
+
+/// One fill (SendMessageBatch, four at a time) and one drain
+/// (ReceiveMessage + DeleteMessageBatch) of `n` messages on a fresh queue
+/// of the server `client` talks to; (fill, drain) in msgs/s, with the
+/// daemon's CPU per message when `daemon` is the server.
+async fn endpoint_round(client: &aws_sdk_sqs::Client, n: usize, daemon: Option<&Daemon>) -> (Run, Run) {
+    let name = unique("bench-ep");
+    let url = client.create_queue().queue_name(&name).send().await.expect("queue").queue_url.unwrap_or_default();
+    let window = daemon.map(DaemonWindow::start);
+    let fill = sqs_fill(client, &url, n).await;
+    let fill = window.map_or(Run { rate: fill, ..Run::default() }, |w| w.run(fill, n));
+    let window = daemon.map(DaemonWindow::start);
+    let drain = sqs_drain(client, &url, n).await;
+    let drain = window.map_or(Run { rate: drain, ..Run::default() }, |w| w.run(drain, n));
+    let _ = client.delete_queue().queue_url(&url).send().await;
+    (fill, drain)
+}
+
+/// The SQS endpoint (issue 20): the same SDK loops against ferry's
+/// `[endpoints.sqs]` (embedded store, every send committed) and against
+/// moto_server, in the same run.
+async fn endpoint_rows() {
+    let n = endpoint_messages();
+    let listen = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!("[endpoints.sqs]\nlisten = \"{listen}\"\n"));
+    let daemon = Daemon::start(&ws, 0);
+    daemon.wait_for_line(&["SQS endpoint listening"], Duration::from_secs(60));
+    let ferry = ferry_tests::sqs::client_for(&format!("http://{listen}"));
+    let moto = ferry_tests::sqs::client();
+    let (mut ferry_fill, mut ferry_drain, mut moto_fill, mut moto_drain) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..measure::repeats() {
+        let (fill, drain) = endpoint_round(&ferry, n, Some(&daemon)).await;
+        ferry_fill.push(fill);
+        ferry_drain.push(drain);
+        let (fill, drain) = endpoint_round(&moto, n, None).await;
+        moto_fill.push(fill);
+        moto_drain.push(drain);
+    }
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    let (ferry_fill, ferry_drain) = (measure::median(&ferry_fill), measure::median(&ferry_drain));
+    let (moto_fill, moto_drain) = (measure::median(&moto_fill), measure::median(&moto_drain));
+    println!(
+        "\nSQS endpoint: the AWS SDK against ferry's [endpoints.sqs] and against moto ({}), 1 KiB bodies, {n} messages (median of {})",
+        ferry_tests::sqs::endpoint(),
+        measure::repeats()
+    );
+    measure::header("");
+    measure::row("moto: SendMessageBatch x4", &moto_fill);
+    measure::row("ferry endpoint: SendMessageBatch x4", &ferry_fill);
+    measure::ratio("ratio ferry / moto (send)", ferry_fill.rate / moto_fill.rate);
+    measure::row("moto: ReceiveMessage + DeleteMessageBatch", &moto_drain);
+    measure::row("ferry endpoint: ReceiveMessage + DeleteMessageBatch", &ferry_drain);
+    measure::ratio("ratio ferry / moto (receive + delete)", ferry_drain.rate / moto_drain.rate);
 }
 
 fn amqp_messages() -> usize {
@@ -839,6 +903,9 @@ async fn main() {
     }
     if wanted("sqs") {
         sqs_rows().await;
+    }
+    if wanted("endpoint") {
+        endpoint_rows().await;
     }
     if wanted("amqp") {
         amqp_rows().await;

@@ -52,6 +52,10 @@ pub struct SqsEndpointConfig {
     /// has.
     #[serde(default)]
     pub queues: BTreeMap<String, SqsEndpointQueue>,
+    /// SNS topics that exist from the start (`[endpoints.sqs.topics.NAME]`),
+    /// created when missing.
+    #[serde(default)]
+    pub topics: BTreeMap<String, SqsEndpointTopic>,
 }
 
 /// `[endpoints.sqs] auth`
@@ -74,6 +78,15 @@ pub struct AccessKey {
     /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as
     /// `${VAR}` or `{ file = "…" }`.
     pub secret: String,
+}
+
+/// `[endpoints.sqs.topics.NAME]`
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqsEndpointTopic {
+    /// Topic attributes as SNS names them (`DisplayName`, …).
+    #[serde(default)]
+    pub attributes: BTreeMap<String, String>,
 }
 
 /// `[endpoints.sqs.queues.NAME]`
@@ -137,6 +150,11 @@ pub(crate) fn check(
     if sqs.region.is_empty() || !sqs.region.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
         return Err(ConfigError::new(format!("{key}.region"), "must be letters, digits and -"));
     }
+    for name in sqs.topics.keys() {
+        if !topic_name_ok(name) {
+            return Err(ConfigError::new(format!("{key}.topics.{name}"), TOPIC_NAME_RULE));
+        }
+    }
     for (name, queue) in &sqs.queues {
         let stem = name.strip_suffix(".fifo").unwrap_or(name);
         if stem.is_empty()
@@ -166,7 +184,14 @@ pub(crate) fn check(
 pub struct SqsEndpointReceiverConfig {
     /// The endpoint queue (declared under `[endpoints.sqs.queues]` or
     /// created through the API; the receiver waits while it does not exist).
+    /// Set this or `topic`.
+    #[serde(default)]
     pub queue: String,
+    /// An SNS topic of the endpoint instead of a queue: the route gets
+    /// every message published to it (the topic is declared when missing).
+    /// Messages wait in a queue of the route's own while it is stopped.
+    #[serde(default)]
+    pub topic: String,
     /// Seconds a message stays invisible to other consumers while the
     /// route holds it; renewed every half of it. Default 30.
     #[serde(default = "default_visibility_timeout")]
@@ -228,8 +253,17 @@ pub(crate) fn check_receiver(
     if endpoints.sqs.is_none() {
         return Err(ConfigError::new(key, "type = \"sqs_endpoint\" needs an [endpoints.sqs] section"));
     }
-    if !queue_name_ok(&config.queue) {
-        return Err(ConfigError::new(format!("{key}.queue"), QUEUE_NAME_RULE));
+    match (config.queue.is_empty(), config.topic.is_empty()) {
+        (false, false) | (true, true) => {
+            return Err(ConfigError::new(key, "set either queue or topic"));
+        }
+        (false, true) if !queue_name_ok(&config.queue) => {
+            return Err(ConfigError::new(format!("{key}.queue"), QUEUE_NAME_RULE));
+        }
+        (true, false) if !topic_name_ok(&config.topic) => {
+            return Err(ConfigError::new(format!("{key}.topic"), TOPIC_NAME_RULE));
+        }
+        _ => {}
     }
     if !(0..=43_200).contains(&config.visibility_timeout) {
         return Err(ConfigError::new(format!("{key}.visibility_timeout"), "must be between 0 and 43200"));
@@ -255,6 +289,12 @@ pub(crate) fn check_sender(
     Ok(())
 }
 
+fn topic_name_ok(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 256 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+const TOPIC_NAME_RULE: &str = "a topic name is 1 to 256 letters, digits, - and _ (ferry serves standard topics only)";
+
 const QUEUE_NAME_RULE: &str = "a queue name is 1 to 80 letters, digits, - and _, with .fifo at the end of a FIFO queue";
 
 impl SqsEndpointReceiverConfig {
@@ -269,7 +309,7 @@ impl SqsEndpointReceiverConfig {
             wait_time_seconds: 20,
             max_messages: self.max_messages,
             visibility_timeout: self.visibility_timeout,
-            sns_unwrap: false,
+            sns_unwrap: !self.topic.is_empty(),
             wire_format: self.wire_format,
         }
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::amqp::*;
 pub use crate::endpoint::{
     AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig,
-    SqsEndpointSenderConfig,
+    SqsEndpointSenderConfig, SqsEndpointTopic,
 };
 pub use crate::http::*;
 

@@ -175,6 +175,10 @@ pub struct Metrics {
     /// Requests the SQS endpoint answered. Labels: action, queue (empty
     /// for actions on no queue), code (`ok` or the SQS error code).
     pub sqs_endpoint_requests: CounterFamily,
+    /// What SNS publishes on the endpoint did per subscription. Labels:
+    /// topic, protocol (`sqs`, `http`, `https`, `route`), outcome
+    /// (`delivered`, `filtered`, `failed`).
+    pub sns_endpoint_deliveries: CounterFamily,
     /// Messages in an SQS endpoint queue. Labels: queue, state
     /// (`visible`, `in_flight`, `delayed`).
     pub sqs_endpoint_messages: GaugeFamily,
@@ -283,6 +287,10 @@ impl Metrics {
         let http_header_dropped = counter("http_header_dropped", "Headers an HTTP sender could not send");
         let sqs_endpoint_requests =
             counter("sqs_endpoint_requests", "Requests the SQS endpoint answered, by action, queue and code");
+        let sns_endpoint_deliveries = counter(
+            "sns_endpoint_deliveries",
+            "Deliveries of SNS publishes on the endpoint, by topic, protocol and outcome",
+        );
         let sqs_md5_mismatch = counter("sqs_md5_mismatch", "SQS messages whose MD5 did not match what was received");
         let ingress_rejected =
             counter("ingress_rejected", "Messages a receiver could not read and refused at the broker");
@@ -402,6 +410,7 @@ impl Metrics {
             http_requests,
             http_header_dropped,
             sqs_endpoint_requests,
+            sns_endpoint_deliveries,
             sqs_endpoint_messages,
             sqs_endpoint_oldest_age_seconds,
             connections,

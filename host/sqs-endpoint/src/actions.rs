@@ -40,7 +40,7 @@ pub fn queue_name(input: &Value) -> Result<String, SqsError> {
     path.trim_matches('/')
         .rsplit('/')
         .next()
-        .filter(|n| !n.is_empty())
+        .filter(|n| !n.is_empty() && !crate::model::is_internal(n))
         .map(str::to_owned)
         .ok_or_else(SqsError::no_queue)
 }
@@ -111,7 +111,7 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
         "CreateQueue" => create_queue(cx, input).await,
         "GetQueueUrl" => {
             let name = required(input, "QueueName")?;
-            if !cx.engine.exists(&name) {
+            if crate::model::is_internal(&name) || !cx.engine.exists(&name) {
                 return Err(SqsError::no_queue());
             }
             Ok(json!({"QueueUrl": cx.queue_url(&name)}))
@@ -184,7 +184,8 @@ fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
         return Err(SqsError::invalid_value("MaxResults", m, "must be between 1 and 1000"));
     }
     let after = text(input, "NextToken")?;
-    let names = cx.engine.list(&prefix);
+    let mut names = cx.engine.list(&prefix);
+    names.retain(|n| !crate::model::is_internal(n));
     let start = after.as_ref().map_or(0, |token| names.iter().position(|n| n > token).unwrap_or(names.len()));
     let limit = max.map_or(1000, |m| m as usize);
     let page: Vec<&String> = names[start..].iter().take(limit).collect();

@@ -7,8 +7,10 @@
 //!
 //! The default subject follows seed 003's channel grammar: `sqs.{name}`,
 //! and on a FIFO queue `sqs.{name}.g.{enc(group)}` (`name` ends in `.fifo`),
-//! `enc` percent-encoding every byte outside `[a-zA-Z0-9_-]`. A `Subject`
-//! attribute, when a message has one, wins.
+//! `enc` percent-encoding every byte outside `[a-zA-Z0-9_-]`; a receiver
+//! on a topic gives `sns.{topic}`. A `Subject` attribute, when a message
+//! has one, wins. A receiver on a topic unwraps the Notification as the SQS
+//! transport's `sns_unwrap` does (`sns.TopicArn`, `sns.Subject`, …).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +32,7 @@ use tracing::{debug, info, warn};
 use crate::engine::{Engine, Outgoing, ReceiveOptions, Received};
 use crate::error::SqsError;
 use crate::model::{Attr, AttrValue, MAX_MESSAGE_BYTES};
+use crate::topics::Topics;
 
 /// The sender id messages a route sends carry.
 pub const SENDER_ID: &str = "ferry";
@@ -90,17 +93,39 @@ pub fn as_sdk_message(r: &Received) -> Message {
     b.build()
 }
 
-/// `type = "sqs_endpoint"` receiver.
+/// `type = "sqs_endpoint"` receiver: from a queue, or (`topic`) from an
+/// SNS topic through a queue of the route's own.
 pub struct EndpointReceiver {
     name: String,
     config: SqsEndpointReceiverConfig,
     engine: Arc<Engine>,
+    topics: Arc<Topics>,
     metrics: Metrics,
 }
 
 impl EndpointReceiver {
-    pub fn new(name: &str, config: SqsEndpointReceiverConfig, engine: Arc<Engine>, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, engine, metrics }
+    pub fn new(name: &str, config: SqsEndpointReceiverConfig, topics: Arc<Topics>, metrics: Metrics) -> Self {
+        Self { name: name.to_owned(), config, engine: topics.queues.clone(), topics, metrics }
+    }
+
+    /// The queue to receive from: the configured one, or the route's own
+    /// queue on its topic (attached now if it was not).
+    async fn queue(&self, shutdown: &CancellationToken) -> Option<String> {
+        if self.config.topic.is_empty() {
+            return Some(self.config.queue.clone());
+        }
+        loop {
+            match self.topics.attach(&self.config.topic, &self.name).await {
+                Ok(queue) => return Some(queue),
+                Err(e) => {
+                    warn!(receiver = %self.name, topic = %self.config.topic, error = %e,
+                        "cannot attach to the topic; retrying in 1 s");
+                    if !ferry_core::backoff::sleep_or_shutdown(Duration::from_secs(1), shutdown).await {
+                        return None;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -108,7 +133,9 @@ impl EndpointReceiver {
 impl Receiver for EndpointReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
-        let queue = self.config.queue.as_str();
+        let Some(queue) = self.queue(&shutdown).await else { return Ok(()) };
+        let queue = queue.as_str();
+        let from_topic = !self.config.topic.is_empty();
         let gauge = labels(&[("kind", "sqs_endpoint"), ("role", "receiver"), ("name", receiver)]);
         info!(receiver, queue, "connected; receiving from the SQS endpoint");
         self.metrics.connected.get_or_create(&gauge).set(1);
@@ -141,9 +168,13 @@ impl Receiver for EndpointReceiver {
                 }
             };
             for r in messages {
-                let mut envelope = convert(&as_sdk_message(&r), false, Timestamp::now());
+                let mut envelope = convert(&as_sdk_message(&r), from_topic, Timestamp::now());
                 if envelope.subject.is_none() {
-                    envelope.subject = Some(channel(queue, r.stored.group.as_deref()));
+                    envelope.subject = Some(if from_topic {
+                        format!("sns.{}", self.config.topic)
+                    } else {
+                        channel(queue, r.stored.group.as_deref())
+                    });
                 }
                 let handle = EndpointHandle::start(
                     self.engine.clone(),

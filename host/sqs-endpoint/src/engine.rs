@@ -309,12 +309,31 @@ impl Engine {
         attributes: BTreeMap<String, String>,
         tags: BTreeMap<String, String>,
     ) -> Result<bool, SqsError> {
-        let fifo_name = name.ends_with(".fifo");
         if !crate::model::valid_queue_name(name) {
             return Err(SqsError::invalid_parameter(
                 "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
             ));
         }
+        self.create_named(name, attributes, tags).await
+    }
+
+    /// A queue of ferry's own (a route's subscription to a topic): its
+    /// name is one no API call can give or reach (see
+    /// [`crate::model::is_internal`]). Created when missing.
+    pub async fn declare_internal(&self, name: &str) -> Result<(), SqsError> {
+        if self.exists(name) {
+            return Ok(());
+        }
+        self.create_named(name, BTreeMap::new(), BTreeMap::new()).await.map(|_| ())
+    }
+
+    async fn create_named(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        let fifo_name = name.ends_with(".fifo");
         let fifo_attr = attributes.get("FifoQueue").is_some_and(|v| v == "true");
         if fifo_attr != fifo_name {
             return Err(SqsError::invalid_parameter(

@@ -233,6 +233,22 @@ impl SqsError {
         }
     }
 
+    /// An SNS error: SNS speaks the query protocol only, so the code is all
+    /// a client sees (`NotFound`, `InvalidParameter`, …).
+    pub fn sns(code: &'static str, status: u16, message: impl Into<String>) -> Self {
+        Self::sender(code, code, status, message)
+    }
+
+    /// SNS's `InvalidParameter`: `Invalid parameter: {what}`.
+    pub fn sns_invalid(what: impl fmt::Display) -> Self {
+        Self::sns("InvalidParameter", 400, format!("Invalid parameter: {what}"))
+    }
+
+    /// SNS's `NotFound` (`Topic does not exist`, …).
+    pub fn sns_not_found(message: impl Into<String>) -> Self {
+        Self::sns("NotFound", 404, message)
+    }
+
     /// `Sender` or `Receiver`, as both protocols write it.
     pub fn fault(&self) -> &'static str {
         if self.sender { "Sender" } else { "Receiver" }

@@ -12,6 +12,9 @@
 //! - [`auth`]: SigV4 verification of requests (`auth = "verify"`).
 //! - [`error`]: SQS's errors as each protocol names them.
 //! - [`server`]: the HTTP server.
+//! - [`topics`]: SNS topics, subscriptions and their fan-out to queues,
+//!   webhooks and routes; [`filter`]: subscription filter policies.
+//! - [`sns`]: the SNS actions (query protocol) on the same listener.
 //! - [`bridge`]: the `sqs_endpoint` receiver and sender routes use.
 
 pub mod actions;
@@ -19,10 +22,14 @@ pub mod auth;
 pub mod bridge;
 pub mod engine;
 pub mod error;
+pub mod filter;
 pub mod model;
 pub mod protocol;
 pub mod server;
+pub mod sns;
+pub mod topics;
 
 pub use engine::{Engine, Identity};
 pub use error::SqsError;
 pub use server::{ServerOptions, serve};
+pub use topics::Topics;

@@ -333,6 +333,18 @@ pub fn valid_queue_name(name: &str) -> bool {
     !stem.is_empty() && name.len() <= 80 && stem.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
+/// The queue that holds a topic's messages for the route receiver
+/// `receiver`: `:` is in no queue name the API accepts, so apps can neither
+/// create nor reach it.
+pub fn route_queue(topic: &str, receiver: &str) -> String {
+    format!("sns:{topic}:{receiver}")
+}
+
+/// Whether `name` is one of ferry's own queues ([`route_queue`]).
+pub fn is_internal(name: &str) -> bool {
+    name.contains(':')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

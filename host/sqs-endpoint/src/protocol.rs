@@ -77,7 +77,7 @@ pub fn parse(protocol: Protocol, uri: &Uri, headers: &HeaderMap, body: &[u8]) ->
                 .ok_or_else(|| SqsError::missing_parameter("Action"))?;
             let params: Vec<(&str, &str)> =
                 pairs.iter().filter(|(k, _)| !is_envelope_key(k)).map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let mut input = nest(&params);
+            let mut input = if crate::sns::is_sns(&action) { crate::sns::tree(&params) } else { nest(&params) };
             // On a queue's URL, the path names the queue.
             if let (Value::Object(map), Some(queue)) = (&mut input, queue_path(uri.path()))
                 && !map.contains_key("QueueUrl")
@@ -325,10 +325,11 @@ fn result_always_present(action: &str) -> bool {
     matches!(action, "ReceiveMessage" | "ListQueues" | "GetQueueAttributes" | "ListQueueTags")
 }
 
-/// The query protocol's error reply.
-pub fn xml_error(err: &SqsError, request_id: &str) -> String {
+/// The query protocol's error reply, in the namespace `xmlns` (SQS's
+/// [`XMLNS`] or SNS's).
+pub fn xml_error(xmlns: &str, err: &SqsError, request_id: &str) -> String {
     format!(
-        "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{XMLNS}\"><Error><Type>{}</Type><Code>{}</Code><Message>{}</Message>\
+        "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{xmlns}\"><Error><Type>{}</Type><Code>{}</Code><Message>{}</Message>\
          <Detail/></Error><RequestId>{request_id}</RequestId></ErrorResponse>",
         err.fault(),
         escape(err.code),
@@ -398,7 +399,7 @@ mod tests {
             ),
             "{xml}"
         );
-        let xml = xml_error(&SqsError::no_queue(), "rid");
+        let xml = xml_error(XMLNS, &SqsError::no_queue(), "rid");
         assert!(xml.contains("<Type>Sender</Type><Code>AWS.SimpleQueueService.NonExistentQueue</Code>"), "{xml}");
         assert_eq!(json_error(&SqsError::no_queue())["__type"], "com.amazonaws.sqs#QueueDoesNotExist");
     }

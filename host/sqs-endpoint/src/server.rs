@@ -17,6 +17,7 @@ use crate::actions::{self, Context};
 use crate::engine::Engine;
 use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
+use crate::topics::Topics;
 
 /// The largest request body read: a 1 MiB message grows when its binary
 /// attributes are base64 and its text is escaped or form-encoded.
@@ -40,27 +41,31 @@ pub struct ServerOptions {
 
 struct App {
     engine: Arc<Engine>,
+    topics: Arc<Topics>,
     options: ServerOptions,
     local: SocketAddr,
 }
 
-/// Serves the endpoint on `listener` until `shutdown` completes. Also
-/// keeps the queue gauges current.
+/// Serves the endpoint (SQS, and SNS over `topics`) on `listener` until
+/// `shutdown` completes. Also keeps the queue gauges current.
 pub async fn serve(
-    engine: Arc<Engine>,
+    topics: Arc<Topics>,
     listener: tokio::net::TcpListener,
     options: ServerOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let local = listener.local_addr()?;
+    let engine = topics.queues.clone();
+    let stopping = topics.clone();
     let gauges = tokio::spawn(keep_gauges(engine.clone(), options.metrics.clone()));
-    let app = Arc::new(App { engine, options, local });
+    let app = Arc::new(App { engine, topics, options, local });
     let router = axum::Router::new()
         .fallback(handle)
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         .with_state(app);
     let served = axum::serve(listener, router).with_graceful_shutdown(shutdown).await;
     gauges.abort();
+    stopping.stop();
     served
 }
 
@@ -93,16 +98,19 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         Ok(b) => b,
         Err(_) => return error(&app, protocol, "", "", &SqsError::too_large(MAX_REQUEST_BYTES), &request_id),
     };
-    if let Some(keys) = &app.options.auth {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-        if let Err(e) = crate::auth::verify(&parts, &body, keys, now) {
-            return error(&app, protocol, "", "", &e, &request_id);
-        }
-    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+    let refused = app.options.auth.as_ref().and_then(|keys| crate::auth::verify(&parts, &body, keys, now).err());
     let call = match protocol::parse(protocol, &parts.uri, &parts.headers, &body) {
         Ok(call) => call,
-        Err(e) => return error(&app, protocol, "", "", &e, &request_id),
+        Err(e) => return error(&app, protocol, "", "", refused.as_ref().unwrap_or(&e), &request_id),
     };
+    // A ConfirmSubscription needs no signature, as in SNS: the webhook
+    // that visits its SubscribeURL holds no keys; the token is the secret.
+    if let Some(e) = refused
+        && !(protocol == Protocol::Query && call.action == "ConfirmSubscription")
+    {
+        return error(&app, protocol, "", "", &e, &request_id);
+    }
     let base_url = match &app.options.advertised_url {
         Some(url) => url.clone(),
         None => {
@@ -110,6 +118,19 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
             format!("http://{}", host.map_or_else(|| app.local.to_string(), str::to_owned))
         }
     };
+    if crate::sns::is_sns(&call.action) && protocol == Protocol::Query {
+        let action = call.action.as_str();
+        return match crate::sns::run(&app.topics, &base_url, action, &call.input).await {
+            Ok(result) => {
+                Metrics::inc(
+                    &app.options.metrics.sqs_endpoint_requests,
+                    &[("action", action), ("queue", ""), ("code", "ok")],
+                );
+                reply(StatusCode::OK, "text/xml", crate::sns::xml_result(action, &result, &request_id), &request_id)
+            }
+            Err(e) => error(&app, protocol, action, "", &e, &request_id),
+        };
+    }
     let cx = Context { engine: &app.engine, base_url: &base_url, sender_id: "000000000000" };
     // Labels only name queues and actions that exist, so requests for
     // made-up names cannot grow the metrics without bound.
@@ -162,6 +183,9 @@ fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError,
             }
             response
         }
-        Protocol::Query => reply(status, "text/xml", protocol::xml_error(e, request_id), request_id),
+        Protocol::Query => {
+            let xmlns = if crate::sns::is_sns(action) { crate::sns::XMLNS } else { protocol::XMLNS };
+            reply(status, "text/xml", protocol::xml_error(xmlns, e, request_id), request_id)
+        }
     }
 }

@@ -83,12 +83,14 @@ impl Bridge {
         };
         let store = ferry_store::open(&engine, options).await.map_err(|e| StartError::new(key, e))?;
         info!(store = store.kind(), "store open");
+        let leasing = leasing(&config);
         let sqs_endpoint = match &config.endpoints.sqs {
-            Some(c) => Some(super::endpoint::SqsEndpoint::prepare(c, store.clone(), &metrics).await?),
+            Some(c) => {
+                Some(super::endpoint::SqsEndpoint::prepare(c, &config, store.clone(), &leasing, &metrics).await?)
+            }
             None => None,
         };
-        let leasing = leasing(&config);
-        let endpoint_queues = sqs_endpoint.as_ref().map(super::endpoint::SqsEndpoint::engine);
+        let endpoint_queues = sqs_endpoint.as_ref().map(super::endpoint::SqsEndpoint::topics);
         let shared = Shared { store: &store, leasing: &leasing, queues: &endpoint_queues };
         let prepared =
             prepare(&config, &metrics, &shared, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;

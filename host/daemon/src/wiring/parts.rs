@@ -340,14 +340,14 @@ fn amqp091_url(url: &str) -> Result<(), String> {
     ferry_transport_amqp091::connection::parse_url(url).map(|_| ())
 }
 
-/// The SQS endpoint's queues, for `sqs_endpoint` receivers and senders
-/// (`None` where no endpoint runs: the CLI).
-pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Engine>>;
+/// The SQS endpoint's topics and (through them) queues, for `sqs_endpoint`
+/// receivers and senders (`None` where no endpoint runs: the CLI).
+pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Topics>>;
 
 fn endpoint_queues<'e>(
     queues: &'e EndpointQueues,
     key: &str,
-) -> Result<&'e Arc<ferry_sqs_endpoint::Engine>, StartError> {
+) -> Result<&'e Arc<ferry_sqs_endpoint::Topics>, StartError> {
     queues.as_ref().ok_or_else(|| {
         StartError::new(key, "type = \"sqs_endpoint\" works in the daemon that runs [endpoints.sqs], not from the CLI")
     })
@@ -372,7 +372,7 @@ pub(super) fn start_sender(
         SenderConfig::SqsEndpoint(e) => Arc::new(EndpointSender::new(
             name,
             e.clone(),
-            endpoint_queues(queues, &format!("senders.{name}"))?.clone(),
+            endpoint_queues(queues, &format!("senders.{name}"))?.queues.clone(),
             metrics.clone(),
         )),
         // Writes the wire format itself (in mqbridge's names when asked).

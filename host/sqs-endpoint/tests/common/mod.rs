@@ -7,13 +7,15 @@ use std::sync::Arc;
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use ferry_core::metrics::Metrics;
-use ferry_sqs_endpoint::{Engine, Identity, ServerOptions};
+use ferry_sqs_endpoint::{Engine, Identity, ServerOptions, Topics};
 use ferry_store::{RedbStore, StoreOptions};
 
 pub struct Endpoint {
     pub url: String,
     pub client: aws_sdk_sqs::Client,
+    pub sns: aws_sdk_sns::Client,
     pub engine: Arc<Engine>,
+    pub topics: Arc<Topics>,
     pub metrics: Metrics,
     pub dir: std::path::PathBuf,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
@@ -55,13 +57,14 @@ impl Endpoint {
             }
         };
         let identity = Identity { region: "us-east-1".into(), account: "000000000000".into() };
-        let engine = Engine::open(store, identity).await.expect("queues load");
+        let engine = Engine::open(store.clone(), identity).await.expect("queues load");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let metrics = Metrics::new();
+        let topics = Topics::open(engine.clone(), store, metrics.clone()).await.expect("topics load");
         let options = ServerOptions { advertised_url: None, metrics: metrics.clone(), auth: auth.clone() };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = engine.clone();
+        let serving = topics.clone();
         let task = tokio::spawn(async move {
             ferry_sqs_endpoint::serve(serving, listener, options, async move {
                 let _ = stopped.await;
@@ -70,7 +73,19 @@ impl Endpoint {
             .expect("serves");
         });
         let client = client(&url, "test", "test");
-        Self { url, client, engine, metrics, dir: dir.to_path_buf(), stop: Some(stop), task: Some(task), _tmp: None }
+        let sns = sns_client(&url, "test", "test");
+        Self {
+            url,
+            client,
+            sns,
+            engine,
+            topics,
+            metrics,
+            dir: dir.to_path_buf(),
+            stop: Some(stop),
+            task: Some(task),
+            _tmp: None,
+        }
     }
 
     /// Stops the server and lets go of the store.
@@ -145,6 +160,16 @@ pub fn client(url: &str, key_id: &str, secret: &str) -> aws_sdk_sqs::Client {
         .endpoint_url(url)
         .build();
     aws_sdk_sqs::Client::from_conf(config)
+}
+
+pub fn sns_client(url: &str, key_id: &str, secret: &str) -> aws_sdk_sns::Client {
+    let config = aws_sdk_sns::Config::builder()
+        .behavior_version(aws_sdk_sns::config::BehaviorVersion::latest())
+        .region(aws_sdk_sns::config::Region::new("us-east-1"))
+        .credentials_provider(aws_sdk_sns::config::Credentials::new(key_id, secret, None, None, "tests"))
+        .endpoint_url(url)
+        .build();
+    aws_sdk_sns::Client::from_conf(config)
 }
 
 /// A queue name of this test run's own.
