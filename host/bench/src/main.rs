@@ -18,7 +18,7 @@
 //!    The SQS endpoint (`endpoint`): SendMessageBatch and ReceiveMessage +
 //!    DeleteMessageBatch with the same SDK loops against ferry's
 //!    `[endpoints.sqs]` and against moto_server (`FERRY_BENCH_ENDPOINT_MESSAGES`,
-//!    default 2000).
+//!    default 300: moto slows down as a queue grows).
 //!
 //! 4. AMQP 0-9-1 queue -> queue on RabbitMQ, 1 KiB persistent messages:
 //!    ferry against RabbitMQ's own shovel (ack-mode on-confirm, same
@@ -445,7 +445,7 @@ async fn sqs_rows() {
 }
 
 fn endpoint_messages() -> usize {
-    env_or("FERRY_BENCH_ENDPOINT_MESSAGES", 2_000)
+    env_or("FERRY_BENCH_ENDPOINT_MESSAGES", 300)
 }
 
 /// One fill (SendMessageBatch, four at a time) and one drain
@@ -495,11 +495,11 @@ async fn endpoint_rows() {
         measure::repeats()
     );
     measure::header("");
-    measure::row("moto: SendMessageBatch x4", &moto_fill);
-    measure::row("ferry endpoint: SendMessageBatch x4", &ferry_fill);
+    measure::row("moto: send batch x4", &moto_fill);
+    measure::row("ferry endpoint: send batch x4", &ferry_fill);
     measure::ratio("ratio ferry / moto (send)", ferry_fill.rate / moto_fill.rate);
-    measure::row("moto: ReceiveMessage + DeleteMessageBatch", &moto_drain);
-    measure::row("ferry endpoint: ReceiveMessage + DeleteMessageBatch", &ferry_drain);
+    measure::row("moto: receive + delete batch", &moto_drain);
+    measure::row("ferry endpoint: receive + delete batch", &ferry_drain);
     measure::ratio("ratio ferry / moto (receive + delete)", ferry_drain.rate / moto_drain.rate);
 }
 

@@ -109,7 +109,9 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     if let Some(e) = refused
         && !(protocol == Protocol::Query && call.action == "ConfirmSubscription")
     {
-        return error(&app, protocol, "", "", &e, &request_id);
+        // An SNS request hears it in SNS's XML namespace.
+        let action = if crate::sns::is_sns(&call.action) { call.action.as_str() } else { "" };
+        return error(&app, protocol, action, "", &e, &request_id);
     }
     let base_url = match &app.options.advertised_url {
         Some(url) => url.clone(),

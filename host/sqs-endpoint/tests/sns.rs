@@ -524,3 +524,43 @@ async fn sns_errors_have_sns_codes_and_shape() {
     assert!(body.contains(&format!("<TopicArn>{arn}</TopicArn>")), "{body}");
     ep.stop().await;
 }
+
+#[tokio::test]
+async fn routes_attached_to_a_topic_get_every_publish_until_detached() {
+    use ferry_sqs_endpoint::engine::ReceiveOptions;
+    let ep = Endpoint::start().await;
+    let arn = topic(&ep, "routes").await;
+    let name = arn.rsplit(':').next().expect("name").to_owned();
+    let first = ep.topics.attach(&name, "first").await.expect("attach");
+    let second = ep.topics.attach(&name, "second").await.expect("attach");
+    // A route's queue is not the API's: not listed, not found by name.
+    let listed = ep.client.list_queues().send().await.expect("list");
+    assert!(listed.queue_urls().iter().all(|u| !u.contains("sns:")), "{listed:?}");
+    let err = ep.client.get_queue_url().queue_name(&first).send().await.expect_err("internal");
+    assert!(err.as_service_error().is_some_and(|e| e.is_queue_does_not_exist()), "{err:?}");
+
+    let take = |queue: String| {
+        let engine = ep.engine.clone();
+        async move {
+            let options = ReceiveOptions { max: 10, visibility_s: Some(30), wait: None };
+            engine.receive(&queue, options).await.expect("receive")
+        }
+    };
+    ep.sns.publish().topic_arn(&arn).message("to routes").subject("s").send().await.expect("publish");
+    for queue in [&first, &second] {
+        let got = take(queue.clone()).await;
+        assert_eq!(got.len(), 1, "{queue}");
+        let doc: Value = serde_json::from_str(&got[0].stored.body).expect("a Notification");
+        assert_eq!(doc["Message"], "to routes");
+        assert_eq!(doc["Subject"], "s");
+    }
+
+    // Only `first` is still configured: `second` and its queue go.
+    let keep = [(name.clone(), "first".to_owned())].into_iter().collect();
+    ep.topics.retain_routes(&keep).await.expect("retain");
+    assert!(ep.engine.exists(&first));
+    assert!(!ep.engine.exists(&second));
+    ep.sns.publish().topic_arn(&arn).message("again").send().await.expect("publish with one route");
+    assert_eq!(take(first.clone()).await.len(), 1);
+    ep.stop().await;
+}

@@ -44,9 +44,10 @@ pub struct SqsEndpoint {
 }
 
 impl SqsEndpoint {
-    /// Loads the queues and topics from the store, declares the configured
-    /// ones, attaches the routes that receive from topics (and detaches
-    /// those no longer configured) and binds the listener.
+    /// Takes the [`LEASE`] (refused while another instance holds it), loads
+    /// the queues and topics from the store, declares the configured ones,
+    /// attaches the routes that receive from topics (and detaches those no
+    /// longer configured) and binds the listener.
     pub async fn prepare(
         config: &SqsEndpointConfig,
         whole: &Config,
@@ -101,11 +102,15 @@ impl SqsEndpoint {
                 .await
                 .map_err(|e| StartError::new(format!("endpoints.sqs.topics.{name}"), e))?;
         }
+        // The receivers routes use (one left in the config but in no route
+        // would collect messages that nothing ever takes).
         let routes: BTreeSet<(String, String)> = whole
-            .receivers
+            .routes
             .iter()
-            .filter_map(|(name, r)| match r {
-                ReceiverConfig::SqsEndpoint(e) if !e.topic.is_empty() => Some((e.topic.clone(), name.clone())),
+            .filter_map(|route| match whole.receivers.get(&route.receiver) {
+                Some(ReceiverConfig::SqsEndpoint(e)) if !e.topic.is_empty() => {
+                    Some((e.topic.clone(), route.receiver.clone()))
+                }
                 _ => None,
             })
             .collect();
