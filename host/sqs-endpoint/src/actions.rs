@@ -334,7 +334,7 @@ fn batch_entries<'v>(input: &'v Value, entry: &str) -> Result<&'v Vec<Value>, Sq
     let mut seen = HashSet::new();
     for e in entries {
         let id = e.get("Id").and_then(Value::as_str).unwrap_or_default();
-        if id.is_empty() || id.len() > 80 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        if !crate::model::valid_batch_id(id) {
             return Err(SqsError::invalid_batch_id());
         }
         if !seen.insert(id) {

@@ -193,7 +193,7 @@ pub struct Engine {
     pub identity: Identity,
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
@@ -201,12 +201,14 @@ fn message_key(queue: &str, seq: u64) -> String {
     format!("{queue}/{seq:020}")
 }
 
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+/// A record's bytes in the store (MessagePack with field names).
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Encoding plain structs into a Vec cannot fail.
     rmp_serde::to_vec_named(value).unwrap_or_default()
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(space: &str, key: &str, bytes: &[u8]) -> Result<T, StoreError> {
+/// A record read back; an unreadable one names its space and key.
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(space: &str, key: &str, bytes: &[u8]) -> Result<T, StoreError> {
     rmp_serde::from_slice(bytes).map_err(|e| StoreError::Io(format!("{space} record {key} cannot be read: {e}")))
 }
 

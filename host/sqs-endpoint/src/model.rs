@@ -51,6 +51,14 @@ impl Attr {
             }
     }
 
+    /// The value as text: a binary one in base64 (SNS's `{Type, Value}`).
+    pub fn as_text(&self) -> String {
+        match &self.value {
+            AttrValue::Text(s) => s.clone(),
+            AttrValue::Binary(b) => B64.encode(b),
+        }
+    }
+
     /// `{"DataType": …, "StringValue" | "BinaryValue": …}` (binary base64).
     pub fn to_json(&self) -> Value {
         match &self.value {
@@ -325,6 +333,12 @@ impl RedrivePolicy {
         let target_name = arn.rsplit(':').next().unwrap_or_default().to_owned();
         Ok(Self { target_name, max_receive_count: count as u32 })
     }
+}
+
+/// Whether `id` is a valid batch entry id (SQS's and SNS's rule): 1 to 80
+/// letters, digits, `-` and `_`.
+pub fn valid_batch_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 80 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
 /// Whether `name` is a valid queue name (`fifo`: with the `.fifo` suffix).

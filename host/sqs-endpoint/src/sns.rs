@@ -308,7 +308,7 @@ async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> R
     let mut total = 0;
     for e in entries {
         let id = text(e, "Id").unwrap_or_default();
-        if id.is_empty() || id.len() > 80 || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        if !crate::model::valid_batch_id(id) {
             return Err(SqsError::sns(
                 "InvalidBatchEntryId",
                 400,

@@ -32,10 +32,10 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::engine::{Engine, Outgoing};
+use crate::engine::{Engine, Outgoing, decode, encode, now_ms};
 use crate::error::SqsError;
 use crate::filter::{Policy, Scope};
-use crate::model::{Attr, AttrValue, route_queue};
+use crate::model::{Attr, route_queue};
 
 const TOPICS: &str = "sns.topic";
 const SUBSCRIPTIONS: &str = "sns.subscription";
@@ -194,18 +194,6 @@ pub struct Topics {
     /// Cancelled at [`Topics::stop`]: webhook POSTs under way end, their
     /// records kept for the next start.
     stopping: CancellationToken,
-}
-
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    rmp_serde::to_vec_named(value).unwrap_or_default()
-}
-
-fn decode<T: for<'de> Deserialize<'de>>(space: &str, key: &str, bytes: &[u8]) -> Result<T, StoreError> {
-    rmp_serde::from_slice(bytes).map_err(|e| StoreError::Io(format!("{space} record {key} cannot be read: {e}")))
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
 /// `2026-12-02T01:02:03.456Z`, as SNS writes times.
@@ -709,16 +697,7 @@ impl Topics {
             let attrs: Map<String, Value> = p
                 .attributes
                 .iter()
-                .map(|a| {
-                    let value = match &a.value {
-                        AttrValue::Text(t) => t.clone(),
-                        AttrValue::Binary(b) => {
-                            use base64::Engine as _;
-                            base64::engine::general_purpose::STANDARD.encode(b)
-                        }
-                    };
-                    (a.name.clone(), json!({"Type": a.data_type, "Value": value}))
-                })
+                .map(|a| (a.name.clone(), json!({"Type": a.data_type, "Value": a.as_text()})))
                 .collect();
             doc.insert("MessageAttributes".into(), Value::Object(attrs));
         }
@@ -914,15 +893,11 @@ fn not_found() -> SqsError {
 /// `x-amz-sns-attr-{name}` of raw HTTP delivery (binary values base64;
 /// control characters, which a header cannot carry, as `%XX`).
 fn attribute_header(a: &Attr) -> (String, String) {
-    let value = match &a.value {
-        AttrValue::Text(t) => {
-            t.chars().map(|c| if c.is_control() { format!("%{:02X}", c as u32) } else { c.to_string() }).collect()
-        }
-        AttrValue::Binary(b) => {
-            use base64::Engine as _;
-            base64::engine::general_purpose::STANDARD.encode(b)
-        }
-    };
+    let value = a
+        .as_text()
+        .chars()
+        .map(|c| if c.is_control() { format!("%{:02X}", c as u32) } else { c.to_string() })
+        .collect();
     (format!("x-amz-sns-attr-{}", a.name), value)
 }
 
