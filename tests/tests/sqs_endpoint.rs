@@ -216,6 +216,8 @@ struct Bridges<'a> {
     first_route: &'a str,
     /// More keys of the endpoint sender.
     fifo_sender: &'a str,
+    /// More keys of the MQTT receiver.
+    devices: &'a str,
 }
 
 fn two_bridges(b: &Bridges<'_>) -> String {
@@ -241,6 +243,7 @@ type = "mqtt"
 url = "{broker}"
 client_id = "{in_id}"
 topics = ["{from_mqtt}"]
+{devices}
 
 [senders.apps]
 type = "sqs_endpoint"
@@ -269,6 +272,7 @@ sender = "apps"
         to_mqtt = b.to_mqtt,
         first_route = b.first_route,
         fifo_sender = b.fifo_sender,
+        devices = b.devices,
         out_id = unique("ep-out"),
         in_id = unique("ep-in"),
     )
@@ -307,6 +311,7 @@ async fn routes_bridge_endpoint_queues_and_mqtt_both_ways() {
         from_mqtt: &from_mqtt,
         first_route: "",
         fifo_sender: "",
+        devices: "",
     });
     let ws = Workspace::with_plugins(&[]);
     ws.config(&config);
@@ -346,33 +351,56 @@ async fn routes_bridge_endpoint_queues_and_mqtt_both_ways() {
 
 /// 300 messages from an app through two routes and back to an app: endpoint
 /// queue → (shared_outbox) → MQTT → FIFO endpoint queue, its group taken
-/// from an attribute that crossed MQTT as a user property. Nothing is lost,
-/// every group comes out whole, and the first queue ends empty.
+/// from an attribute that crossed MQTT as a user property. Nothing is lost
+/// or duplicated, every group comes out whole, and the first queue ends
+/// empty.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_load_through_endpoint_queues_and_mqtt_loses_nothing() {
+    load_through_endpoint_queues_and_mqtt(1).await;
+}
+
+/// The same load through two instances on one PostgreSQL store, with the
+/// same config: apps send to either endpoint, both instances' routes take
+/// from the shared queue and share the MQTT subscription, and the app
+/// reads the FIFO queue through the other endpoint.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_load_through_two_instances_on_a_shared_store_loses_nothing() {
+    load_through_endpoint_queues_and_mqtt(2).await;
+}
+
+async fn load_through_endpoint_queues_and_mqtt(instances: usize) {
     use aws_sdk_sqs::types::{MessageAttributeValue, MessageSystemAttributeName, SendMessageBatchRequestEntry};
-    let listen = format!("127.0.0.1:{}", free_port());
-    let endpoint = format!("http://{listen}");
+    let db = if instances > 1 { Some(ferry_tests::pg::TestDb::new().await) } else { None };
     let (inbox, outbox) = (unique("load-in"), format!("{}.fifo", unique("load-out")));
     let via = unique("ep/load");
-    let config = two_bridges(&Bridges {
-        listen: &listen,
-        inbox: &inbox,
-        outbox: &outbox,
-        outbox_attributes: "FifoQueue = \"true\"",
-        to_mqtt: &via,
-        from_mqtt: &via,
-        first_route: "delivery_mode = \"shared_outbox\"",
-        fifo_sender: "message_group_header = \"group\"",
-    });
-    let ws = Workspace::with_plugins(&[]);
-    ws.config(&config);
-    let daemon = Daemon::start(&ws, 3);
-    let sqs = ferry_tests::sqs::client_for(&endpoint);
-    let inbox_url = format!("{endpoint}/000000000000/{inbox}");
-    let outbox_url = format!("{endpoint}/000000000000/{outbox}");
+    let mut running = Vec::new();
+    let mut endpoints = Vec::new();
+    for _ in 0..instances {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut config = two_bridges(&Bridges {
+            listen: &listen,
+            inbox: &inbox,
+            outbox: &outbox,
+            outbox_attributes: "FifoQueue = \"true\"",
+            to_mqtt: &via,
+            from_mqtt: &via,
+            first_route: "delivery_mode = \"shared_outbox\"",
+            fifo_sender: "message_group_header = \"group\"",
+            devices: if instances > 1 { "share_group = \"load\"" } else { "" },
+        });
+        if let Some(db) = &db {
+            config = format!("[store]\ntype = \"postgres\"\nurl = \"{}\"\n\n{config}", db.url);
+        }
+        let ws = Workspace::with_plugins(&[]);
+        ws.config(&config);
+        let daemon = Daemon::start(&ws, 3);
+        running.push((ws, daemon));
+        endpoints.push(format!("http://{listen}"));
+    }
+    let clients: Vec<_> = endpoints.iter().map(|e| ferry_tests::sqs::client_for(e)).collect();
     const TOTAL: usize = 300;
     for batch in 0..TOTAL / 10 {
+        let (sqs, endpoint) = (&clients[batch % instances], &endpoints[batch % instances]);
         let entries = (0..10)
             .map(|i| {
                 let n = batch * 10 + i;
@@ -385,12 +413,16 @@ async fn a_load_through_endpoint_queues_and_mqtt_loses_nothing() {
                     .expect("entry")
             })
             .collect();
+        let inbox_url = format!("{endpoint}/000000000000/{inbox}");
         let out =
             sqs.send_message_batch().queue_url(&inbox_url).set_entries(Some(entries)).send().await.expect("batch");
         assert_eq!(out.successful().len(), 10);
     }
+    let (sqs, endpoint) = (&clients[instances - 1], &endpoints[instances - 1]);
+    let outbox_url = format!("{endpoint}/000000000000/{outbox}");
     let mut bodies = std::collections::BTreeSet::new();
     let mut groups = std::collections::BTreeMap::<String, usize>::new();
+    let mut deliveries = 0;
     let started = std::time::Instant::now();
     while bodies.len() < TOTAL && started.elapsed() < Duration::from_secs(90) {
         let got = sqs
@@ -403,6 +435,7 @@ async fn a_load_through_endpoint_queues_and_mqtt_loses_nothing() {
             .await
             .expect("receive");
         for m in got.messages() {
+            deliveries += 1;
             if bodies.insert(m.body().expect("body").to_owned()) {
                 let group =
                     m.attributes().and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId)).expect("group");
@@ -417,9 +450,16 @@ async fn a_load_through_endpoint_queues_and_mqtt_loses_nothing() {
         }
     }
     assert_eq!(bodies.len(), TOTAL, "every message arrived");
+    assert_eq!(deliveries, TOTAL, "none twice");
     assert_eq!(groups, [("g0".to_owned(), 100), ("g1".to_owned(), 100), ("g2".to_owned(), 100)].into());
-    assert_eq!(ferry_tests::sqs::depth(&sqs, &inbox_url).await, (0, 0), "the first queue was emptied");
-    assert!(daemon.terminate().success());
+    let inbox_url = format!("{endpoint}/000000000000/{inbox}");
+    assert_eq!(ferry_tests::sqs::depth(sqs, &inbox_url).await, (0, 0), "the first queue was emptied");
+    for (_, daemon) in running {
+        assert!(daemon.terminate().success());
+    }
+    if let Some(db) = db {
+        db.drop().await;
+    }
 }
 
 /// Creates a queue and sends to it; prints the error code boto3 got, if any.
@@ -564,49 +604,82 @@ address = "{amqp_queue}"
 
 /// Creates a queue and sends one message, or reads the queue's depth.
 const SHARED: &str = r#"
-if sys.argv[2].startswith("create:"):
-    url = sqs.create_queue(QueueName=sys.argv[2][7:])["QueueUrl"]
-    sqs.send_message(QueueUrl=url, MessageBody="kept in PostgreSQL")
-    print(json.dumps({"url": url}))
-else:
-    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-    m = sqs.receive_message(QueueUrl=url, WaitTimeSeconds=5).get("Messages", [])
-    print(json.dumps({"bodies": [x["Body"] for x in m]}))
+import threading, time
+queue, other = name.split("|")
+def client(kind, url):
+    return boto3.client(kind, endpoint_url=url, region_name="us-east-1",
+                        aws_access_key_id="x", aws_secret_access_key="x")
+b, sns_a, sns_b = client("sqs", other), client("sns", endpoint), client("sns", other)
+url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+for i in range(0, 40, 10):
+    sqs.send_message_batch(QueueUrl=url, Entries=[{"Id": str(n), "MessageBody": f"m{i + n}"} for n in range(10)])
+burl = b.get_queue_url(QueueName=queue)["QueueUrl"]
+bodies = []
+def drain(c, u):
+    for _ in range(30):
+        got = c.receive_message(QueueUrl=u, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        for m in got:
+            bodies.append(m["Body"])
+            c.delete_message(QueueUrl=u, ReceiptHandle=m["ReceiptHandle"])
+        if len(bodies) >= 40:
+            return
+threads = [threading.Thread(target=drain, args=a) for a in [(sqs, url), (b, burl)]]
+[t.start() for t in threads]
+[t.join() for t in threads]
+left = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+polled = {}
+def poll():
+    started = time.time()
+    got = b.receive_message(QueueUrl=burl, WaitTimeSeconds=15).get("Messages", [])
+    polled["waited"] = time.time() - started
+    polled["bodies"] = [m["Body"] for m in got]
+t = threading.Thread(target=poll)
+t.start()
+time.sleep(1.0)
+sqs.send_message(QueueUrl=url, MessageBody="wake")
+t.join()
+topic = sns_b.create_topic(Name=queue + "-t")["TopicArn"]
+arn = b.get_queue_attributes(QueueUrl=burl, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+sns_a.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=arn, Attributes={"RawMessageDelivery": "true"})
+sns_b.publish(TopicArn=topic, Message="fanned")
+fanned = receive_one(url)
+print(json.dumps({"bodies": bodies, "left": left, "polled": polled, "fanned": fanned["Body"]}))
 "#;
 
-/// Two instances on one PostgreSQL store: the second is refused the
-/// endpoint with the reason while the first serves it, and serves the same
-/// queues once the first stopped.
+/// Two instances on one PostgreSQL store serve the same queues at once:
+/// a queue made on one is used on the other, two consumers (one on each)
+/// share its messages with none lost or handed out twice, a send on one
+/// wakes a long poll on the other, and a topic made on one fans out
+/// through a subscription made on the other.
 #[tokio::test(flavor = "multi_thread")]
-async fn one_instance_per_shared_store_serves_the_endpoint() {
+async fn two_instances_on_a_shared_store_serve_the_same_queues() {
     let db = ferry_tests::pg::TestDb::new().await;
     let name = unique("shared");
     let config = |listen: &str| {
-        format!(
-            "[store]\ntype = \"postgres\"\nurl = \"{}\"\nlease_ttl_secs = 3\n\n[endpoints.sqs]\nlisten = \"{listen}\"\n",
-            db.url
-        )
+        format!("[store]\ntype = \"postgres\"\nurl = \"{}\"\n\n[endpoints.sqs]\nlisten = \"{listen}\"\n", db.url)
     };
     let (first_listen, second_listen) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let first_ws = Workspace::with_plugins(&[]);
+    let (first_ws, second_ws) = (Workspace::with_plugins(&[]), Workspace::with_plugins(&[]));
     first_ws.config(&config(&first_listen));
-    let first = Daemon::start(&first_ws, 0);
-    first.wait_for_line(&["SQS endpoint listening"], WAIT);
-    boto3(SHARED, &format!("http://{first_listen}"), &format!("create:{name}")).await;
-
-    let second_ws = Workspace::with_plugins(&[]);
     second_ws.config(&config(&second_listen));
-    let refused = Daemon::start(&second_ws, 0);
-    refused.wait_for_line(&["endpoints.sqs", "another instance serves the SQS endpoint"], WAIT);
-    assert!(!refused.wait_for_exit().success(), "the second instance does not start the endpoint");
-
-    // A clean stop gives the lease up: the other instance takes over the
-    // same queues at once.
-    assert!(first.terminate().success());
+    let first = Daemon::start(&first_ws, 0);
     let second = Daemon::start(&second_ws, 0);
+    first.wait_for_line(&["SQS endpoint listening"], WAIT);
     second.wait_for_line(&["SQS endpoint listening"], WAIT);
-    let got = boto3(SHARED, &format!("http://{second_listen}"), &name).await;
-    assert_eq!(got["bodies"], serde_json::json!(["kept in PostgreSQL"]));
+
+    let got = boto3(SHARED, &format!("http://{first_listen}"), &format!("{name}|http://{second_listen}")).await;
+    let mut bodies: Vec<String> =
+        got["bodies"].as_array().expect("bodies").iter().map(|b| b.as_str().expect("body").to_owned()).collect();
+    bodies.sort();
+    let mut sent: Vec<String> = (0..40).map(|i| format!("m{i}")).collect();
+    sent.sort();
+    assert_eq!(bodies, sent, "every message once, none twice");
+    assert_eq!(got["left"]["ApproximateNumberOfMessages"], "0");
+    assert_eq!(got["left"]["ApproximateNumberOfMessagesNotVisible"], "0");
+    assert_eq!(got["polled"]["bodies"], serde_json::json!(["wake"]));
+    assert!(got["polled"]["waited"].as_f64().expect("waited") < 10.0, "{got}");
+    assert_eq!(got["fanned"], "fanned");
+    assert!(first.terminate().success());
     assert!(second.terminate().success());
     db.drop().await;
 }

@@ -1,5 +1,6 @@
 //! A small keyed store for state ferry keeps of its own beyond the outbox
-//! and the dead letters: the queues of the SQS endpoint.
+//! and the dead letters: the SQS endpoint's topics, and its queues on the
+//! embedded store (on a shared store they are tables of their own).
 //!
 //! Keys live in spaces (`sqs.queue`, `sqs.message`, …); a [`RecordChange`]
 //! puts and deletes any number of keys in one durable commit, so a change

@@ -111,12 +111,12 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
         "CreateQueue" => create_queue(cx, input).await,
         "GetQueueUrl" => {
             let name = required(input, "QueueName")?;
-            if crate::model::is_internal(&name) || !cx.engine.exists(&name) {
+            if crate::model::is_internal(&name) || !cx.engine.exists(&name).await? {
                 return Err(SqsError::no_queue());
             }
             Ok(json!({"QueueUrl": cx.queue_url(&name)}))
         }
-        "ListQueues" => list_queues(cx, input),
+        "ListQueues" => list_queues(cx, input).await,
         "DeleteQueue" => {
             cx.engine.delete(&queue_name(input)?).await?;
             Ok(json!({}))
@@ -125,7 +125,7 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
             cx.engine.purge(&queue_name(input)?).await?;
             Ok(json!({}))
         }
-        "GetQueueAttributes" => get_attributes(cx, input),
+        "GetQueueAttributes" => get_attributes(cx, input).await,
         "SetQueueAttributes" => {
             cx.engine.set_attributes(&queue_name(input)?, string_map(input, "Attributes")).await?;
             Ok(json!({}))
@@ -139,7 +139,7 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
             Ok(json!({}))
         }
         "ListQueueTags" => {
-            let tags = cx.engine.tags(&queue_name(input)?)?;
+            let tags = cx.engine.tags(&queue_name(input)?).await?;
             Ok(if tags.is_empty() { json!({}) } else { json!({"Tags": tags}) })
         }
         "SendMessage" => send_message(cx, input).await,
@@ -175,7 +175,7 @@ async fn create_queue(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError
     Ok(json!({"QueueUrl": cx.queue_url(&name)}))
 }
 
-fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+async fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let prefix = text(input, "QueueNamePrefix")?.unwrap_or_default();
     let max = int(input, "MaxResults")?;
     if let Some(m) = max
@@ -184,7 +184,7 @@ fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
         return Err(SqsError::invalid_value("MaxResults", m, "must be between 1 and 1000"));
     }
     let after = text(input, "NextToken")?;
-    let mut names = cx.engine.list(&prefix);
+    let mut names = cx.engine.list(&prefix).await?;
     names.retain(|n| !crate::model::is_internal(n));
     let start = after.as_ref().map_or(0, |token| names.iter().position(|n| n > token).unwrap_or(names.len()));
     let limit = max.map_or(1000, |m| m as usize);
@@ -202,9 +202,9 @@ fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     Ok(Value::Object(out))
 }
 
-fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+async fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = queue_name(input)?;
-    let all = cx.engine.attributes(&name)?;
+    let all = cx.engine.attributes(&name).await?;
     let asked = strings(input, "AttributeNames");
     for a in &asked {
         let known =
@@ -221,9 +221,10 @@ fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     Ok(if chosen.is_empty() { json!({}) } else { json!({"Attributes": chosen}) })
 }
 
-/// A message of a SendMessage or a batch entry, checked against the queue.
-fn outgoing(cx: &Context<'_>, queue: &str, input: &Value) -> Result<Outgoing, SqsError> {
-    let (fifo, content_dedup, max_size) = cx.engine.queue_kind(queue)?;
+/// A message of a SendMessage or a batch entry, checked against the queue
+/// (`kind` as [`crate::Engine::queue_kind`] tells it).
+fn outgoing(cx: &Context<'_>, kind: (bool, bool, i64), input: &Value) -> Result<Outgoing, SqsError> {
+    let (fifo, content_dedup, max_size) = kind;
     let body = text(input, "MessageBody")?.ok_or_else(|| SqsError::missing_parameter("MessageBody"))?;
     if body.is_empty() {
         return Err(SqsError::missing_parameter("MessageBody"));
@@ -316,7 +317,7 @@ fn sent(message: &Outgoing, id: &str, sequence: Option<u64>) -> Map<String, Valu
 
 async fn send_message(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = queue_name(input)?;
-    let message = outgoing(cx, &name, input)?;
+    let message = outgoing(cx, cx.engine.queue_kind(&name).await?, input)?;
     let result = cx.engine.send(&name, vec![message.clone()]).await?;
     let first = result.first().ok_or_else(|| SqsError::internal("no result for the message"))?;
     Ok(Value::Object(sent(&message, &first.message_id, first.sequence)))
@@ -355,9 +356,7 @@ fn batch_result(successful: Vec<Value>, failures: Vec<Value>) -> Value {
 async fn send_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = queue_name(input)?;
     let entries = batch_entries(input, "SendMessageBatchRequestEntry")?;
-    if !cx.engine.exists(&name) {
-        return Err(SqsError::no_queue());
-    }
+    let kind = cx.engine.queue_kind(&name).await?;
     let total: usize = entries
         .iter()
         .map(|e| {
@@ -373,7 +372,7 @@ async fn send_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> 
     let mut failures = Vec::new();
     for e in entries {
         let id = e.get("Id").and_then(Value::as_str).unwrap_or_default().to_owned();
-        match outgoing(cx, &name, e) {
+        match outgoing(cx, kind, e) {
             Ok(m) => ok.push((id, m)),
             Err(err) => failures.push(failed(&id, &err)),
         }
@@ -509,7 +508,7 @@ async fn delete_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError
 async fn change_visibility_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = queue_name(input)?;
     let entries = batch_entries(input, "ChangeMessageVisibilityBatchRequestEntry")?;
-    if !cx.engine.exists(&name) {
+    if !cx.engine.exists(&name).await? {
         return Err(SqsError::no_queue());
     }
     let mut ok = Vec::new();

@@ -287,7 +287,7 @@ impl EndpointSender {
 impl Sender for EndpointSender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         let queue = if msg.address.is_empty() { self.config.queue.as_str() } else { msg.address.as_str() };
-        let (fifo, _, max_size) = self.engine.queue_kind(queue).map_err(transport_error)?;
+        let (fifo, _, max_size) = self.engine.queue_kind(queue).await.map_err(transport_error)?;
         let envelope = &msg.envelope;
         let text = body(envelope)?;
         let max = usize::try_from(max_size).unwrap_or(MAX_MESSAGE_BYTES);

@@ -1,5 +1,12 @@
 //! The queues: registry, messages, visibility, FIFO groups, deduplication
-//! and redrive, kept in memory and written through to ferry's store.
+//! and redrive. [`Engine`] is what the actions and routes call; it keeps
+//! the queues in one of two places:
+//! - on the embedded store, in this process's memory, written through to
+//!   the store ([`Local`], below), since one process has that store;
+//! - on a shared store (PostgreSQL), in the database's tables, which every
+//!   instance on it serves at once ([`crate::shared`]).
+//!
+//! The rest of this page is about the first.
 //!
 //! Every change is on disk before the call that made it returns: a
 //! `SendMessage` is answered only once its message is committed, so an app
@@ -26,8 +33,11 @@ use ferry_core::records::{RecordChange, RecordStore};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+use ferry_store::postgres::SharedDb;
+
 use crate::error::SqsError;
 use crate::model::{Attr, DEDUP_WINDOW_MS, QUEUE_ATTRIBUTES, RedrivePolicy, check_queue_attributes};
+use crate::shared::Shared;
 
 const QUEUES: &str = "sqs.queue";
 const MESSAGES: &str = "sqs.message";
@@ -115,23 +125,152 @@ struct Queue {
     purged_ms: Option<i64>,
 }
 
-impl Queue {
-    fn fifo(&self) -> bool {
-        self.meta.name.ends_with(".fifo")
+impl QueueMeta {
+    pub(crate) fn new(name: &str, attributes: BTreeMap<String, String>, tags: BTreeMap<String, String>) -> Self {
+        let now = now_ms() / 1000;
+        Self { name: name.to_owned(), attributes, tags, created_s: now, modified_s: now }
     }
 
-    fn int(&self, name: &str) -> i64 {
-        let value = self.meta.attributes.get(name).map(String::as_str);
+    pub(crate) fn fifo(&self) -> bool {
+        self.name.ends_with(".fifo")
+    }
+
+    /// An integer attribute, as set or by default.
+    pub(crate) fn int(&self, name: &str) -> i64 {
+        let value = self.attributes.get(name).map(String::as_str);
         let default = QUEUE_ATTRIBUTES.iter().find(|r| r.name == name).and_then(|r| r.default);
         value.or(default).and_then(|v| v.parse().ok()).unwrap_or(0)
     }
 
-    fn flag(&self, name: &str) -> bool {
-        self.meta.attributes.get(name).is_some_and(|v| v == "true")
+    pub(crate) fn flag(&self, name: &str) -> bool {
+        self.attributes.get(name).is_some_and(|v| v == "true")
+    }
+
+    /// Whether the queue is FIFO, whether it deduplicates by content, and
+    /// its largest message.
+    pub(crate) fn kind(&self) -> (bool, bool, i64) {
+        (self.fifo(), self.flag("ContentBasedDeduplication"), self.int("MaximumMessageSize"))
+    }
+
+    pub(crate) fn redrive(&self) -> Option<RedrivePolicy> {
+        self.attributes.get("RedrivePolicy").filter(|v| !v.is_empty()).and_then(|v| RedrivePolicy::parse(v).ok())
+    }
+
+    /// CreateQueue on an existing queue: found when every attribute given
+    /// is what the queue has, `QueueAlreadyExists` otherwise.
+    pub(crate) fn same_as(&self, attributes: &BTreeMap<String, String>) -> Result<(), SqsError> {
+        for (key, value) in attributes {
+            let current = self
+                .attributes
+                .get(key)
+                .map(String::as_str)
+                .or_else(|| QUEUE_ATTRIBUTES.iter().find(|r| r.name == key).and_then(|r| r.default));
+            if current != Some(value.as_str()) {
+                return Err(SqsError::queue_exists(format!(
+                    "A queue already exists with the same name and a different value for attribute {key}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// SetQueueAttributes: checks `attributes` and applies them.
+    pub(crate) fn set(
+        &mut self,
+        attributes: BTreeMap<String, String>,
+        arn_of: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), SqsError> {
+        let fifo = self.fifo();
+        check_queue_attributes(&attributes, fifo, arn_of)?;
+        if attributes.get("FifoQueue").is_some_and(|v| (v == "true") != fifo) {
+            return Err(SqsError::invalid_attribute_value("FifoQueue", "a queue's type cannot be changed."));
+        }
+        self.attributes.extend(attributes);
+        self.modified_s = now_ms() / 1000;
+        Ok(())
+    }
+
+    /// TagQueue and UntagQueue.
+    pub(crate) fn retag(&mut self, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
+        self.tags.extend(set);
+        for key in remove {
+            self.tags.remove(key);
+        }
+        if self.tags.len() > 50 {
+            return Err(SqsError::invalid_parameter("Too many tags added for queue."));
+        }
+        Ok(())
+    }
+
+    /// Every attribute GetQueueAttributes reports: what was set, the
+    /// defaults, and the computed ones.
+    pub(crate) fn report(&self, depth: &Depth, arn: String) -> BTreeMap<String, String> {
+        let fifo = self.fifo();
+        let mut out: BTreeMap<String, String> = QUEUE_ATTRIBUTES
+            .iter()
+            .filter(|r| fifo || !r.fifo_only)
+            .filter_map(|r| Some((r.name.to_owned(), r.default?.to_owned())))
+            .collect();
+        out.extend(self.attributes.clone());
+        if fifo {
+            out.insert("FifoQueue".into(), "true".into());
+        }
+        out.insert("ApproximateNumberOfMessages".into(), depth.visible.to_string());
+        out.insert("ApproximateNumberOfMessagesNotVisible".into(), depth.in_flight.to_string());
+        out.insert("ApproximateNumberOfMessagesDelayed".into(), depth.delayed.to_string());
+        out.insert("CreatedTimestamp".into(), self.created_s.to_string());
+        out.insert("LastModifiedTimestamp".into(), self.modified_s.to_string());
+        out.insert("QueueArn".into(), arn);
+        out
+    }
+
+    /// Checks the attributes of a new queue against its name.
+    pub(crate) fn check_new(
+        name: &str,
+        attributes: &BTreeMap<String, String>,
+        arn_of: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<(), SqsError> {
+        let fifo_name = name.ends_with(".fifo");
+        let fifo_attr = attributes.get("FifoQueue").is_some_and(|v| v == "true");
+        if fifo_attr != fifo_name {
+            return Err(SqsError::invalid_parameter(
+                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \
+                 end with .fifo suffix and be 1 to 80 in length.",
+            ));
+        }
+        check_queue_attributes(attributes, fifo_name, arn_of)
+    }
+}
+
+impl Outgoing {
+    /// The message as stored, sent now; `sequence` on a FIFO queue.
+    pub(crate) fn into_stored(self, now: i64, sequence: Option<u64>) -> Stored {
+        Stored {
+            id: uuid::Uuid::new_v4().to_string(),
+            body: self.body,
+            attributes: self.attributes,
+            trace_header: self.trace_header,
+            sent_ms: now,
+            sender_id: self.sender_id,
+            group: self.group,
+            dedup_id: self.dedup_id,
+            sequence,
+            source_arn: None,
+        }
+    }
+}
+
+impl Queue {
+    fn fifo(&self) -> bool {
+        self.meta.fifo()
+    }
+
+    fn int(&self, name: &str) -> i64 {
+        self.meta.int(name)
     }
 
     fn redrive(&self) -> Option<RedrivePolicy> {
-        self.meta.attributes.get("RedrivePolicy").filter(|v| !v.is_empty()).and_then(|v| RedrivePolicy::parse(v).ok())
+        self.meta.redrive()
     }
 }
 
@@ -186,8 +325,9 @@ struct State {
     next_seq: u64,
 }
 
-/// The queues.
-pub struct Engine {
+/// The queues in this process's memory, written through to the store (the
+/// embedded store: one process serves them).
+pub(crate) struct Local {
     state: Mutex<State>,
     store: Arc<dyn RecordStore>,
     pub identity: Identity,
@@ -217,12 +357,12 @@ fn internal(e: StoreError) -> SqsError {
 }
 
 /// A receipt handle names the queue, the message and the receive.
-fn receipt_handle(queue: &str, seq: u64, nonce: &str) -> String {
+pub(crate) fn receipt_handle(queue: &str, seq: u64, nonce: &str) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(format!("{queue}/{seq}/{nonce}"))
 }
 
-fn parse_receipt(queue: &str, handle: &str) -> Result<(u64, String), SqsError> {
+pub(crate) fn parse_receipt(queue: &str, handle: &str) -> Result<(u64, String), SqsError> {
     use base64::Engine as _;
     let bad = || SqsError::invalid_receipt(handle);
     let text = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(handle).map_err(|_| bad())?;
@@ -237,9 +377,9 @@ fn parse_receipt(queue: &str, handle: &str) -> Result<(u64, String), SqsError> {
     Ok((seq.parse().map_err(|_| bad())?, nonce.to_owned()))
 }
 
-impl Engine {
+impl Local {
     /// Loads every queue from the store.
-    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity) -> Result<Arc<Self>, StoreError> {
+    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity) -> Result<Self, StoreError> {
         let mut queues = BTreeMap::new();
         for (key, bytes) in store.load(QUEUES).await? {
             let meta: QueueMeta = decode(QUEUES, &key, &bytes)?;
@@ -287,7 +427,7 @@ impl Engine {
             }
         }
         store.commit(orphans).await?;
-        Ok(Arc::new(Self { state: Mutex::new(State { queues, next_seq }), store, identity }))
+        Ok(Self { state: Mutex::new(State { queues, next_seq }), store, identity })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -303,68 +443,21 @@ impl Engine {
         self.lock().queues.contains_key(name)
     }
 
-    /// Creates a queue, or finds the one of that name when its attributes
-    /// are the same. Returns whether it was created.
-    pub async fn create(
-        &self,
-        name: &str,
-        attributes: BTreeMap<String, String>,
-        tags: BTreeMap<String, String>,
-    ) -> Result<bool, SqsError> {
-        if !crate::model::valid_queue_name(name) {
-            return Err(SqsError::invalid_parameter(
-                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
-            ));
-        }
-        self.create_named(name, attributes, tags).await
-    }
-
-    /// A queue of ferry's own (a route's subscription to a topic): its
-    /// name is one no API call can give or reach (see
-    /// [`crate::model::is_internal`]). Created when missing.
-    pub async fn declare_internal(&self, name: &str) -> Result<(), SqsError> {
-        if self.exists(name) {
-            return Ok(());
-        }
-        self.create_named(name, BTreeMap::new(), BTreeMap::new()).await.map(|_| ())
-    }
-
     async fn create_named(
         &self,
         name: &str,
         attributes: BTreeMap<String, String>,
         tags: BTreeMap<String, String>,
     ) -> Result<bool, SqsError> {
-        let fifo_name = name.ends_with(".fifo");
-        let fifo_attr = attributes.get("FifoQueue").is_some_and(|v| v == "true");
-        if fifo_attr != fifo_name {
-            return Err(SqsError::invalid_parameter(
-                "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \
-                 end with .fifo suffix and be 1 to 80 in length.",
-            ));
-        }
         let meta = {
             let mut state = self.lock();
             let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
-            check_queue_attributes(&attributes, fifo_name, &arn_of)?;
+            QueueMeta::check_new(name, &attributes, &arn_of)?;
             if let Some(existing) = state.queues.get(name) {
-                for (key, value) in &attributes {
-                    let current = existing
-                        .meta
-                        .attributes
-                        .get(key)
-                        .map(String::as_str)
-                        .or_else(|| QUEUE_ATTRIBUTES.iter().find(|r| r.name == key).and_then(|r| r.default));
-                    if current != Some(value.as_str()) {
-                        return Err(SqsError::queue_exists(format!(
-                            "A queue already exists with the same name and a different value for attribute {key}"
-                        )));
-                    }
-                }
+                existing.meta.same_as(&attributes)?;
                 return Ok(false);
             }
-            let now = now_ms() / 1000;
-            let meta = QueueMeta { name: name.to_owned(), attributes, tags, created_s: now, modified_s: now };
+            let meta = QueueMeta::new(name, attributes, tags);
             state.queues.insert(
                 name.to_owned(),
                 Queue {
@@ -384,15 +477,6 @@ impl Engine {
             return Err(internal(e));
         }
         Ok(true)
-    }
-
-    /// Declares a queue from config: created when missing, left as it is
-    /// otherwise (the API may have changed its attributes since).
-    pub async fn declare(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
-        if self.exists(name) {
-            return Ok(());
-        }
-        self.create(name, attributes, BTreeMap::new()).await.map(|_| ())
     }
 
     /// Deletes a queue and its messages.
@@ -436,24 +520,7 @@ impl Engine {
     pub fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
         let state = self.lock();
         let queue = state.queues.get(name).ok_or_else(SqsError::no_queue)?;
-        let fifo = queue.fifo();
-        let mut out: BTreeMap<String, String> = QUEUE_ATTRIBUTES
-            .iter()
-            .filter(|r| fifo || !r.fifo_only)
-            .filter_map(|r| Some((r.name.to_owned(), r.default?.to_owned())))
-            .collect();
-        out.extend(queue.meta.attributes.clone());
-        if fifo {
-            out.insert("FifoQueue".into(), "true".into());
-        }
-        let depth = depth_of(queue, now_ms());
-        out.insert("ApproximateNumberOfMessages".into(), depth.visible.to_string());
-        out.insert("ApproximateNumberOfMessagesNotVisible".into(), depth.in_flight.to_string());
-        out.insert("ApproximateNumberOfMessagesDelayed".into(), depth.delayed.to_string());
-        out.insert("CreatedTimestamp".into(), queue.meta.created_s.to_string());
-        out.insert("LastModifiedTimestamp".into(), queue.meta.modified_s.to_string());
-        out.insert("QueueArn".into(), self.identity.arn(name));
-        Ok(out)
+        Ok(queue.meta.report(&depth_of(queue, now_ms()), self.identity.arn(name)))
     }
 
     /// Depth of every queue (the metrics).
@@ -465,21 +532,12 @@ impl Engine {
     pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
         let meta = {
             let mut state = self.lock();
-            let fifo = name.ends_with(".fifo");
-            {
-                let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
-                if !state.queues.contains_key(name) {
-                    return Err(SqsError::no_queue());
-                }
-                check_queue_attributes(&attributes, fifo, &arn_of)?;
-            }
-            if attributes.get("FifoQueue").is_some_and(|v| (v == "true") != fifo) {
-                return Err(SqsError::invalid_attribute_value("FifoQueue", "a queue's type cannot be changed."));
-            }
+            let mut meta = state.queues.get(name).ok_or_else(SqsError::no_queue)?.meta.clone();
+            let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
+            meta.set(attributes, &arn_of)?;
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
-            queue.meta.attributes.extend(attributes);
-            queue.meta.modified_s = now_ms() / 1000;
-            queue.meta.clone()
+            queue.meta = meta.clone();
+            meta
         };
         let mut change = RecordChange::default();
         change.put(QUEUES, name, encode(&meta));
@@ -496,14 +554,10 @@ impl Engine {
         let meta = {
             let mut state = self.lock();
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
-            queue.meta.tags.extend(set);
-            for key in remove {
-                queue.meta.tags.remove(key);
-            }
-            if queue.meta.tags.len() > 50 {
-                return Err(SqsError::invalid_parameter("Too many tags added for queue."));
-            }
-            queue.meta.clone()
+            let mut meta = queue.meta.clone();
+            meta.retag(set, remove)?;
+            queue.meta = meta.clone();
+            meta
         };
         let mut change = RecordChange::default();
         change.put(QUEUES, name, encode(&meta));
@@ -514,7 +568,7 @@ impl Engine {
     pub fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
         let state = self.lock();
         let q = state.queues.get(name).ok_or_else(SqsError::no_queue)?;
-        Ok((q.fifo(), q.flag("ContentBasedDeduplication"), q.int("MaximumMessageSize")))
+        Ok(q.meta.kind())
     }
 
     /// Sends messages to one queue; each answer in the order given. The
@@ -542,19 +596,8 @@ impl Engine {
                 }
                 let seq = state.next_seq;
                 state.next_seq += 1;
-                let stored = Stored {
-                    id: uuid::Uuid::new_v4().to_string(),
-                    body: m.body,
-                    attributes: m.attributes,
-                    trace_header: m.trace_header,
-                    sent_ms: now,
-                    sender_id: m.sender_id,
-                    group: m.group,
-                    dedup_id: m.dedup_id,
-                    sequence: fifo.then_some(seq),
-                    source_arn: None,
-                };
                 let delay = m.delay_s.unwrap_or(queue_delay);
+                let stored = m.into_stored(now, fifo.then_some(seq));
                 let delivery = Delivery { visible_at_ms: now + delay * 1000, ..Delivery::default() };
                 let key = message_key(name, seq);
                 change.put(MESSAGES, key.clone(), encode(&stored));
@@ -788,13 +831,6 @@ impl Engine {
     /// Changes how long a received message stays invisible, counted from
     /// now.
     pub async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
-        if !(0..=43_200).contains(&timeout_s) {
-            return Err(SqsError::invalid_value(
-                "VisibilityTimeout",
-                timeout_s,
-                "must be between 0 and 43200, if provided",
-            ));
-        }
         let (change, notify) = {
             let mut state = self.lock();
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
@@ -830,4 +866,215 @@ fn depth_of(queue: &Queue, now: i64) -> Depth {
         }
     }
     depth
+}
+
+enum Backend {
+    Local(Local),
+    Shared(Shared),
+}
+
+/// The queues, wherever they are kept (see the module's page).
+pub struct Engine {
+    backend: Backend,
+    pub identity: Identity,
+}
+
+impl Engine {
+    /// The queues of the embedded store, loaded into memory.
+    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity) -> Result<Arc<Self>, StoreError> {
+        let local = Local::open(store, identity.clone()).await?;
+        Ok(Arc::new(Self { backend: Backend::Local(local), identity }))
+    }
+
+    /// The queues in a shared store's tables, which every instance on that
+    /// store serves.
+    pub fn open_shared(db: SharedDb, identity: Identity) -> Arc<Self> {
+        Arc::new(Self { backend: Backend::Shared(Shared::new(db, identity.clone())), identity })
+    }
+
+    /// Whether other instances serve these queues too.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Shared(_))
+    }
+
+    /// Queue names, in order, starting with `prefix`.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => Ok(b.list(prefix)),
+            Backend::Shared(b) => b.list(prefix).await,
+        }
+    }
+
+    pub async fn exists(&self, name: &str) -> Result<bool, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => Ok(b.exists(name)),
+            Backend::Shared(b) => b.exists(name).await,
+        }
+    }
+
+    /// Creates a queue, or finds the one of that name when its attributes
+    /// are the same. Returns whether it was created.
+    pub async fn create(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        if !crate::model::valid_queue_name(name) {
+            return Err(SqsError::invalid_parameter(
+                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
+            ));
+        }
+        self.create_named(name, attributes, tags).await
+    }
+
+    async fn create_named(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.create_named(name, attributes, tags).await,
+            Backend::Shared(b) => b.create(name, attributes, tags).await,
+        }
+    }
+
+    /// A queue of ferry's own (a route's subscription to a topic): its
+    /// name is one no API call can give or reach (see
+    /// [`crate::model::is_internal`]). Created when missing.
+    pub async fn declare_internal(&self, name: &str) -> Result<(), SqsError> {
+        self.create_named(name, BTreeMap::new(), BTreeMap::new()).await.map(|_| ())
+    }
+
+    /// Declares a queue from config: created when missing, left as it is
+    /// otherwise (the API may have changed its attributes since).
+    pub async fn declare(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        if self.exists(name).await? {
+            return Ok(());
+        }
+        match self.create(name, attributes, BTreeMap::new()).await {
+            // Another instance declared it meanwhile, perhaps changed.
+            Err(e) if e.code == "QueueAlreadyExists" => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// Deletes a queue and its messages.
+    pub async fn delete(&self, name: &str) -> Result<(), SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.delete(name).await,
+            Backend::Shared(b) => b.delete(name).await,
+        }
+    }
+
+    /// Removes every message (at most once a minute, as SQS allows).
+    pub async fn purge(&self, name: &str) -> Result<(), SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.purge(name).await,
+            Backend::Shared(b) => b.purge(name).await,
+        }
+    }
+
+    /// A queue's attributes: what was set, the defaults, and the computed
+    /// ones.
+    pub async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.attributes(name),
+            Backend::Shared(b) => b.attributes(name).await,
+        }
+    }
+
+    /// Depth of every queue (the metrics).
+    pub async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => Ok(b.depths()),
+            Backend::Shared(b) => b.depths().await,
+        }
+    }
+
+    pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.set_attributes(name, attributes).await,
+            Backend::Shared(b) => b.set_attributes(name, attributes).await,
+        }
+    }
+
+    pub async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.tags(name),
+            Backend::Shared(b) => Ok(b.meta(name).await?.tags),
+        }
+    }
+
+    /// Adds tags (`set`) and removes them (`remove`).
+    pub async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.retag(name, set, remove).await,
+            Backend::Shared(b) => b.retag(name, set, remove).await,
+        }
+    }
+
+    /// Whether the queue is FIFO, whether it deduplicates by content, and
+    /// its largest message.
+    pub async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.queue_kind(name),
+            Backend::Shared(b) => Ok(b.meta(name).await?.kind()),
+        }
+    }
+
+    /// Sends messages to one queue; each answer in the order given. The
+    /// messages are on disk when this returns `Ok`.
+    pub async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.send(name, messages).await,
+            Backend::Shared(b) => b.send(name, messages).await,
+        }
+    }
+
+    /// Receives up to `options.max` messages, waiting up to
+    /// `options.wait` (else the queue's ReceiveMessageWaitTimeSeconds) for
+    /// the first.
+    pub async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.receive(name, options).await,
+            Backend::Shared(b) => b.receive(name, options).await,
+        }
+    }
+
+    /// Deletes received messages, one answer per handle. A handle whose
+    /// message is already gone succeeds, as in SQS.
+    pub async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
+        match &self.backend {
+            Backend::Local(b) => b.delete_messages(name, handles).await,
+            Backend::Shared(b) => b.delete_messages(name, handles).await,
+        }
+    }
+
+    /// Changes how long a received message stays invisible, counted from
+    /// now.
+    pub async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
+        if !(0..=43_200).contains(&timeout_s) {
+            return Err(SqsError::invalid_value(
+                "VisibilityTimeout",
+                timeout_s,
+                "must be between 0 and 43200, if provided",
+            ));
+        }
+        match &self.backend {
+            Backend::Local(b) => b.change_visibility(name, handle, timeout_s).await,
+            Backend::Shared(b) => b.change_visibility(name, handle, timeout_s).await,
+        }
+    }
+
+    /// Housekeeping between requests: a shared store's expired messages
+    /// and deduplication entries go (the memory engine drops them as it
+    /// meets them).
+    pub async fn sweep(&self) -> Result<(), SqsError> {
+        match &self.backend {
+            Backend::Local(_) => Ok(()),
+            Backend::Shared(b) => b.sweep().await,
+        }
+    }
 }

@@ -4,7 +4,9 @@
 //!
 //! - [`engine`]: the queues — registry, visibility, receipt handles,
 //!   retention, delays, FIFO groups and deduplication, redrive — written
-//!   through to the store before any call that changed them returns.
+//!   through to the store before any call that changed them returns: in
+//!   memory over the embedded store, in PostgreSQL's tables (`shared`)
+//!   over a shared store, where every instance serves them.
 //! - [`model`]: message attributes and queue attributes, with SQS's limits.
 //! - [`protocol`]: AWS JSON 1.0 and the query protocol, read into one shape
 //!   and written back in their own.
@@ -26,6 +28,7 @@ pub mod filter;
 pub mod model;
 pub mod protocol;
 pub mod server;
+mod shared;
 pub mod sns;
 pub mod topics;
 

@@ -12,6 +12,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use ferry_core::metrics::{Metrics, labels};
 use serde_json::Value;
+use tracing::{debug, warn};
 
 use crate::actions::{self, Context};
 use crate::engine::Engine;
@@ -69,15 +70,31 @@ pub async fn serve(
     served
 }
 
+/// Sets the queue gauges every second; once a minute, sweeps what the
+/// queues have let expire.
 async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut ticks = 0u64;
     loop {
         tick.tick().await;
+        ticks += 1;
+        if ticks.is_multiple_of(60)
+            && let Err(e) = engine.sweep().await
+        {
+            warn!(error = %e, "the SQS endpoint cannot remove expired messages; it tries again in a minute");
+        }
+        let depths = match engine.depths().await {
+            Ok(depths) => depths,
+            Err(e) => {
+                debug!(error = %e, "the SQS endpoint's queue depths cannot be read");
+                continue;
+            }
+        };
         let now =
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         metrics.sqs_endpoint_messages.clear();
         metrics.sqs_endpoint_oldest_age_seconds.clear();
-        for (queue, depth) in engine.depths() {
+        for (queue, depth) in depths {
             for (state, n) in [("visible", depth.visible), ("in_flight", depth.in_flight), ("delayed", depth.delayed)] {
                 metrics
                     .sqs_endpoint_messages
@@ -136,11 +153,13 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     let cx = Context { engine: &app.engine, base_url: &base_url, sender_id: "000000000000" };
     // Labels only name queues and actions that exist, so requests for
     // made-up names cannot grow the metrics without bound.
-    let queue = actions::queue_name(&call.input)
+    let named = actions::queue_name(&call.input)
         .ok()
-        .or_else(|| call.input.get("QueueName").and_then(Value::as_str).map(str::to_owned))
-        .filter(|q| app.engine.exists(q))
-        .unwrap_or_default();
+        .or_else(|| call.input.get("QueueName").and_then(Value::as_str).map(str::to_owned));
+    let queue = match named {
+        Some(q) if app.engine.exists(&q).await.unwrap_or(false) => q,
+        _ => String::new(),
+    };
     let action = if actions::ACTIONS.contains(&call.action.as_str()) { call.action.as_str() } else { "unknown" };
     match actions::run(&cx, &call.action, &call.input).await {
         Ok(result) => {

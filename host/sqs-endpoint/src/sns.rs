@@ -208,6 +208,7 @@ fn publish_target(input: &Value) -> Result<&str, SqsError> {
 /// Runs one SNS action; `Ok` is the inside of its `<…Result>` (empty for
 /// actions that answer with metadata only).
 pub async fn run(topics: &Arc<Topics>, base_url: &str, action: &str, input: &Value) -> Result<String, SqsError> {
+    topics.refresh().await?;
     match action {
         "CreateTopic" => {
             let name = required(input, "Name")?;

@@ -182,6 +182,28 @@ struct State {
     routes: BTreeMap<String, BTreeSet<String>>,
 }
 
+impl State {
+    async fn load(store: &dyn RecordStore) -> Result<Self, StoreError> {
+        let mut topics = BTreeMap::new();
+        for (key, bytes) in store.load(TOPICS).await? {
+            let meta: TopicMeta = decode(TOPICS, &key, &bytes)?;
+            topics.insert(meta.name.clone(), meta);
+        }
+        let mut subs = BTreeMap::new();
+        for (key, bytes) in store.load(SUBSCRIPTIONS).await? {
+            let s: Subscription = decode(SUBSCRIPTIONS, &key, &bytes)?;
+            subs.insert(s.arn.clone(), Sub::new(s));
+        }
+        let mut routes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (key, _) in store.load(ROUTES).await? {
+            if let Some((topic, receiver)) = key.split_once(':') {
+                routes.entry(topic.to_owned()).or_default().insert(receiver.to_owned());
+            }
+        }
+        Ok(Self { topics, subs, routes })
+    }
+}
+
 /// The topics.
 pub struct Topics {
     /// The queues subscriptions deliver to.
@@ -234,22 +256,7 @@ impl Topics {
         store: Arc<dyn RecordStore>,
         metrics: Metrics,
     ) -> Result<Arc<Self>, StoreError> {
-        let mut topics = BTreeMap::new();
-        for (key, bytes) in store.load(TOPICS).await? {
-            let meta: TopicMeta = decode(TOPICS, &key, &bytes)?;
-            topics.insert(meta.name.clone(), meta);
-        }
-        let mut subs = BTreeMap::new();
-        for (key, bytes) in store.load(SUBSCRIPTIONS).await? {
-            let s: Subscription = decode(SUBSCRIPTIONS, &key, &bytes)?;
-            subs.insert(s.arn.clone(), Sub::new(s));
-        }
-        let mut routes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for (key, _) in store.load(ROUTES).await? {
-            if let Some((topic, receiver)) = key.split_once(':') {
-                routes.entry(topic.to_owned()).or_default().insert(receiver.to_owned());
-            }
-        }
+        let state = State::load(store.as_ref()).await?;
         let pending = store.load(WEBHOOKS).await?;
         let http = reqwest::Client::builder()
             .timeout(WEBHOOK_TIMEOUT)
@@ -259,7 +266,7 @@ impl Topics {
         let this = Arc::new(Self {
             queues,
             store,
-            state: Mutex::new(State { topics, subs, routes }),
+            state: Mutex::new(state),
             http,
             webhooks: Arc::new(Semaphore::new(WEBHOOK_CONCURRENCY)),
             metrics,
@@ -272,6 +279,18 @@ impl Topics {
             }
         }
         Ok(this)
+    }
+
+    /// On a shared store, reads the topics, subscriptions and route
+    /// attachments again: another instance may have changed them. Every
+    /// SNS request starts with it, so an app sees its own changes whichever
+    /// instance it reaches next.
+    pub async fn refresh(&self) -> Result<(), SqsError> {
+        if self.queues.is_shared() {
+            let state = State::load(self.store.as_ref()).await.map_err(SqsError::internal)?;
+            *self.lock() = state;
+        }
+        Ok(())
     }
 
     /// Stops the webhook POSTs under way; what they had left to send
@@ -663,7 +682,7 @@ impl Topics {
         self.commit(change).await?;
         for (topic, receiver) in gone {
             let queue = route_queue(&topic, &receiver);
-            if self.queues.exists(&queue) {
+            if self.queues.exists(&queue).await? {
                 self.queues.delete(&queue).await?;
             }
         }
@@ -820,7 +839,7 @@ impl Topics {
     }
 
     async fn to_queue(&self, queue: &str, body: String, attributes: Vec<Attr>) -> Result<(), SqsError> {
-        let (_, _, max_size) = self.queues.queue_kind(queue)?;
+        let (_, _, max_size) = self.queues.queue_kind(queue).await?;
         let size = body.len() + attributes.iter().map(Attr::size).sum::<usize>();
         if size as i64 > max_size {
             return Err(SqsError::invalid_parameter(format!(

@@ -558,8 +558,8 @@ async fn routes_attached_to_a_topic_get_every_publish_until_detached() {
     // Only `first` is still configured: `second` and its queue go.
     let keep = [(name.clone(), "first".to_owned())].into_iter().collect();
     ep.topics.retain_routes(&keep).await.expect("retain");
-    assert!(ep.engine.exists(&first));
-    assert!(!ep.engine.exists(&second));
+    assert!(ep.engine.exists(&first).await.expect("looked up"));
+    assert!(!ep.engine.exists(&second).await.expect("looked up"));
     ep.sns.publish().topic_arn(&arn).message("again").send().await.expect("publish with one route");
     assert_eq!(take(first.clone()).await.len(), 1);
     ep.stop().await;

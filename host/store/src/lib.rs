@@ -129,6 +129,12 @@ pub trait Store: OutboxStore + DeadLetterStore + RecordStore {
     }
     /// Dead letters, oldest first, optionally of one route.
     async fn dead_letters(&self, route: Option<&str>, limit: usize) -> Result<Vec<StoredDeadLetter>, StoreError>;
+    /// The database of a store every instance shares (the SQS endpoint
+    /// keeps its queues in tables of its own there); `None` for the
+    /// embedded store.
+    fn shared_db(&self) -> Option<postgres::SharedDb> {
+        None
+    }
     /// One dead letter.
     async fn dead_letter(&self, id: u64) -> Result<Option<StoredDeadLetter>, StoreError>;
     /// Removes dead letters durably; returns how many existed.
@@ -174,6 +180,9 @@ impl Store for postgres::PgStore {
     }
     fn oldest_operation(&self) -> Option<Stuck> {
         postgres::PgStore::oldest_operation(self)
+    }
+    fn shared_db(&self) -> Option<postgres::SharedDb> {
+        Some(postgres::PgStore::shared_db(self))
     }
     async fn dead_letters(&self, route: Option<&str>, limit: usize) -> Result<Vec<StoredDeadLetter>, StoreError> {
         postgres::PgStore::dead_letters(self, route, limit).await

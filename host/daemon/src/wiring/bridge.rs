@@ -85,9 +85,7 @@ impl Bridge {
         info!(store = store.kind(), "store open");
         let leasing = leasing(&config);
         let sqs_endpoint = match &config.endpoints.sqs {
-            Some(c) => {
-                Some(super::endpoint::SqsEndpoint::prepare(c, &config, store.clone(), &leasing, &metrics).await?)
-            }
+            Some(c) => Some(super::endpoint::SqsEndpoint::prepare(c, &config, store.clone(), &metrics).await?),
             None => None,
         };
         let endpoint_queues = sqs_endpoint.as_ref().map(super::endpoint::SqsEndpoint::topics);

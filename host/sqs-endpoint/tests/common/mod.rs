@@ -1,5 +1,6 @@
 //! An endpoint on 127.0.0.1 over an embedded store in a temporary
-//! directory, and an AWS SDK client pointed at it.
+//! directory (or over a PostgreSQL schema that several endpoints share),
+//! and an AWS SDK client pointed at it.
 
 #![allow(dead_code)]
 
@@ -8,7 +9,7 @@ use std::sync::Arc;
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
 use ferry_core::metrics::Metrics;
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions, Topics};
-use ferry_store::{RedbStore, StoreOptions};
+use ferry_store::{RedbStore, Store, StoreOptions};
 
 pub struct Endpoint {
     pub url: String,
@@ -58,6 +59,26 @@ impl Endpoint {
         };
         let identity = Identity { region: "us-east-1".into(), account: "000000000000".into() };
         let engine = Engine::open(store.clone(), identity).await.expect("queues load");
+        Self::serve(engine, store, dir, auth).await
+    }
+
+    /// An endpoint whose queues are in the PostgreSQL database at `url`
+    /// (with `LISTEN`, as in the daemon); every endpoint started on the
+    /// same `url` serves the same queues.
+    pub async fn start_shared(url: &str) -> Self {
+        let options = StoreOptions { listen: true, ..StoreOptions::default() };
+        let store = ferry_store::postgres::PgStore::open(url, 8, options).await.expect("the shared store opens");
+        let identity = Identity { region: "us-east-1".into(), account: "000000000000".into() };
+        let engine = Engine::open_shared(store.shared_db(), identity);
+        Self::serve(engine, store, std::path::Path::new(""), None).await
+    }
+
+    async fn serve(
+        engine: Arc<Engine>,
+        store: Arc<dyn Store>,
+        dir: &std::path::Path,
+        auth: Option<ferry_sqs_endpoint::auth::Keys>,
+    ) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let metrics = Metrics::new();

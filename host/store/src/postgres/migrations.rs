@@ -14,6 +14,7 @@ use tokio_postgres::Client;
 pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "outbox records, leases, instances and dead letters", V1),
     (2, "keyed records (the SQS endpoint's queues)", V2),
+    (3, "the SQS endpoint's queues as tables every instance serves", V3),
 ];
 
 /// Any fixed number: the advisory lock the migrations are applied under.
@@ -72,6 +73,44 @@ CREATE TABLE ferry_records (
     key   TEXT NOT NULL,
     value BYTEA NOT NULL,
     PRIMARY KEY (space, key)
+);
+"#;
+
+/// The SQS endpoint's queues on a shared store, which every instance
+/// serves at once (`ferry-sqs-endpoint`'s `shared` module runs the
+/// statements): the registry, one row per message with its visibility and
+/// receipt as columns (receives claim rows `FOR UPDATE SKIP LOCKED`), and
+/// the FIFO deduplication window. A queue's messages and dedup entries go
+/// with it.
+const V3: &str = r#"
+CREATE SEQUENCE ferry_sqs_seq;
+CREATE TABLE ferry_sqs_queues (
+    name      TEXT PRIMARY KEY,
+    -- MessagePack QueueMeta.
+    meta      BYTEA NOT NULL,
+    purged_ms BIGINT
+);
+CREATE TABLE ferry_sqs_messages (
+    queue            TEXT NOT NULL REFERENCES ferry_sqs_queues (name) ON DELETE CASCADE,
+    seq              BIGINT NOT NULL,
+    grp              TEXT,
+    sent_ms          BIGINT NOT NULL,
+    visible_at_ms    BIGINT NOT NULL,
+    receive_count    INTEGER NOT NULL DEFAULT 0,
+    first_receive_ms BIGINT,
+    receipt          TEXT,
+    source_arn       TEXT,
+    -- MessagePack Stored: what was sent.
+    stored           BYTEA NOT NULL,
+    PRIMARY KEY (queue, seq)
+);
+CREATE TABLE ferry_sqs_dedup (
+    queue      TEXT NOT NULL REFERENCES ferry_sqs_queues (name) ON DELETE CASCADE,
+    dedup_id   TEXT NOT NULL,
+    until_ms   BIGINT NOT NULL,
+    message_id TEXT NOT NULL,
+    sequence   BIGINT,
+    PRIMARY KEY (queue, dedup_id)
 );
 "#;
 

@@ -41,7 +41,7 @@ use ferry_core::outbox::{
 };
 use ferry_core::records::RecordChange;
 use ferry_envelope::Timestamp;
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_postgres::NoTls;
 use tracing::{debug, info, warn};
@@ -65,6 +65,19 @@ const FORGET_INSTANCES_AFTER_SECS: f64 = 3600.0;
 /// The channels records and lease releases are announced on.
 const RECORDS_CHANNEL: &str = "ferry_outbox";
 const LEASES_CHANNEL: &str = "ferry_lease";
+/// The channel the SQS endpoint announces queue changes on (the queue's
+/// name; see [`SharedDb`]).
+pub const SQS_CHANNEL: &str = "ferry_sqs";
+
+/// What the SQS endpoint needs to keep its queues in this database so that
+/// every instance serves them: the pool, and the names announced on
+/// [`SQS_CHANNEL`] by any instance (an empty name after the `LISTEN`
+/// connection was lost and regained: anything may have changed).
+#[derive(Clone)]
+pub struct SharedDb {
+    pub pool: Pool,
+    pub sqs_changes: broadcast::Sender<String>,
+}
 
 /// Depth and oldest record of a partition, as last seen.
 #[derive(Debug, Clone, Copy, Default)]
@@ -79,6 +92,7 @@ struct Inner {
     depths: Mutex<BTreeMap<String, Depth>>,
     arrivals: Mutex<HashMap<String, Arc<Notify>>>,
     lease_changes: Arc<Notify>,
+    sqs_changes: broadcast::Sender<String>,
 }
 
 /// The PostgreSQL store. Background tasks (the committer, the listener, the
@@ -192,6 +206,7 @@ impl PgStore {
             depths: Mutex::default(),
             arrivals: Mutex::default(),
             lease_changes: Arc::new(Notify::new()),
+            sqs_changes: broadcast::channel(1024).0,
         });
         inner.refresh_depths().await.map_err(|e| failed(e.to_string()))?;
         let (commits, persists) = mpsc::channel(QUEUE);
@@ -217,6 +232,11 @@ impl PgStore {
     /// `host:port/database`.
     pub fn target(&self) -> &str {
         &self.target
+    }
+
+    /// The pool and the SQS endpoint's change announcements.
+    pub fn shared_db(&self) -> SharedDb {
+        SharedDb { pool: self.inner.pool.clone(), sqs_changes: self.inner.sqs_changes.clone() }
     }
 
     /// The oldest store operation still running, if any.
@@ -649,8 +669,9 @@ async fn listen(inner: Arc<Inner>, config: tokio_postgres::Config, target: Strin
                         }
                     }
                 });
-                let listening =
-                    client.batch_execute(&format!("LISTEN {RECORDS_CHANNEL}; LISTEN {LEASES_CHANNEL}")).await;
+                let listening = client
+                    .batch_execute(&format!("LISTEN {RECORDS_CHANNEL}; LISTEN {LEASES_CHANNEL}; LISTEN {SQS_CHANNEL}"))
+                    .await;
                 if let Err(e) = listening {
                     warn!(store = %target, error = %e, "cannot LISTEN for other instances' records; drainers poll");
                     driver.abort();
@@ -661,6 +682,9 @@ async fn listen(inner: Arc<Inner>, config: tokio_postgres::Config, target: Strin
                     while let Some((channel, payload)) = notes.recv().await {
                         if channel == RECORDS_CHANNEL {
                             inner.wake(&payload);
+                        } else if channel == SQS_CHANNEL {
+                            // No receiver (no endpoint) is no error.
+                            let _ = inner.sqs_changes.send(payload);
                         } else {
                             inner.lease_changes.notify_waiters();
                         }
@@ -684,6 +708,7 @@ impl Inner {
             n.notify_one();
         }
         self.lease_changes.notify_waiters();
+        let _ = self.sqs_changes.send(String::new());
     }
 }
 
