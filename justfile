@@ -122,6 +122,6 @@ chaos: mosquitto rabbitmq postgres
     FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=100 cargo test --release -p ferry-tests --test chaos -- --nocapture
 
 # Benchmarks (release): processor call cost; MQTT->MQTT against Mosquitto's bridge, SQS and AMQP 0-9-1 routes against the broker's raw rate and RabbitMQ's shovel (medians of 3).
-bench: plugins mosquitto moto rabbitmq
+bench: plugins mosquitto moto rabbitmq postgres
     cargo build --release -p ferry-daemon -p ferry-bench
     {{host_target}}/release/ferry-bench

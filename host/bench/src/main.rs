@@ -465,42 +465,60 @@ async fn endpoint_round(client: &aws_sdk_sqs::Client, n: usize, daemon: Option<&
     (fill, drain)
 }
 
+/// A daemon serving `[endpoints.sqs]`, on `store` (more config before it),
+/// and an SDK client for it.
+fn endpoint_daemon(store: &str) -> (Workspace, Daemon, aws_sdk_sqs::Client) {
+    let listen = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!("{store}[endpoints.sqs]\nlisten = \"{listen}\"\n"));
+    let daemon = Daemon::start(&ws, 0);
+    daemon.wait_for_line(&["SQS endpoint listening"], Duration::from_secs(60));
+    let client = ferry_tests::sqs::client_for(&format!("http://{listen}"));
+    (ws, daemon, client)
+}
+
 /// The SQS endpoint (issue 20): the same SDK loops against ferry's
-/// `[endpoints.sqs]` (embedded store, every send committed) and against
+/// `[endpoints.sqs]` (embedded store, every send committed; and on a
+/// PostgreSQL store, where every instance serves the queues) and against
 /// moto_server, in the same run.
 async fn endpoint_rows() {
     let n = endpoint_messages();
-    let listen = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
-    let ws = Workspace::with_plugins(&[]);
-    ws.config(&format!("[endpoints.sqs]\nlisten = \"{listen}\"\n"));
-    let daemon = Daemon::start(&ws, 0);
-    daemon.wait_for_line(&["SQS endpoint listening"], Duration::from_secs(60));
-    let ferry = ferry_tests::sqs::client_for(&format!("http://{listen}"));
+    let db = ferry_tests::pg::TestDb::new().await;
+    let (_ws, daemon, ferry) = endpoint_daemon("");
+    let (_pg_ws, pg_daemon, on_pg) =
+        endpoint_daemon(&format!("[store]\ntype = \"postgres\"\nurl = \"{}\"\n\n", db.url));
     let moto = ferry_tests::sqs::client();
-    let (mut ferry_fill, mut ferry_drain, mut moto_fill, mut moto_drain) = (vec![], vec![], vec![], vec![]);
+    let mut rounds: [(Vec<Run>, Vec<Run>); 3] = Default::default();
     for _ in 0..measure::repeats() {
-        let (fill, drain) = endpoint_round(&ferry, n, Some(&daemon)).await;
-        ferry_fill.push(fill);
-        ferry_drain.push(drain);
-        let (fill, drain) = endpoint_round(&moto, n, None).await;
-        moto_fill.push(fill);
-        moto_drain.push(drain);
+        for (i, (client, daemon)) in
+            [(&moto, None), (&ferry, Some(&daemon)), (&on_pg, Some(&pg_daemon))].into_iter().enumerate()
+        {
+            let (fill, drain) = endpoint_round(client, n, daemon).await;
+            rounds[i].0.push(fill);
+            rounds[i].1.push(drain);
+        }
     }
     let _ = tokio::task::block_in_place(|| daemon.terminate());
-    let (ferry_fill, ferry_drain) = (measure::median(&ferry_fill), measure::median(&ferry_drain));
-    let (moto_fill, moto_drain) = (measure::median(&moto_fill), measure::median(&moto_drain));
+    let _ = tokio::task::block_in_place(|| pg_daemon.terminate());
+    db.drop().await;
+    let [(moto_fill, moto_drain), (ferry_fill, ferry_drain), (pg_fill, pg_drain)] =
+        rounds.map(|(fill, drain)| (measure::median(&fill), measure::median(&drain)));
     println!(
-        "\nSQS endpoint: the AWS SDK against ferry's [endpoints.sqs] and against moto ({}), 1 KiB bodies, {n} messages (median of {})",
+        "\nSQS endpoint: the AWS SDK against ferry's [endpoints.sqs] and against moto ({}), 1 KiB bodies, {n} messages (median of {}); CPU is the daemon's (PostgreSQL's own is not counted)",
         ferry_tests::sqs::endpoint(),
         measure::repeats()
     );
     measure::header("");
     measure::row("moto: send batch x4", &moto_fill);
     measure::row("ferry endpoint: send batch x4", &ferry_fill);
+    measure::row("ferry on PostgreSQL: send batch x4", &pg_fill);
     measure::ratio("ratio ferry / moto (send)", ferry_fill.rate / moto_fill.rate);
+    measure::ratio("ratio on PostgreSQL / moto (send)", pg_fill.rate / moto_fill.rate);
     measure::row("moto: receive + delete batch", &moto_drain);
     measure::row("ferry endpoint: receive + delete batch", &ferry_drain);
+    measure::row("ferry on PostgreSQL: receive + delete", &pg_drain);
     measure::ratio("ratio ferry / moto (receive + delete)", ferry_drain.rate / moto_drain.rate);
+    measure::ratio("ratio on PostgreSQL / moto (receive)", pg_drain.rate / moto_drain.rate);
 }
 
 fn amqp_messages() -> usize {

@@ -70,10 +70,12 @@ pub async fn serve(
     served
 }
 
-/// Sets the queue gauges every second; once a minute, sweeps what the
-/// queues have let expire.
+/// Sets the queue gauges every second (every 5 s on a shared store, where
+/// it is a query over every queue); once a minute, sweeps what the queues
+/// have let expire.
 async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let every = if engine.is_shared() { 5 } else { 1 };
     let mut ticks = 0u64;
     loop {
         tick.tick().await;
@@ -82,6 +84,9 @@ async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
             && let Err(e) = engine.sweep().await
         {
             warn!(error = %e, "the SQS endpoint cannot remove expired messages; it tries again in a minute");
+        }
+        if !ticks.is_multiple_of(every) {
+            continue;
         }
         let depths = match engine.depths().await {
             Ok(depths) => depths,
