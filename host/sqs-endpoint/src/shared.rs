@@ -375,14 +375,13 @@ impl Shared {
     /// the first.
     pub async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
         let notify = self.waiter(name);
-        let meta = self.meta(name).await?;
-        let wait = options.wait.unwrap_or(Duration::from_secs(meta.int("ReceiveMessageWaitTimeSeconds") as u64));
-        let deadline = tokio::time::Instant::now() + wait;
+        let started = tokio::time::Instant::now();
         loop {
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (got, next_ms) = self.take(name, &options).await?;
+            let (got, next_ms, queue_wait) = self.take(name, &options).await?;
+            let deadline = started + options.wait.unwrap_or(queue_wait);
             let now = tokio::time::Instant::now();
             if !got.is_empty() || now >= deadline {
                 return Ok(got);
@@ -398,9 +397,15 @@ impl Shared {
         }
     }
 
-    /// One pass over a queue, in one transaction: the messages taken, and
-    /// when the next one becomes visible.
-    async fn take(&self, name: &str, options: &ReceiveOptions) -> Result<(Vec<Received>, Option<i64>), SqsError> {
+    /// One pass over a queue, in one transaction: the messages taken, when
+    /// the next one becomes visible, and the queue's own long-poll wait
+    /// (ReceiveMessageWaitTimeSeconds, read with the rest of its
+    /// description).
+    async fn take(
+        &self,
+        name: &str,
+        options: &ReceiveOptions,
+    ) -> Result<(Vec<Received>, Option<i64>, Duration), SqsError> {
         let now = now_ms();
         let mut client = self.client().await?;
         let txn = client.transaction().await.map_err(db)?;
@@ -408,6 +413,7 @@ impl Shared {
         let fifo = meta.fifo();
         let until = now + options.visibility_s.unwrap_or_else(|| meta.int("VisibilityTimeout")) * 1000;
         let cut = now - meta.int("MessageRetentionPeriod") * 1000;
+        let queue_wait = Duration::from_secs(meta.int("ReceiveMessageWaitTimeSeconds") as u64);
         // A dead-letter queue deleted after the policy was set (or the
         // queue itself): SQS keeps such messages where they are.
         let redrive = match meta.redrive().filter(|p| p.target_name != name) {
@@ -497,7 +503,7 @@ impl Shared {
             })
             .collect::<Result<Vec<_>, SqsError>>()?;
         got.sort_by_key(|(seq, _)| *seq);
-        Ok((got.into_iter().map(|(_, r)| r).collect(), next_ms))
+        Ok((got.into_iter().map(|(_, r)| r).collect(), next_ms, queue_wait))
     }
 
     async fn move_dead<C: GenericClient>(
