@@ -14,12 +14,14 @@
 //!   [`sqs_proxy`]: a stand-in before it that fails sends or changes MD5s.
 //! - [`amqp10_peer`]: a scripted AMQP 1.0 target that releases or rejects.
 //! - [`rabbit`]: RabbitMQ clients for AMQP 0-9-1 and 1.0, and a private
-//!   RabbitMQ node a test can restart.
+//!   RabbitMQ node a test can restart; [`amqp_raw`]: a publisher that
+//!   writes AMQP 0-9-1 frames byte by byte (what no client library sends).
 //! - [`python`]: Python clients (boto3) run as scripts.
 //! - [`pg`]: a PostgreSQL schema of its own per test, for the shared store;
 //!   [`tcp_proxy`]: a proxy a test can cut, as when a host goes away.
 
 pub mod amqp10_peer;
+pub mod amqp_raw;
 pub mod daemon;
 pub mod http;
 pub mod mqtt;

@@ -222,10 +222,16 @@ impl FakeSimpleMq {
 
     /// Puts a message as a producer would (content already base64).
     pub fn put(&self, queue: &str, content: &str) -> String {
+        self.put_with_id(queue, &uuid::Uuid::new_v4().to_string(), content)
+    }
+
+    /// Puts a message under an id of the test's choosing, as a lying or
+    /// broken API could hand out (`../other/messages/x`, `x#frag`).
+    pub fn put_with_id(&self, queue: &str, id: &str, content: &str) -> String {
         let mut inner = self.shared.inner.lock().expect("fake simplemq");
         let q = inner.queues.get_mut(queue).expect("queue exists");
         let now = now_ms();
-        let id = uuid::Uuid::new_v4().to_string();
+        let id = id.to_owned();
         q.messages.push_back(Stored {
             id: id.clone(),
             content: content.to_owned(),

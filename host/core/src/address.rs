@@ -47,10 +47,43 @@ pub fn names(template: &str) -> Vec<&str> {
         .collect()
 }
 
+/// What URL path segments keep as they are: RFC 3986's unreserved
+/// characters. Everything else (`/`, `?`, `#`, `%`, spaces, any non-ASCII
+/// byte) is percent-encoded.
+const SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
+/// `value` (a header a publisher set, an id a remote API gave) as exactly
+/// one URL path segment or query value, so it can neither climb out of the
+/// path it is put in nor start a query or fragment. `.` and `..` would
+/// still be read as path steps however they are encoded, and an empty
+/// value names nothing: those are refused.
+pub fn url_segment(value: &str) -> Result<String, TransportError> {
+    if value.is_empty() || value == "." || value == ".." {
+        return Err(TransportError::unroutable(format!("{value:?} cannot be one URL path segment")));
+    }
+    Ok(percent_encoding::utf8_percent_encode(value, SEGMENT).to_string())
+}
+
+/// Expands every `{name}` in a URL template, each value encoded as one
+/// path segment ([`url_segment`]). The template's own text is kept as
+/// written.
+pub fn expand_url(template: &str, envelope: &Envelope) -> Result<String, TransportError> {
+    expand_with(template, envelope, url_segment)
+}
+
 /// Expands every `{name}` in `template`. A missing or non-text header is a
 /// permanent failure: retrying cannot make the header appear. A `{` without
 /// a closing `}` is kept as it is.
 pub fn expand(template: &str, envelope: &Envelope) -> Result<String, TransportError> {
+    expand_with(template, envelope, |v| Ok(v.to_owned()))
+}
+
+fn expand_with(
+    template: &str,
+    envelope: &Envelope,
+    encode: impl Fn(&str) -> Result<String, TransportError>,
+) -> Result<String, TransportError> {
     let mut out = String::with_capacity(template.len());
     for piece in pieces(template) {
         let name = match piece {
@@ -61,7 +94,9 @@ pub fn expand(template: &str, envelope: &Envelope) -> Result<String, TransportEr
             Piece::Name(name) => name,
         };
         match envelope.headers.get(name) {
-            Some(HeaderValue::Text(v)) => out.push_str(v),
+            Some(HeaderValue::Text(v)) => out.push_str(&encode(v).map_err(|e| {
+                TransportError::unroutable(format!("address template {template:?}: header {name:?}: {}", e.reason))
+            })?),
             Some(other) => {
                 return Err(TransportError::unroutable(format!(
                     "address template {template:?}: header {name:?} is {}, not text",
@@ -93,6 +128,27 @@ mod tests {
         assert!(!expand("{missing}", &e).expect_err("missing").is_transient());
         assert!(!expand("{n}", &e).expect_err("not text").is_transient());
         assert_eq!(expand("{region}{region}/x{", &e).expect("ok"), "eueu/x{");
+    }
+
+    #[test]
+    fn url_templates_put_each_value_in_one_path_segment() {
+        let mut e = Envelope::new("1", &b""[..]);
+        for (value, want) in [
+            ("dev-1", "http://h/d/dev-1/x"),
+            ("../../admin", "http://h/d/..%2F..%2Fadmin/x"),
+            ("a?b=1#frag", "http://h/d/a%3Fb%3D1%23frag/x"),
+            ("100% sure", "http://h/d/100%25%20sure/x"),
+            ("Malmö", "http://h/d/Malm%C3%B6/x"),
+        ] {
+            e.set_header("device", value);
+            assert_eq!(expand_url("http://h/d/{device}/x", &e).expect("encodes"), want, "{value:?}");
+        }
+        for refused in ["", ".", ".."] {
+            e.set_header("device", refused);
+            let err = expand_url("http://h/d/{device}/x", &e).expect_err("refused");
+            assert!(!err.is_transient() && err.reason.contains("device"), "{refused:?}: {}", err.reason);
+        }
+        assert_eq!(url_segment("..x").expect("not a step"), "..x");
     }
 
     #[test]

@@ -201,7 +201,14 @@ pub fn unpack(envelope: &mut Envelope) -> (Unpacked, Option<String>) {
 
 /// Installs a decoded document in `envelope`: its headers over the
 /// envelope's (the subject from `gobridge.subject`) and its body.
+///
+/// The document's headers are the publisher's, whatever their names: an
+/// `x-bridge.*` name among them is stripped by the route unless it trusts
+/// bridge headers, like any reserved header a publisher sends. The content
+/// type the transport gave described the document, not the body inside,
+/// so it is dropped from what the adapter derived.
 pub fn apply(envelope: &mut Envelope, headers: Vec<(String, HeaderValue)>, body: Bytes) {
+    envelope.forget_derived(names::CONTENT_TYPE);
     for (name, value) in headers {
         if name == names::SUBJECT_CARRIER {
             if let HeaderValue::Text(s) = value {
@@ -326,6 +333,23 @@ mod tests {
             assert_eq!(back.headers.get(name), e.headers.get(name), "{name}");
         }
         assert!(!back.headers.contains_key(names::SUBJECT_CARRIER));
+    }
+
+    #[test]
+    fn a_documents_reserved_headers_are_the_publishers_and_an_untrusted_route_strips_them() {
+        let doc = br#"{"headers": {"x-bridge.correlation-id": "forged", "x-bridge.correlation-data": "Zm9yZ2Vk",
+            "x-bridge.content-type": "forged/type", "x-bridge.generated-id": true, "kind": "temp"}, "body": "x"}"#;
+        let mut e = Envelope::new("id-1", &doc[..]);
+        e.derive_header(names::CONTENT_TYPE, CONTENT_TYPE);
+        e.derive_header(names::CORRELATION_ID, "native");
+        assert_eq!(unpack(&mut e).0, Unpacked::Wire);
+        assert!(e.derived_header(names::CONTENT_TYPE).is_none(), "the wrapper's content type is not the body's");
+        crate::headers::apply_ingress_rules(&mut e, "r", "in", false);
+        assert_eq!(e.text_header(names::CORRELATION_ID), Some("native"));
+        for name in [names::CORRELATION_DATA, names::CONTENT_TYPE, names::GENERATED_ID] {
+            assert!(!e.headers.contains_key(name), "{name} was forged through the document");
+        }
+        assert_eq!(e.text_header("kind"), Some("temp"));
     }
 
     #[test]

@@ -211,6 +211,14 @@ pub struct Envelope {
     pub created_at: Timestamp,
     /// After this time the message is expired (dropped or dead-lettered).
     pub expires_at: Option<Timestamp>,
+    /// What the receiving adapter derived from the wire itself (the names
+    /// of [`names::ADAPTER_DERIVED`]), kept apart from the headers a
+    /// publisher supplied: the route installs these after it stripped the
+    /// publisher's reserved headers, so no publisher can forge or override
+    /// them. Only a receiver writes here ([`Envelope::derive_header`]); the
+    /// route empties it. Never stored or sent.
+    #[serde(skip)]
+    derived: Headers,
 }
 
 impl Envelope {
@@ -223,6 +231,7 @@ impl Envelope {
             headers: Headers::new(),
             created_at: Timestamp::now(),
             expires_at: None,
+            derived: Headers::new(),
         }
     }
 
@@ -236,6 +245,7 @@ impl Envelope {
             headers: Headers::new(),
             created_at: Timestamp(0),
             expires_at: None,
+            derived: Headers::new(),
         }
     }
 
@@ -257,6 +267,32 @@ impl Envelope {
     /// Sets a header.
     pub fn set_header(&mut self, name: impl Into<String>, value: impl Into<HeaderValue>) {
         self.headers.insert(name.into(), value.into());
+    }
+
+    /// Records a header the receiving adapter derived from the wire itself
+    /// (a native correlation id, the content type, that the identity was
+    /// minted). It reaches the headers when the route applies its ingress
+    /// rules, over any header of that name a publisher sent.
+    pub fn derive_header(&mut self, name: &'static str, value: impl Into<HeaderValue>) {
+        self.derived.insert(name.to_owned(), value.into());
+    }
+
+    /// A header the adapter derived and the route has not installed yet.
+    pub fn derived_header(&self, name: &str) -> Option<&HeaderValue> {
+        self.derived.get(name)
+    }
+
+    /// Drops a derived header that no longer describes the message (the
+    /// content type of a wire-format document's wrapper once unpacked).
+    pub fn forget_derived(&mut self, name: &str) {
+        if self.derived.contains_key(name) {
+            self.derived.remove(name);
+        }
+    }
+
+    /// Takes the derived headers out (the route installs them once).
+    pub fn take_derived(&mut self) -> Headers {
+        std::mem::take(&mut self.derived)
     }
 
     /// Whether the envelope carries an expiry.

@@ -34,8 +34,10 @@ pub const ORDERING_KEY: &str = "x-bridge.ordering-key";
 /// The explicit carrier of the logical subject on transports with headers.
 pub const SUBJECT_CARRIER: &str = "gobridge.subject";
 
-/// Reserved headers a receiving adapter derives from the wire itself (never
-/// copied from publisher metadata). The route keeps them on ingress.
+/// Reserved headers a receiving adapter derives from the wire itself. It
+/// records them with `Envelope::derive_header`, apart from the publisher's
+/// headers; a publisher's header of one of these names is just another
+/// reserved header, which the route strips unless it trusts bridge headers.
 pub const ADAPTER_DERIVED: [&str; 4] = [CORRELATION_ID, CORRELATION_DATA, CONTENT_TYPE, GENERATED_ID];
 
 /// Reserved headers that never leave the process as ordinary headers:
@@ -50,9 +52,7 @@ pub fn is_reserved(name: &str) -> bool {
 }
 
 /// Whether a receiving adapter derives this header from the wire itself
-/// (see [`ADAPTER_DERIVED`]): it never copies a publisher's header of
-/// this name. Every other `x-bridge.*` header a publisher sent is handed to
-/// the route, whose header rules alone decide whether it stays.
+/// (see [`ADAPTER_DERIVED`]).
 pub fn is_adapter_derived(name: &str) -> bool {
     ADAPTER_DERIVED.contains(&name)
 }

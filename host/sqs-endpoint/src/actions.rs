@@ -71,17 +71,24 @@ fn int(input: &Value, key: &str) -> Result<Option<i64>, SqsError> {
     }
 }
 
-fn strings(input: &Value, key: &str) -> Vec<String> {
-    input
-        .get(key)
-        .and_then(Value::as_array)
-        .map_or_else(Vec::new, |items| items.iter().filter_map(Value::as_str).map(str::to_owned).collect())
+/// A list of strings; a member of another type, or an item that is not a
+/// string, is refused (SerializationException), never skipped.
+fn strings(input: &Value, key: &str) -> Result<Vec<String>, SqsError> {
+    let Some(items) = crate::model::as_list(input.get(key), key)? else { return Ok(Vec::new()) };
+    items.iter().map(|item| crate::model::as_text(Some(item), key).map(|s| s.unwrap_or_default().to_owned())).collect()
 }
 
-fn string_map(input: &Value, key: &str) -> BTreeMap<String, String> {
-    input.get(key).and_then(Value::as_object).map_or_else(BTreeMap::new, |map| {
-        map.iter().map(|(k, v)| (k.clone(), v.as_str().map_or_else(|| v.to_string(), str::to_owned))).collect()
-    })
+/// A map of names to values (numbers and booleans as their JSON text, as
+/// the SDKs send them); a member that is not a map is refused.
+fn string_map(input: &Value, key: &str) -> Result<BTreeMap<String, String>, SqsError> {
+    let Some(map) = crate::model::as_map(input.get(key), key)? else { return Ok(BTreeMap::new()) };
+    map.iter()
+        .map(|(k, v)| match v {
+            Value::String(s) => Ok((k.clone(), s.clone())),
+            Value::Number(_) | Value::Bool(_) => Ok((k.clone(), v.to_string())),
+            other => Err(SqsError::malformed(format!("{key}.{k} must be a string, not {other}"))),
+        })
+        .collect()
 }
 
 /// The actions the endpoint serves.
@@ -127,15 +134,15 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
         }
         "GetQueueAttributes" => get_attributes(cx, input).await,
         "SetQueueAttributes" => {
-            cx.engine.set_attributes(&queue_name(input)?, string_map(input, "Attributes")).await?;
+            cx.engine.set_attributes(&queue_name(input)?, string_map(input, "Attributes")?).await?;
             Ok(json!({}))
         }
         "TagQueue" => {
-            cx.engine.retag(&queue_name(input)?, string_map(input, "Tags"), &[]).await?;
+            cx.engine.retag(&queue_name(input)?, string_map(input, "Tags")?, &[]).await?;
             Ok(json!({}))
         }
         "UntagQueue" => {
-            cx.engine.retag(&queue_name(input)?, BTreeMap::new(), &strings(input, "TagKeys")).await?;
+            cx.engine.retag(&queue_name(input)?, BTreeMap::new(), &strings(input, "TagKeys")?).await?;
             Ok(json!({}))
         }
         "ListQueueTags" => {
@@ -169,9 +176,9 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
 
 async fn create_queue(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = required(input, "QueueName")?;
-    let mut tags = string_map(input, "tags");
-    tags.extend(string_map(input, "Tags"));
-    cx.engine.create(&name, string_map(input, "Attributes"), tags).await?;
+    let mut tags = string_map(input, "tags")?;
+    tags.extend(string_map(input, "Tags")?);
+    cx.engine.create(&name, string_map(input, "Attributes")?, tags).await?;
     Ok(json!({"QueueUrl": cx.queue_url(&name)}))
 }
 
@@ -205,7 +212,7 @@ async fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError>
 async fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = queue_name(input)?;
     let all = cx.engine.attributes(&name).await?;
-    let asked = strings(input, "AttributeNames");
+    let asked = strings(input, "AttributeNames")?;
     for a in &asked {
         let known =
             a == "All" || QUEUE_ATTRIBUTES.iter().any(|r| r.name == a) || COMPUTED_ATTRIBUTES.contains(&a.as_str());
@@ -421,14 +428,14 @@ async fn receive(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     {
         return Err(SqsError::invalid_value("WaitTimeSeconds", w, "Must be >= 0 and <= 20, if provided"));
     }
-    let mut system = strings(input, "AttributeNames");
-    system.extend(strings(input, "MessageSystemAttributeNames"));
+    let mut system = strings(input, "AttributeNames")?;
+    system.extend(strings(input, "MessageSystemAttributeNames")?);
     for a in &system {
         if !SYSTEM_ATTRIBUTES.contains(&a.as_str()) {
             return Err(SqsError::invalid_attribute_name(a));
         }
     }
-    let user = strings(input, "MessageAttributeNames");
+    let user = strings(input, "MessageAttributeNames")?;
     let options = ReceiveOptions {
         max: max as usize,
         visibility_s: visibility,

@@ -80,10 +80,57 @@ fn base_type(data_type: &str) -> &str {
     data_type.split_once('.').map_or(data_type, |(base, _)| base)
 }
 
+/// What a JSON value is, for the messages of [`as_map`] and [`as_list`].
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a map",
+    }
+}
+
+/// A member that must be a map (`MessageAttributes`, `Attributes`, `Tags`).
+/// Absent or null is `None`; any other type is refused as AWS refuses it
+/// (SerializationException, 400), never read as if it were absent.
+pub fn as_map<'v>(value: Option<&'v Value>, key: &str) -> Result<Option<&'v serde_json::Map<String, Value>>, SqsError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(map)) => Ok(Some(map)),
+        Some(other) => Err(SqsError::malformed(format!(
+            "Start of {} found where not expected: {key} must be a map",
+            json_kind(other)
+        ))),
+    }
+}
+
+/// A member that must be a list (`AttributeNames`, `Entries`), as [`as_map`].
+pub fn as_list<'v>(value: Option<&'v Value>, key: &str) -> Result<Option<&'v Vec<Value>>, SqsError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Array(items)) => Ok(Some(items)),
+        Some(other) => Err(SqsError::malformed(format!(
+            "Start of {} found where not expected: {key} must be a list",
+            json_kind(other)
+        ))),
+    }
+}
+
+/// A member that must be a string, as [`as_map`].
+pub fn as_text<'v>(value: Option<&'v Value>, key: &str) -> Result<Option<&'v str>, SqsError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(SqsError::malformed(format!("{key} must be a string, not {}", json_kind(other)))),
+    }
+}
+
 /// Reads `MessageAttributes` (`{name: {DataType, StringValue|BinaryValue}}`)
 /// and checks them as SQS does.
 pub fn message_attributes(input: Option<&Value>) -> Result<Vec<Attr>, SqsError> {
-    let Some(map) = input.and_then(Value::as_object) else {
+    let Some(map) = as_map(input, "MessageAttributes")? else {
         return Ok(Vec::new());
     };
     if map.len() > MAX_ATTRIBUTES {
@@ -110,7 +157,10 @@ pub fn message_attributes(input: Option<&Value>) -> Result<Vec<Attr>, SqsError> 
 
 /// One attribute value, checked: `what` names the kind in messages.
 fn attribute(name: &str, value: &Value, what: &str) -> Result<Attr, SqsError> {
-    let data_type = value.get("DataType").and_then(Value::as_str).unwrap_or_default();
+    if !value.is_object() {
+        return Err(SqsError::malformed(format!("{what} '{name}' must be a map, not {}", json_kind(value))));
+    }
+    let data_type = as_text(value.get("DataType"), "DataType")?.unwrap_or_default();
     if data_type.is_empty() {
         return Err(SqsError::invalid_parameter(format!(
             "The message attribute '{name}' must contain non-empty message attribute type."
@@ -123,8 +173,8 @@ fn attribute(name: &str, value: &Value, what: &str) -> Result<Attr, SqsError> {
              type prefixes: Binary, Number, String."
         )));
     }
-    let string = value.get("StringValue").and_then(Value::as_str);
-    let binary = value.get("BinaryValue").and_then(Value::as_str);
+    let string = as_text(value.get("StringValue"), "StringValue")?;
+    let binary = as_text(value.get("BinaryValue"), "BinaryValue")?;
     let value = match base {
         "Binary" => {
             let Some(text) = binary else {
@@ -171,7 +221,7 @@ fn is_number(text: &str) -> bool {
 
 /// Reads `MessageSystemAttributes`: only `AWSTraceHeader` (String) exists.
 pub fn trace_header(input: Option<&Value>) -> Result<Option<String>, SqsError> {
-    let Some(map) = input.and_then(Value::as_object) else {
+    let Some(map) = as_map(input, "MessageSystemAttributes")? else {
         return Ok(None);
     };
     let mut trace = None;
@@ -362,6 +412,25 @@ pub fn is_internal(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attributes_of_the_wrong_shape_are_refused_not_dropped() {
+        for bad in [
+            serde_json::json!([1, 2]),
+            serde_json::json!("a=v"),
+            serde_json::json!(7),
+            serde_json::json!({"a": "v"}),
+            serde_json::json!({"a": {"DataType": 5, "StringValue": "v"}}),
+            serde_json::json!({"a": {"DataType": "String", "StringValue": ["v"]}}),
+        ] {
+            let e = message_attributes(Some(&bad)).expect_err(&bad.to_string());
+            assert_eq!((e.shape, e.status), ("SerializationException", 400), "{bad}: {}", e.message);
+        }
+        let list = serde_json::json!([{"Name": "AWSTraceHeader"}]);
+        assert_eq!(trace_header(Some(&list)).expect_err("a list").shape, "SerializationException");
+        assert!(message_attributes(Some(&Value::Null)).expect("null is absent").is_empty());
+        assert!(message_attributes(None).expect("absent").is_empty());
+    }
 
     #[test]
     fn attributes_are_read_sorted_and_checked() {

@@ -138,7 +138,9 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     let base_url = match &app.options.advertised_url {
         Some(url) => url.clone(),
         None => {
-            let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok());
+            // The Host header is the caller's: only a plain host[:port]
+            // may go into queue URLs and SNS SubscribeURLs.
+            let host = parts.headers.get(header::HOST).and_then(|h| h.to_str().ok()).filter(|h| plain_authority(h));
             format!("http://{}", host.map_or_else(|| app.local.to_string(), str::to_owned))
         }
     };
@@ -212,6 +214,30 @@ fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError,
         Protocol::Query => {
             let xmlns = if crate::sns::is_sns(action) { crate::sns::XMLNS } else { protocol::XMLNS };
             reply(status, "text/xml", protocol::xml_error(xmlns, e, request_id), request_id)
+        }
+    }
+}
+
+/// Whether `host` is a bare `host[:port]` (a name, an IPv4 or a bracketed
+/// IPv6 address): no user info, path, query, fragment or space that would
+/// make a URL built on it point somewhere else.
+fn plain_authority(host: &str) -> bool {
+    !host.is_empty()
+        && host.len() <= 255
+        && host.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
+#[cfg(test)]
+mod authority_tests {
+    use super::plain_authority;
+
+    #[test]
+    fn only_a_bare_host_and_port_is_used_in_urls() {
+        for ok in ["127.0.0.1:4566", "sqs.local", "[::1]:80"] {
+            assert!(plain_authority(ok), "{ok}");
+        }
+        for bad in ["", "evil.example/x?", "user@evil.example", "a b", "h#frag", "h/../x"] {
+            assert!(!plain_authority(bad), "{bad}");
         }
     }
 }

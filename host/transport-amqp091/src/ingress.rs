@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, message::Delivery};
 
 pub const PREFIX: &str = "amqp091.";
@@ -108,7 +108,7 @@ pub fn to_envelope(
         {
             delivery_count = u32::try_from(n).ok();
         }
-        if names::is_adapter_derived(name) || name.starts_with(PREFIX) {
+        if name.starts_with(PREFIX) {
             continue;
         }
         match from_amqp(value) {
@@ -133,7 +133,7 @@ pub fn to_envelope(
         }
         None => {
             envelope.id = uuid::Uuid::new_v4().to_string();
-            envelope.set_header(names::GENERATED_ID, HeaderValue::Boolean(true));
+            envelope.derive_header(names::GENERATED_ID, HeaderValue::Boolean(true));
         }
     }
     let texts = [
@@ -152,10 +152,10 @@ pub fn to_envelope(
         }
     }
     if let Some(ct) = p.content_type() {
-        envelope.set_header(names::CONTENT_TYPE, ct.as_str());
+        envelope.derive_header(names::CONTENT_TYPE, ct.as_str());
     }
     if let Some(c) = p.correlation_id().as_ref().filter(|c| !c.as_str().is_empty()) {
-        envelope.set_header(names::CORRELATION_ID, c.as_str());
+        envelope.derive_header(names::CORRELATION_ID, c.as_str());
     }
     if let Some(secs) = p.timestamp() {
         envelope.created_at = Timestamp(i64::try_from(*secs).unwrap_or(i64::MAX / 1000) * 1000);
@@ -178,11 +178,86 @@ pub fn from_delivery(d: &Delivery, now: Timestamp) -> Ingress {
     to_envelope(d.exchange.as_str(), d.routing_key.as_str(), d.redelivered, &d.properties, &d.data, now)
 }
 
+/// The first field of a delivery whose bytes on the wire were not UTF-8:
+/// the exchange, the routing key, a short-string property, or a header's
+/// name or short-string value at any depth. Such a message cannot cross
+/// as it was sent (the vendored parser decoded it lossily so the frame
+/// could be read at all), so the receiver refuses it as `undecodable`.
+pub fn undecodable_field(exchange: &ShortString, routing_key: &ShortString, p: &BasicProperties) -> Option<String> {
+    if exchange.is_undecodable() {
+        return Some("exchange".into());
+    }
+    if routing_key.is_undecodable() {
+        return Some("routing key".into());
+    }
+    let texts = [
+        ("content_type", p.content_type()),
+        ("content_encoding", p.content_encoding()),
+        ("message_id", p.message_id()),
+        ("correlation_id", p.correlation_id()),
+        ("reply_to", p.reply_to()),
+        ("expiration", p.expiration()),
+        ("type", p.kind()),
+        ("user_id", p.user_id()),
+        ("app_id", p.app_id()),
+        ("cluster_id", p.cluster_id()),
+    ];
+    if let Some((name, _)) = texts.iter().find(|(_, v)| v.as_ref().is_some_and(ShortString::is_undecodable)) {
+        return Some(format!("property {name}"));
+    }
+    p.headers().as_ref().and_then(|t| undecodable_in_table(t, "headers"))
+}
+
+fn undecodable_in_table(table: &FieldTable, at: &str) -> Option<String> {
+    for (name, value) in table.inner() {
+        let here = format!("{at}.{name}");
+        if name.is_undecodable() {
+            return Some(format!("header name {here:?}"));
+        }
+        if let Some(found) = undecodable_in_value(value, &here) {
+            return Some(found);
+        }
+    }
+    None
+}
+
+fn undecodable_in_value(value: &AMQPValue, at: &str) -> Option<String> {
+    match value {
+        AMQPValue::ShortString(s) if s.is_undecodable() => Some(format!("header {at:?}")),
+        AMQPValue::FieldTable(t) => undecodable_in_table(t, at),
+        AMQPValue::FieldArray(a) => {
+            a.as_slice().iter().enumerate().find_map(|(i, v)| undecodable_in_value(v, &format!("{at}[{i}]")))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use lapin::types::{ByteArray, FieldArray, LongString};
 
     use super::*;
+
+    #[test]
+    fn a_field_whose_bytes_were_not_utf8_is_found_at_any_depth() {
+        let bad = || ShortString::from_wire(vec![b'a', 0xff]);
+        let ok = ShortString::from("fine");
+        let plain = BasicProperties::default().with_message_id("m-1".into());
+        assert_eq!(undecodable_field(&ok, &ok, &plain), None);
+        assert_eq!(undecodable_field(&ok, &bad(), &plain).as_deref(), Some("routing key"));
+        let props = BasicProperties::default().with_message_id(bad());
+        assert_eq!(undecodable_field(&ok, &ok, &props).as_deref(), Some("property message_id"));
+        let mut headers = FieldTable::default();
+        headers.insert(bad(), AMQPValue::Boolean(true));
+        let found = undecodable_field(&ok, &ok, &BasicProperties::default().with_headers(headers));
+        assert!(found.is_some_and(|f| f.starts_with("header name")));
+        let mut inner = FieldTable::default();
+        inner.insert("k".into(), AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::ShortString(bad())])));
+        let mut headers = FieldTable::default();
+        headers.insert("outer".into(), AMQPValue::FieldTable(inner));
+        let found = undecodable_field(&ok, &ok, &BasicProperties::default().with_headers(headers));
+        assert_eq!(found.as_deref(), Some("header \"headers.outer.k[0]\""));
+    }
 
     #[test]
     fn properties_headers_and_subject_map_with_types() {
@@ -214,8 +289,8 @@ mod tests {
         assert_eq!(e.text_header(EXCHANGE), Some("ex"));
         assert_eq!(e.headers.get(REDELIVERED), Some(&HeaderValue::Boolean(true)));
         assert_eq!(e.text_header(CORRELATION_ID), Some("c-1"));
-        assert_eq!(e.text_header(names::CORRELATION_ID), Some("c-1"));
-        assert_eq!(e.text_header(names::CONTENT_TYPE), Some("application/json"));
+        assert_eq!(e.derived_header(names::CORRELATION_ID).and_then(HeaderValue::as_text), Some("c-1"));
+        assert_eq!(e.derived_header(names::CONTENT_TYPE).and_then(HeaderValue::as_text), Some("application/json"));
         assert_eq!(e.created_at, Timestamp(1_700_000_000_000));
         assert_eq!(e.expires_at, Some(Timestamp(6_000)));
         assert_eq!(e.headers.get(PRIORITY), Some(&HeaderValue::Integer(3)));
@@ -235,7 +310,7 @@ mod tests {
         let b = to_envelope("", "q", false, &BasicProperties::default(), b"", Timestamp(1));
         assert_ne!(a.envelope.id, b.envelope.id);
         assert!(!a.has_id);
-        assert_eq!(a.envelope.headers.get(names::GENERATED_ID), Some(&HeaderValue::Boolean(true)));
+        assert_eq!(a.envelope.derived_header(names::GENERATED_ID), Some(&HeaderValue::Boolean(true)));
         assert_eq!(a.envelope.created_at, Timestamp(1));
     }
 }

@@ -12,7 +12,10 @@
 //! "drop"`) is rejected without requeue, so a queue's dead-letter exchange
 //! catches it; one written to ferry's DLQ is acked. A body over
 //! `max_message_bytes` is rejected without requeue (the queue's
-//! dead-letter exchange gets it, if it has one) and counted. After a lost
+//! dead-letter exchange gets it, if it has one) and counted, and so is a
+//! message with a short string (its `message_id`, a header name) whose
+//! bytes are not UTF-8 (`undecodable`): it cannot cross as sent, and left on
+//! the queue it would come back for ever. After a lost
 //! connection the broker requeues every unacked message itself.
 
 use std::sync::Arc;
@@ -37,7 +40,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::connection::{close, close_with, open};
-use crate::ingress::from_delivery;
+use crate::ingress::{from_delivery, undecodable_field};
 use crate::settle::Settler;
 
 const LEDGER_CAPACITY: usize = 100_000;
@@ -116,18 +119,30 @@ impl Amqp091Receiver {
         Ok((channel, consumer))
     }
 
-    /// Turns one delivery into a route delivery; oversized bodies are
-    /// rejected here and yield nothing.
+    /// Rejects a delivery the route never sees, without requeue (the
+    /// queue's dead-letter exchange gets it, if it has one), and counts it
+    /// in `ferry_ingress_rejected_total` with `reason`.
+    async fn refuse(&self, d: &lapin::message::Delivery, reason: &str, settler: &Settler) {
+        Metrics::inc(
+            &self.metrics.ingress_rejected,
+            &[("kind", "amqp091"), ("receiver", &self.name), ("reason", reason)],
+        );
+        if let Err(e) = settler.reject(d.delivery_tag).await {
+            warn!(receiver = %self.name, reason, error = %e, "could not reject a message the route cannot take");
+        }
+    }
+
+    /// Turns one delivery into a route delivery; oversized and undecodable
+    /// messages are rejected here and yield nothing.
     async fn on_delivery(&self, d: lapin::message::Delivery, settler: &Settler) -> Option<Delivery> {
         if d.data.len() > self.config.max_message_bytes {
             warn!(receiver = %self.name, bytes = d.data.len(), "message over max_message_bytes rejected");
-            Metrics::inc(
-                &self.metrics.ingress_rejected,
-                &[("kind", "amqp091"), ("receiver", &self.name), ("reason", "too_large")],
-            );
-            if let Err(e) = settler.reject(d.delivery_tag).await {
-                warn!(receiver = %self.name, error = %e, "could not reject an oversized message");
-            }
+            self.refuse(&d, "too_large", settler).await;
+            return None;
+        }
+        if let Some(field) = undecodable_field(&d.exchange, &d.routing_key, &d.properties) {
+            warn!(receiver = %self.name, field = %field, "message with bytes that are not UTF-8 rejected as undecodable");
+            self.refuse(&d, "undecodable", settler).await;
             return None;
         }
         let ingress = from_delivery(&d, Timestamp::now());

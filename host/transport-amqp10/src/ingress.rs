@@ -154,7 +154,7 @@ pub fn to_envelope(message: &Message<Body<Value>>, max_bytes: usize, now: Timest
 
     if let Some(app) = &message.application_properties {
         for (name, value) in app.0.iter() {
-            if names::is_adapter_derived(name) || name.starts_with(PREFIX) {
+            if name.starts_with(PREFIX) {
                 continue;
             }
             match simple_value(value) {
@@ -178,7 +178,7 @@ pub fn to_envelope(message: &Message<Body<Value>>, max_bytes: usize, now: Timest
         }
         None => {
             envelope.id = uuid::Uuid::new_v4().to_string();
-            envelope.set_header(names::GENERATED_ID, HeaderValue::Boolean(true));
+            envelope.derive_header(names::GENERATED_ID, HeaderValue::Boolean(true));
         }
     }
     if let Some(p) = props {
@@ -189,13 +189,13 @@ pub fn to_envelope(message: &Message<Body<Value>>, max_bytes: usize, now: Timest
         if let Some(id) = &p.correlation_id {
             let value = id_value(id);
             if let HeaderValue::Text(text) = &value {
-                envelope.set_header(names::CORRELATION_ID, text.clone());
+                envelope.derive_header(names::CORRELATION_ID, text.clone());
             }
             envelope.set_header(CORRELATION_ID, value);
         }
         if let Some(ct) = &p.content_type {
             envelope.set_header(CONTENT_TYPE, ct.0.clone());
-            envelope.set_header(names::CONTENT_TYPE, ct.0.clone());
+            envelope.derive_header(names::CONTENT_TYPE, ct.0.clone());
         }
         if let Some(ce) = &p.content_encoding {
             envelope.set_header(CONTENT_ENCODING, ce.0.clone());
@@ -285,9 +285,9 @@ mod tests {
         assert_eq!(e.subject.as_deref(), Some("order.created"));
         assert_eq!(e.text_header(SUBJECT), Some("order.created"));
         assert_eq!(e.headers.get(CORRELATION_ID), Some(&HeaderValue::Bytes(Bytes::from_static(&[0, 1, 0xff]))));
-        assert!(!e.headers.contains_key(names::CORRELATION_ID), "binary correlation ids are not bridge ids");
+        assert!(e.derived_header(names::CORRELATION_ID).is_none(), "binary correlation ids are not bridge ids");
         assert_eq!(e.text_header(CONTENT_TYPE), Some("application/json"));
-        assert_eq!(e.text_header(names::CONTENT_TYPE), Some("application/json"));
+        assert_eq!(e.derived_header(names::CONTENT_TYPE).and_then(HeaderValue::as_text), Some("application/json"));
         assert_eq!(e.text_header(CONTENT_ENCODING), Some("gzip"));
         assert_eq!(e.text_header(TO), Some("dest"));
         assert_eq!(e.text_header(REPLY_TO), Some("replies"));
@@ -310,7 +310,7 @@ mod tests {
         let a = to_envelope(&m, 1024, Timestamp(5)).expect("converts").envelope;
         let b = to_envelope(&m, 1024, Timestamp(5)).expect("converts").envelope;
         assert_ne!(a.id, b.id);
-        assert_eq!(a.headers.get(names::GENERATED_ID), Some(&HeaderValue::Boolean(true)));
+        assert_eq!(a.derived_header(names::GENERATED_ID), Some(&HeaderValue::Boolean(true)));
         assert_eq!(a.payload().as_ref(), b"t");
         assert_eq!(a.expires_at, Some(Timestamp(60_005)), "header ttl sets expiry without absolute-expiry-time");
     }

@@ -295,7 +295,9 @@ async fn answer(state: &State, sink: &DeliverySink, req: Request<Incoming>) -> R
 }
 
 /// The message a request makes: request headers under the prefix as text
-/// headers (the prefix removed; `gobridge.subject` as the subject),
+/// headers (the prefix removed; `gobridge.subject` as the subject; an
+/// `x-bridge.*` name is the publisher's like any other, which the route
+/// strips unless it trusts bridge headers),
 /// `Content-Type` as the content type, `Idempotency-Key` as the identity
 /// (else a generated one), and the body; with `wire_format = "json"` the
 /// document's headers and body over those. The wire-format outcome comes
@@ -315,7 +317,7 @@ pub fn to_envelope(
         Some(k) => Envelope::new(k, Bytes::new()),
         None => {
             let mut e = Envelope::new(uuid::Uuid::new_v4().to_string(), Bytes::new());
-            e.set_header(names::GENERATED_ID, HeaderValue::Boolean(true));
+            e.derive_header(names::GENERATED_ID, HeaderValue::Boolean(true));
             e
         }
     };
@@ -333,7 +335,7 @@ pub fn to_envelope(
         }
     }
     if let Some(ct) = headers.get(header::CONTENT_TYPE).and_then(|v| std::str::from_utf8(v.as_bytes()).ok()) {
-        envelope.set_header(names::CONTENT_TYPE, ct);
+        envelope.derive_header(names::CONTENT_TYPE, ct.to_owned());
     }
     let wire = match config.wire_format {
         WireFormat::None => {

@@ -47,7 +47,7 @@ impl HttpSender {
     }
 
     /// The URL a message goes to: the binding's address, else the sender's
-    /// `url`, with `{header}`s filled in.
+    /// `url`, with `{header}`s filled in, each as one path segment.
     fn url(&self, msg: &OutboundMessage) -> Result<reqwest::Url, TransportError> {
         let template = if msg.address.is_empty() {
             self.config
@@ -57,7 +57,7 @@ impl HttpSender {
         } else {
             msg.address.as_str()
         };
-        let url = ferry_core::address::expand(template, &msg.envelope)?;
+        let url = ferry_core::address::expand_url(template, &msg.envelope)?;
         let parsed = reqwest::Url::parse(&url).map_err(|e| TransportError::unroutable(format!("URL {url:?}: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
             return Err(TransportError::unroutable(format!("URL {url:?} is not http:// or https://")));
@@ -90,13 +90,52 @@ pub(crate) fn client(
     builder.build().map_err(|e| TransportError::permanent(format!("HTTP client: {e}")))
 }
 
+/// How much of an error answer is read: its start goes into the reason.
+pub(crate) const ERROR_BODY_BYTES: usize = 4 * 1024;
+
+/// How a body read with [`read_capped`] ended.
+#[derive(Debug)]
+pub(crate) enum BodyEnd {
+    /// All of it was read.
+    Complete,
+    /// It went on past the limit; the rest was not read.
+    Truncated,
+    /// Reading failed (the connection broke, the request timed out).
+    Failed(reqwest::Error),
+}
+
+/// Reads at most `limit` bytes of `response`'s body, and how it ended;
+/// what was read before a failure is kept. What is left is never read:
+/// dropping the response closes its connection, so a peer that streams an
+/// endless body costs `limit` bytes, not memory without bound.
+pub(crate) async fn read_capped(mut response: reqwest::Response, limit: usize) -> (Vec<u8>, BodyEnd) {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(None) => return (body, BodyEnd::Complete),
+            Ok(Some(chunk)) => {
+                let room = limit - body.len();
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    return (body, BodyEnd::Truncated);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Err(e) => return (body, BodyEnd::Failed(e)),
+        }
+    }
+}
+
 /// A non-2xx answer as a failure: 408, 429 and 5xx are transient, held back
 /// by the server's `Retry-After`; every other status is permanent. The
-/// reason is `what`, the status and the start of the answer.
+/// reason is `what`, the status and the start of the answer (at most
+/// [`ERROR_BODY_BYTES`] are read; a body that breaks off is no reason to
+/// wait for more).
 pub(crate) async fn failure(what: &str, response: reqwest::Response) -> TransportError {
     let status = response.status();
     let wait = retry_after(response.headers());
-    let text: String = response.text().await.unwrap_or_default().chars().take(200).collect();
+    let (start, _) = read_capped(response, ERROR_BODY_BYTES).await;
+    let text: String = String::from_utf8_lossy(&start).chars().filter(|c| !c.is_control()).take(200).collect();
     let reason = format!("{what} answered {status}: {}", text.trim());
     let code = status.as_u16();
     if code == 408 || code == 429 || status.is_server_error() {

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::sender::BodyEnd;
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -62,6 +63,19 @@ const TOP_LEVEL: [&str; 2] = ["traceparent", "tracestate"];
 fn messages_url(api_url: &str, queue: &str) -> String {
     format!("{}/v1/queues/{queue}/messages", api_url.trim_end_matches('/'))
 }
+
+/// The URL of one received message (to delete it or extend its
+/// visibility). The id is the API's, so it goes in as exactly one path
+/// segment: an id such as `../../other-queue/messages/victim`, `x#frag` or
+/// `x?y=1` names that message on this queue and nothing else. An id that
+/// cannot be one segment (empty, `.`, `..`) is refused.
+fn message_url(api_url: &str, queue: &str, id: &str) -> Result<String, TransportError> {
+    Ok(format!("{}/{}", messages_url(api_url, queue), ferry_core::address::url_segment(id)?))
+}
+
+/// The most of one receive answer read: SimpleMQ's largest message is
+/// 256 KiB of base64 content, so this is room for it many times over.
+const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 fn unreachable_error(what: &str, e: &reqwest::Error) -> TransportError {
     TransportError::transient(format!("SimpleMQ {what}: {e}"))
@@ -301,7 +315,15 @@ impl SimplemqReceiver {
         if !response.status().is_success() {
             return Err(crate::sender::failure("SimpleMQ receive", response).await);
         }
-        let bytes = response.bytes().await.map_err(|e| unreachable_error("receive", &e))?;
+        let bytes = match crate::sender::read_capped(response, MAX_ANSWER_BYTES).await {
+            (bytes, BodyEnd::Complete) => bytes,
+            (_, BodyEnd::Truncated) => {
+                return Err(TransportError::transient(format!(
+                    "SimpleMQ receive: the answer is over {MAX_ANSWER_BYTES} bytes; not read further"
+                )));
+            }
+            (_, BodyEnd::Failed(e)) => return Err(unreachable_error("receive", &e)),
+        };
         let received: Received = serde_json::from_slice(&bytes)
             .map_err(|e| TransportError::transient(format!("SimpleMQ receive: unreadable answer: {e}")))?;
         Ok(received.messages.into_iter().next().map_or(Polled::Empty, Polled::Message))
@@ -331,6 +353,19 @@ impl SimplemqReceiver {
                 Ok(Polled::Message(m)) => {
                     failures = 0;
                     self.metrics.connected.get_or_create(&gauge).set(1);
+                    let url = match message_url(&self.config.api_url, &self.config.queue, &m.id) {
+                        Ok(url) => url,
+                        Err(e) => {
+                            // Never settled: it comes back after the queue's
+                            // visibility timeout, and is refused again.
+                            warn!(receiver, message_id = %m.id, reason = %e.reason, "SimpleMQ message with an id no URL can name; left on the queue");
+                            Metrics::inc(
+                                &self.metrics.ingress_rejected,
+                                &[("kind", "simplemq"), ("receiver", receiver), ("reason", "bad_id")],
+                            );
+                            continue;
+                        }
+                    };
                     let (envelope, outcome) =
                         to_envelope(&m.id, &m.content, m.created_at, self.config.wire_format, self.config.headers);
                     if let Some(outcome) = outcome {
@@ -339,7 +374,7 @@ impl SimplemqReceiver {
                             &[("receiver", receiver), ("outcome", outcome.label())],
                         );
                     }
-                    let handle = SimplemqHandle::hold(self, client.clone(), m.id);
+                    let handle = SimplemqHandle::hold(self, client.clone(), url);
                     if self.config.require_rabbitmq_headers && !has_destination(&envelope) {
                         // mqbridge's rule on the way to RabbitMQ: dropped,
                         // not retried, and counted.
@@ -403,8 +438,8 @@ struct SimplemqHandle {
 }
 
 impl SimplemqHandle {
-    fn hold(receiver: &SimplemqReceiver, client: reqwest::Client, id: String) -> Self {
-        let url = format!("{}/{id}", messages_url(&receiver.config.api_url, &receiver.config.queue));
+    /// Holds the message at `url` ([`message_url`]).
+    fn hold(receiver: &SimplemqReceiver, client: reqwest::Client, url: String) -> Self {
         let keeper = CancellationToken::new();
         let every = Duration::from_secs(receiver.config.extend_every_secs);
         let (c, u, key, stop) = (client.clone(), url.clone(), receiver.config.api_key.clone(), keeper.clone());
@@ -464,6 +499,24 @@ impl DeliveryHandle for SimplemqHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_id_is_one_path_segment_of_its_own_queue() {
+        let url = |id: &str| message_url("http://mq.test/", "orders", id);
+        assert_eq!(url("m-1").expect("plain"), "http://mq.test/v1/queues/orders/messages/m-1");
+        assert_eq!(
+            url("../../other-queue/messages/victim").expect("encoded"),
+            "http://mq.test/v1/queues/orders/messages/..%2F..%2Fother-queue%2Fmessages%2Fvictim"
+        );
+        assert_eq!(url("victim#frag").expect("encoded"), "http://mq.test/v1/queues/orders/messages/victim%23frag");
+        assert_eq!(url("x?y=1").expect("encoded"), "http://mq.test/v1/queues/orders/messages/x%3Fy%3D1");
+        for id in ["", ".", ".."] {
+            assert!(url(id).is_err(), "{id:?}");
+        }
+        // What reqwest sends is what was built: no segment is climbed out of.
+        let parsed = reqwest::Url::parse(&url("../victim").expect("encoded")).expect("parses");
+        assert_eq!(parsed.path(), "/v1/queues/orders/messages/..%2Fvictim");
+    }
 
     #[test]
     fn mqbridge_names_map_both_ways() {

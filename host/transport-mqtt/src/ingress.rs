@@ -98,7 +98,6 @@ pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) 
                 }
             }
             GENERATED_ID_PROPERTY | TOPIC | QOS | RETAINED => {}
-            k if names::is_adapter_derived(k) => {}
             _ if !is_safe(key) || !is_safe(value) => dropped_headers += 1,
             _ => {
                 envelope.headers.insert(key.clone(), HeaderValue::Text(value.clone()));
@@ -116,12 +115,12 @@ pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) 
     if let Some(data) = props.and_then(|p| p.correlation_data.as_ref()).filter(|d| !d.is_empty()) {
         match std::str::from_utf8(data) {
             Ok(text) if is_safe(text) && !text.is_empty() => {
-                envelope.set_header(names::CORRELATION_ID, text);
+                envelope.derive_header(names::CORRELATION_ID, text);
                 correlation_identity = Some(text.to_owned());
             }
             _ => {
                 let encoded = URL_SAFE_NO_PAD.encode(data);
-                envelope.set_header(names::CORRELATION_DATA, encoded.clone());
+                envelope.derive_header(names::CORRELATION_DATA, encoded.clone());
                 correlation_identity = Some(format!("mqtt-bin:{encoded}"));
             }
         }
@@ -131,7 +130,7 @@ pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) 
         (Some(id), _) => id.to_owned(),
         (None, Some(id)) => id,
         (None, None) => {
-            envelope.set_header(names::GENERATED_ID, HeaderValue::Boolean(true));
+            envelope.derive_header(names::GENERATED_ID, HeaderValue::Boolean(true));
             uuid::Uuid::new_v4().to_string()
         }
     };
@@ -139,7 +138,7 @@ pub fn to_envelope(publish: &Publish, max_payload_bytes: usize, now: Timestamp) 
 
     if let Some(p) = props {
         if let Some(ct) = &p.content_type {
-            envelope.set_header(names::CONTENT_TYPE, ct.clone());
+            envelope.derive_header(names::CONTENT_TYPE, ct.clone());
         }
         if let Some(rt) = &p.response_topic {
             envelope.set_header(RESPONSE_TOPIC, rt.clone());
@@ -228,14 +227,14 @@ mod tests {
         pr.correlation_data = Some(Bytes::from_static(b"corr"));
         let i = to_envelope(&publish(pr, b""), 1024, Timestamp(0)).expect("ok");
         assert_eq!(i.envelope.id, "m-1");
-        assert_eq!(i.envelope.text_header("x-bridge.correlation-id"), Some("corr"));
-        assert!(!i.envelope.headers.contains_key("x-bridge.generated-id"));
+        assert_eq!(i.envelope.derived_header("x-bridge.correlation-id").and_then(HeaderValue::as_text), Some("corr"));
+        assert!(i.envelope.derived_header("x-bridge.generated-id").is_none());
 
         let mut pr = props(&[]);
         pr.correlation_data = Some(Bytes::from_static(&[0, 159, 255]));
         let i = to_envelope(&publish(pr, b""), 1024, Timestamp(0)).expect("ok");
         assert_eq!(i.envelope.id, "mqtt-bin:AJ__");
-        assert_eq!(i.envelope.text_header("x-bridge.correlation-data"), Some("AJ__"));
+        assert_eq!(i.envelope.derived_header("x-bridge.correlation-data").and_then(HeaderValue::as_text), Some("AJ__"));
         assert_eq!(decode_correlation_data("AJ__").as_deref(), Some(&[0u8, 159, 255][..]));
 
         let mut empty = props(&[]);
@@ -244,13 +243,13 @@ mod tests {
         let e2 = to_envelope(&publish(empty, b"x"), 1024, Timestamp(0)).expect("ok");
         assert_ne!(e1.envelope.id, e2.envelope.id, "empty correlation data is no identity");
         assert!(!e1.envelope.id.starts_with("mqtt-bin:"));
-        assert_eq!(e1.envelope.headers.get("x-bridge.generated-id"), Some(&HeaderValue::Boolean(true)));
-        assert!(!e1.envelope.headers.contains_key("x-bridge.correlation-data"));
+        assert_eq!(e1.envelope.derived_header("x-bridge.generated-id"), Some(&HeaderValue::Boolean(true)));
+        assert!(e1.envelope.derived_header("x-bridge.correlation-data").is_none());
 
         let a = to_envelope(&publish(props(&[]), b"same"), 1024, Timestamp(0)).expect("ok");
         let b = to_envelope(&publish(props(&[]), b"same"), 1024, Timestamp(0)).expect("ok");
         assert_ne!(a.envelope.id, b.envelope.id);
-        assert_eq!(a.envelope.headers.get("x-bridge.generated-id"), Some(&HeaderValue::Boolean(true)));
+        assert_eq!(a.envelope.derived_header("x-bridge.generated-id"), Some(&HeaderValue::Boolean(true)));
         assert_eq!(a.envelope.text_header("mqtt.message-id"), Some(a.envelope.id.as_str()));
     }
 
@@ -263,7 +262,10 @@ mod tests {
         let i = to_envelope(&publish(pr, b"{}"), 1024, Timestamp(1_000)).expect("ok");
         assert_eq!(i.envelope.subject.as_deref(), Some("order.created"));
         assert!(!i.envelope.headers.contains_key("gobridge.subject"));
-        assert_eq!(i.envelope.text_header("x-bridge.content-type"), Some("application/json"));
+        assert_eq!(
+            i.envelope.derived_header("x-bridge.content-type").and_then(HeaderValue::as_text),
+            Some("application/json")
+        );
         assert_eq!(i.envelope.text_header("mqtt.response-topic"), Some("replies/1"));
         assert_eq!(i.envelope.expires_at, Some(Timestamp(31_000)));
         let unsafe_subject = props(&[("gobridge.subject", "a\u{0}b")]);

@@ -60,14 +60,11 @@ pub fn convert(message: &Message, sns_unwrap: bool, now: Timestamp) -> Envelope 
         Some(id) if !id.is_empty() => envelope.id = id.to_owned(),
         _ => {
             envelope.id = uuid::Uuid::new_v4().to_string();
-            envelope.set_header(names::GENERATED_ID, HeaderValue::Boolean(true));
+            envelope.derive_header(names::GENERATED_ID, HeaderValue::Boolean(true));
         }
     }
 
     for (name, value) in message.message_attributes().into_iter().flatten() {
-        if names::is_adapter_derived(name) {
-            continue;
-        }
         let header = match value.binary_value() {
             Some(b) if value.data_type().starts_with("Binary") => HeaderValue::Bytes(b.as_ref().to_vec().into()),
             _ => HeaderValue::Text(value.string_value().unwrap_or_default().to_owned()),
@@ -127,9 +124,6 @@ fn unwrap_sns(envelope: &mut Envelope, body: &str) {
     }
     if let Some(serde_json::Value::Object(attrs)) = doc.get("MessageAttributes") {
         for (name, attr) in attrs {
-            if names::is_adapter_derived(name) {
-                continue;
-            }
             let ty = attr.get("Type").and_then(|t| t.as_str()).unwrap_or("String");
             let Some(value) = attr.get("Value").and_then(|v| v.as_str()) else { continue };
             let header = if ty.starts_with("Binary") {

@@ -576,7 +576,7 @@ async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_w
     let generated = || {
         let mut e = env("gen-1");
         e.set_header("test.count", HeaderValue::Integer(0));
-        e.set_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
+        e.derive_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
         e
     };
     let h = harness(vec![generated()], vec![], 1, policy());
@@ -610,7 +610,7 @@ async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_w
     run_until_settled(&h, 1).await;
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into())]);
     let mut held = env("gen-2");
-    held.set_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
+    held.derive_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
     let h = harness(vec![held], vec![], 1, fail);
     h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
     run_until_settled(&h, 1).await;
