@@ -83,6 +83,107 @@ impl RedeliveryLedger {
     }
 }
 
+/// What a route remembers of a message between its deliveries, keyed on
+/// its identity (stable ids only: a generated id is new on every
+/// delivery):
+/// - the attempts made so far, so a source that retries in process (MQTT,
+///   SimpleMQ, HTTP) has a replay budget across a redelivery too;
+/// - the (binding, address) copies already accepted, so a fan-out message
+///   that comes back (one binding failed, the source redelivers it) is
+///   sent only to the bindings that did not take it.
+///
+/// Bounded like [`RedeliveryLedger`]: the oldest entries go first, and a
+/// forgotten entry only costs a resend that is counted.
+pub struct DeliveryMemory {
+    capacity: usize,
+    inner: Mutex<MemoryInner>,
+}
+
+/// One message's memory.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Remembered {
+    /// Attempts made by earlier deliveries.
+    pub attempts: u32,
+    /// (binding index, address) copies accepted by earlier deliveries.
+    pub accepted: Vec<(usize, String)>,
+}
+
+#[derive(Default)]
+struct MemoryInner {
+    entries: HashMap<String, Remembered>,
+    order: VecDeque<String>,
+}
+
+/// Entries a route remembers at most by default.
+pub const DELIVERY_MEMORY_CAPACITY: usize = 100_000;
+
+impl Default for DeliveryMemory {
+    fn default() -> Self {
+        Self::new(DELIVERY_MEMORY_CAPACITY)
+    }
+}
+
+impl DeliveryMemory {
+    pub fn new(capacity: usize) -> Self {
+        Self { capacity: capacity.max(1), inner: Mutex::new(MemoryInner::default()) }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryInner> {
+        self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What earlier deliveries of `id` left, if anything.
+    pub fn recall(&self, id: &str) -> Option<Remembered> {
+        let inner = self.lock();
+        if inner.entries.is_empty() {
+            return None;
+        }
+        inner.entries.get(id).cloned()
+    }
+
+    /// Records what a delivery of `id` that ended unsettled did: its
+    /// attempts (in all, earlier ones included) and the copies accepted.
+    pub fn remember(&self, id: &str, attempts: u32, accepted: &[(usize, String)]) {
+        let mut inner = self.lock();
+        if !inner.entries.contains_key(id) {
+            inner.order.push_back(id.to_owned());
+        }
+        let entry = inner.entries.entry(id.to_owned()).or_default();
+        entry.attempts = entry.attempts.max(attempts);
+        for copy in accepted {
+            if !entry.accepted.contains(copy) {
+                entry.accepted.push(copy.clone());
+            }
+        }
+        while inner.entries.len() > self.capacity {
+            let Some(oldest) = inner.order.pop_front() else { break };
+            inner.entries.remove(&oldest);
+        }
+        if inner.order.len() > self.capacity * 2 {
+            let MemoryInner { entries, order } = &mut *inner;
+            order.retain(|k| entries.contains_key(k));
+        }
+    }
+
+    /// Forgets `id` (the message was settled for good).
+    pub fn forget(&self, id: &str) {
+        let mut inner = self.lock();
+        if !inner.entries.is_empty() {
+            inner.entries.remove(id);
+        }
+    }
+
+    /// Entries remembered now.
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A stable fingerprint of message parts, for messages without an id.
 pub fn fingerprint(parts: &[&[u8]]) -> String {
     let mut h = std::hash::DefaultHasher::new();
@@ -125,6 +226,22 @@ mod tests {
             l.forget(&k);
         }
         assert!(l.lock().order.len() <= 7);
+    }
+
+    #[test]
+    fn delivery_memory_merges_what_deliveries_did_and_stays_bounded() {
+        let m = DeliveryMemory::new(2);
+        assert_eq!(m.recall("a"), None);
+        m.remember("a", 2, &[(0, "x".into())]);
+        m.remember("a", 3, &[(0, "x".into()), (1, "y".into())]);
+        assert_eq!(m.recall("a"), Some(Remembered { attempts: 3, accepted: vec![(0, "x".into()), (1, "y".into())] }));
+        m.remember("b", 1, &[]);
+        m.remember("c", 1, &[]);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m.recall("a"), None, "the oldest went first");
+        m.forget("b");
+        assert_eq!(m.recall("b"), None);
+        assert!(m.recall("c").is_some());
     }
 
     #[test]

@@ -122,6 +122,14 @@ pub struct Metrics {
     pub route_running: GaugeFamily<RouteLabels>,
     /// Time a plugin call took (instance taken to verdict). Labels: plugin, route.
     pub plugin_call_seconds: HistogramFamily,
+    /// Binding copies not sent again on a redelivery because the binding
+    /// accepted the message on an earlier delivery. Labels: route.
+    pub fanout_skipped: CounterFamily,
+    /// Copies of a redelivered message sent to every planned binding
+    /// because the route has no memory of which ones accepted it before (a
+    /// generated identity, a restart, another instance, or forgotten): each
+    /// may duplicate an earlier copy. Labels: route.
+    pub fanout_resent: CounterFamily,
     /// Outbox records not stored again because the same (partition,
     /// envelope id, binding, address) was pending or sent within the
     /// route's dedup window (OutboxDuplicateSuppressed). Labels: route.
@@ -267,6 +275,14 @@ impl Metrics {
             registry.register(name, help, f.clone());
             f
         };
+        let fanout_skipped = counter(
+            "fanout_skipped",
+            "Binding copies not sent again on a redelivery: the binding accepted an earlier delivery",
+        );
+        let fanout_resent = counter(
+            "fanout_resent",
+            "Copies of a redelivered message sent to every binding for want of a memory of earlier deliveries (possible duplicates)",
+        );
         let mqtt_ingress_header_dropped = counter(
             "mqtt_ingress_header_dropped",
             "MQTT user properties refused at ingress (MQTTIngressHeaderDropped)",
@@ -388,6 +404,8 @@ impl Metrics {
             acked,
             retried,
             dead_lettered,
+            fanout_skipped,
+            fanout_resent,
             dropped,
             expired,
             in_flight,

@@ -124,6 +124,10 @@ pub struct Route {
     pub clock: Clock,
     /// The route's metric handles, resolved on first use.
     pub meters: Meters,
+    /// What earlier deliveries of a message did (attempts, copies accepted),
+    /// by stable identity (`DeliveryMemory::default()` when building a
+    /// route).
+    pub memory: crate::ledger::DeliveryMemory,
 }
 
 /// A route's per-message metric handles, resolved once instead of building
@@ -226,6 +230,19 @@ struct Attempt<'a> {
     /// When the route first saw the message.
     first_seen: Timestamp,
     shutdown: &'a CancellationToken,
+    /// The message's identity when it is stable (not generated): the key of
+    /// the route's [`DeliveryMemory`](crate::ledger::DeliveryMemory).
+    identity: Option<&'a str>,
+    /// What earlier deliveries of it left there.
+    recalled: Option<crate::ledger::Remembered>,
+}
+
+impl Attempt<'_> {
+    /// Attempts earlier deliveries of this message made, as far as the
+    /// route remembers.
+    fn earlier_attempts(&self) -> u32 {
+        self.recalled.as_ref().map_or(0, |r| r.attempts)
+    }
 }
 
 impl Route {
@@ -331,7 +348,18 @@ impl Route {
         async {
             let hops = apply_ingress_rules(&mut envelope, &self.id, &self.source_id, self.policy.trust_bridge_headers);
             self.metrics.taps.offer(route, TapPoint::Ingress, None, &[], &envelope);
-            let attempt = Attempt { handle: handle.as_ref(), trace: &trace, first_seen: self.clock.now(), shutdown };
+            let identity =
+                (!envelope.headers.contains_key(ferry_envelope::names::GENERATED_ID)).then(|| envelope.id.clone());
+            let recalled = identity.as_deref().and_then(|id| self.memory.recall(id));
+            let remembered = recalled.is_some();
+            let attempt = Attempt {
+                handle: handle.as_ref(),
+                trace: &trace,
+                first_seen: self.clock.now(),
+                shutdown,
+                identity: identity.as_deref(),
+                recalled,
+            };
             let settle = if hops > self.policy.max_hops {
                 warn!(
                     route,
@@ -348,6 +376,12 @@ impl Route {
                 self.decide(envelope, &attempt).await
             };
             let outcome = settle.name();
+            if remembered
+                && !matches!(settle, Settle::Release { .. })
+                && let Some(id) = identity.as_deref()
+            {
+                self.memory.forget(id);
+            }
             self.settle(handle, settle, &message_id).await;
             self.mark_progress();
             debug!(outcome, "settled");
@@ -472,7 +506,7 @@ impl Route {
                 Err((env, ProcessError::Retry { after, reason })) => {
                     self.count(Count::Retried, "processor");
                     debug!(%reason, ?after, "processor asked for a retry");
-                    if let Some(settle) = self.retry_later(&env, after, &reason, at).await {
+                    if let Some(settle) = self.retry_later(&env, attempt, after, &reason, at).await {
                         return settle;
                     }
                     attempt = attempt.saturating_add(1);
@@ -511,7 +545,30 @@ impl Route {
         let mut attempt: u32 = 0;
         let cx = self.send_context(at.trace);
         // Attempts before this delivery (a source's redeliveries) count too.
-        let earlier = at.handle.redelivery_count().unwrap_or(0);
+        let earlier = at.handle.redelivery_count().unwrap_or(0).max(at.earlier_attempts());
+        // A redelivery goes only to the bindings that did not take it
+        // before (the fan-out rule); without a memory of it every binding
+        // gets it again, and those copies are counted as possible duplicates.
+        let mut accepted: Vec<(usize, String)> = Vec::new();
+        match &at.recalled {
+            Some(r) if !r.accepted.is_empty() => {
+                let before = pending.len();
+                pending.retain(|p| !r.accepted.iter().any(|(b, a)| *b == p.binding && *a == p.address));
+                let skipped = before - pending.len();
+                if skipped > 0 {
+                    self.count_fanout(&self.metrics.fanout_skipped, skipped);
+                }
+                accepted.clone_from(&r.accepted);
+                if pending.is_empty() {
+                    debug!(route, message_id = %envelope.id, "every binding took this message on an earlier delivery");
+                    return Settle::Ack;
+                }
+            }
+            None if planned > 1 && at.handle.redelivery_count().is_some_and(|n| n > 0) => {
+                self.count_fanout(&self.metrics.fanout_resent, planned);
+            }
+            _ => {}
+        }
         loop {
             let mut still_pending = Vec::new();
             let mut last_error = String::new();
@@ -521,7 +578,7 @@ impl Route {
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
                 match binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(attempt)).await {
-                    Sent::Accepted => {}
+                    Sent::Accepted => accepted.push((plan.binding, plan.address)),
                     Sent::Transient { reason, not_before: Some(wait), .. } => {
                         warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, retry_after_ms = wait.as_millis() as u64, "send failed, will retry");
                         last_error = reason;
@@ -557,8 +614,11 @@ impl Route {
             }
             self.count(Count::Retried, "send");
             let delay = self.policy.backoff.delay(attempt).max(not_before);
-            match self.source_retry(&envelope, at.handle, delay, &last_error) {
-                SourceRetry::Release(settle) => return settle,
+            match self.source_retry(&envelope, at, attempt, delay, &last_error) {
+                SourceRetry::Release(settle) => {
+                    self.remember(at, attempt, &accepted);
+                    return settle;
+                }
                 SourceRetry::Unstable => {
                     let failure =
                         Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {last_error}"));
@@ -574,6 +634,7 @@ impl Route {
                 SourceRetry::Hold => {}
             }
             if !sleep_or_shutdown(delay, at.shutdown).await {
+                self.remember(at, attempt, &accepted);
                 return Settle::Release { after: delay, reason: last_error };
             }
             attempt = attempt.saturating_add(1);
@@ -612,6 +673,22 @@ impl Route {
         settle
     }
 
+    /// Remembers a message that goes back to its source unfinished: the
+    /// attempts made (earlier deliveries', and this one's up to the failed
+    /// `attempt`) and the copies accepted, for its next delivery. Only a
+    /// stable identity can be recognised again.
+    fn remember(&self, at: &Attempt<'_>, attempt: u32, accepted: &[(usize, String)]) {
+        if let Some(id) = at.identity {
+            let attempts = at.earlier_attempts().saturating_add(attempt).saturating_add(1);
+            self.memory.remember(id, attempts, accepted);
+        }
+    }
+
+    /// Adds `n` to one of the route's fan-out counters.
+    fn count_fanout(&self, family: &crate::metrics::CounterFamily, n: usize) {
+        family.get_or_create(&crate::metrics::labels(&[("route", &self.id)])).inc_by(n as u64);
+    }
+
     /// The same failure for every plan still pending.
     fn fail_all(&self, pending: Vec<Plan>, failure: &Failure, action: FailureAction) -> Vec<BindingFailure> {
         pending
@@ -631,11 +708,12 @@ impl Route {
     async fn retry_later(
         &self,
         envelope: &Envelope,
+        attempt: u32,
         delay: Duration,
         reason: &str,
         at: &Attempt<'_>,
     ) -> Option<Settle> {
-        let (failure, attempts) = match self.source_retry(envelope, at.handle, delay, reason) {
+        let (failure, attempts) = match self.source_retry(envelope, at, attempt, delay, reason) {
             SourceRetry::Release(settle) => return Some(settle),
             SourceRetry::Unstable => {
                 (Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {reason}")), 1)
@@ -655,16 +733,23 @@ impl Route {
     /// How a transient failure is retried. Sources that redeliver with a
     /// count (SQS, AMQP) get the message back after the delay, until the
     /// count reaches `max_replay_attempts`; then it has failed for good.
-    /// Sources without a count (MQTT) hold it here and retry in process.
+    /// Sources without a count (MQTT, SimpleMQ, HTTP) hold it here and
+    /// retry in process, under the same budget: `attempt` (this delivery's
+    /// failed attempts before the one that just failed) plus the attempts
+    /// the route remembers of earlier deliveries of a stable identity.
     fn source_retry(
         &self,
         envelope: &Envelope,
-        handle: &dyn DeliveryHandle,
+        at: &Attempt<'_>,
+        attempt: u32,
         after: Duration,
         reason: &str,
     ) -> SourceRetry {
-        match handle.redelivery_count() {
-            None => SourceRetry::Hold,
+        match at.handle.redelivery_count() {
+            None => {
+                let made = at.earlier_attempts().saturating_add(attempt);
+                if made >= self.policy.max_replay_attempts { SourceRetry::Exhausted(made) } else { SourceRetry::Hold }
+            }
             Some(_)
                 if self.policy.unstable_identity == UnstableIdentity::Fail
                     && envelope.headers.contains_key(ferry_envelope::names::GENERATED_ID) =>

@@ -338,6 +338,7 @@ impl Rig {
                 metrics: metrics.clone(),
                 clock: ferry_core::clock::Clock::System,
                 meters: Default::default(),
+                memory: Default::default(),
             }));
         }
         Self { routes, metrics: metrics.clone(), sent, dead, steps }

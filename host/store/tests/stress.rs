@@ -185,6 +185,7 @@ async fn flood(store: Arc<dyn Store>, metrics: Metrics, n: usize, partitions: u3
         metrics: metrics.clone(),
         clock: ferry_core::clock::Clock::System,
         meters: Default::default(),
+        memory: Default::default(),
     });
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(route.clone().run(shutdown.clone()));

@@ -177,6 +177,7 @@ fn harness(
         metrics: Metrics::new(),
         clock: crate::clock::Clock::tokio(),
         meters: Default::default(),
+        memory: Default::default(),
     });
     Harness { route, log, senders, dlq }
 }
@@ -314,6 +315,58 @@ async fn fan_out_retries_only_the_binding_that_failed() {
     assert_eq!(h.senders[0].attempts.load(Ordering::SeqCst), 1);
     assert_eq!(h.senders[1].attempts.load(Ordering::SeqCst), 2);
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+}
+
+/// A delivery of `id` from a source that counts redeliveries, `count`
+/// times delivered before.
+fn redelivered(id: &str, count: i64) -> Envelope {
+    let mut e = env(id);
+    e.set_header("test.count", HeaderValue::Integer(count));
+    e
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fan_out_redelivery_goes_only_to_the_bindings_that_did_not_take_it() {
+    let mut p = policy();
+    p.dispatch_mode = DispatchMode::FanOut;
+    p.max_in_flight = 1;
+    let h = harness(vec![redelivered("m1", 0), redelivered("m1", 1)], vec![], 2, p);
+    h.senders[1].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    run_until_settled(&h, 2).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into()), Settled::Acked("m1".into())]);
+    assert_eq!(h.senders[0].sent.lock().expect("lock").len(), 1, "the binding that took it gets no duplicate");
+    assert_eq!(h.senders[1].sent.lock().expect("lock").len(), 1);
+    let skipped = h.route.metrics.fanout_skipped.get_or_create(&crate::metrics::labels(&[("route", "r1")])).get();
+    assert_eq!(skipped, 1);
+    assert!(h.route.memory.is_empty(), "forgotten once settled");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_redelivery_the_route_cannot_recognise_goes_to_every_binding_and_is_counted() {
+    let mut p = policy();
+    p.dispatch_mode = DispatchMode::FanOut;
+    let mut e = redelivered("minted", 1);
+    e.derive_header(ferry_envelope::names::GENERATED_ID, HeaderValue::Boolean(true));
+    let h = harness(vec![e], vec![], 2, p);
+    run_until_settled(&h, 1).await;
+    let resent = h.route.metrics.fanout_resent.get_or_create(&crate::metrics::labels(&[("route", "r1")])).get();
+    assert_eq!(resent, 2, "both copies may duplicate an earlier delivery's");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_source_that_retries_in_process_has_a_replay_budget() {
+    let mut p = policy();
+    p.max_replay_attempts = 3;
+    let h = harness(vec![env("held")], vec![], 1, p);
+    for _ in 0..100 {
+        h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("down")));
+    }
+    run_until_settled(&h, 1).await;
+    assert_eq!(h.senders[0].attempts.load(Ordering::SeqCst), 4, "the first attempt and three replays");
+    let dlq = h.dlq.entries.lock().expect("lock");
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].reason, FailureReason::ReplayExhausted);
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("held".into())], "dead-lettered, then acknowledged");
 }
 
 #[tokio::test(start_paused = true)]

@@ -228,6 +228,7 @@ pub(super) async fn prepare(
             metrics: metrics.clone(),
             clock: ferry_core::clock::Clock::System,
             meters: Default::default(),
+            memory: Default::default(),
         };
         routes.push(PlannedRoute { key, route: Arc::new(route) });
     }
