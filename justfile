@@ -98,7 +98,7 @@ run: plugins-rust mosquitto
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
 test: plugins test-plugins mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain
+    @scripts/provision openssl toolchain fuse
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
@@ -115,11 +115,36 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
 # then 20,000 messages through a shared_outbox route on the release daemon
 # while it is SIGKILLed 100 times, a kill per 200 messages as in issue 13's
 # measurement (0 lost; duplicates per kill reported).
-# The full crash and load tests: 200,000 messages through the store, then 100 SIGKILLs of the release daemon.
+# The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.
 chaos: mosquitto rabbitmq postgres
+    @scripts/provision fuse
     FERRY_STRESS_MESSAGES=200000 cargo test -p ferry-store --test stress -- --nocapture
+    FERRY_POWERCUT_MESSAGES=20000 FERRY_POWERCUT_CUTS=50 cargo test -p ferry-tests --test power_cut -- --nocapture
     cargo build --release -p ferry-daemon
     FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=100 cargo test --release -p ferry-tests --test chaos -- --nocapture
+
+# Fuzz every decoder that reads remote bytes with cargo-fuzz (nightly), `secs`
+# seconds each; what finds new coverage is added to the committed corpora in
+# host/fuzz/corpus/<target>/ (`just test` replays them, on stable, with
+# seeded mutations). One target: `just fuzz 300 json_wire`.
+fuzz secs="60" target="":
+    #!/usr/bin/env bash
+    set -euo pipefail
+    scripts/provision fuzz
+    dir=host/fuzz/cargo-fuzz
+    targets="{{target}}"
+    [ -n "$targets" ] || targets=$(cargo +nightly fuzz list --fuzz-dir "$dir")
+    for t in $targets; do
+        mkdir -p "host/fuzz/corpus/$t"
+        echo "just: fuzzing $t for {{secs}} s"
+        log="${TMPDIR:-/tmp}/ferry-fuzz-$t.log"
+        if ! cargo +nightly fuzz run --fuzz-dir "$dir" "$t" "host/fuzz/corpus/$t" -- -max_total_time={{secs}} -max_len=65536 > "$log" 2>&1; then
+            tail -40 "$log" >&2
+            echo "just: $t failed; the crashing input is under $dir/artifacts/$t/ (log: $log)" >&2
+            exit 1
+        fi
+        grep -E '^#[0-9]+[[:space:]]+DONE|^Done [0-9]+ runs' "$log" | tail -1
+    done
 
 # Benchmarks (release): processor call cost; MQTT->MQTT against Mosquitto's bridge, SQS and AMQP 0-9-1 routes against the broker's raw rate and RabbitMQ's shovel (medians of 3).
 bench: plugins mosquitto moto rabbitmq postgres

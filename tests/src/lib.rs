@@ -17,6 +17,8 @@
 //!   RabbitMQ node a test can restart; [`amqp_raw`]: a publisher that
 //!   writes AMQP 0-9-1 frames byte by byte (what no client library sends).
 //! - [`python`]: Python clients (boto3) run as scripts.
+//! - [`powercut`]: a FUSE filesystem that loses what was not synced when
+//!   the power is cut, for the store's durability tests.
 //! - [`pg`]: a PostgreSQL schema of its own per test, for the shared store;
 //!   [`tcp_proxy`]: a proxy a test can cut, as when a host goes away.
 
@@ -26,6 +28,7 @@ pub mod daemon;
 pub mod http;
 pub mod mqtt;
 pub mod pg;
+pub mod powercut;
 pub mod python;
 pub mod rabbit;
 pub mod receiver;

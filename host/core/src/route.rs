@@ -506,7 +506,8 @@ impl Route {
                 Err((env, ProcessError::Retry { after, reason })) => {
                     self.count(Count::Retried, "processor");
                     debug!(%reason, ?after, "processor asked for a retry");
-                    if let Some(settle) = self.retry_later(&env, attempt, after, &reason, at).await {
+                    // A processor's retry is its own policy, not a failed send.
+                    if let Some(settle) = self.retry_later(&env, 0, after, &reason, at).await {
                         return settle;
                     }
                     attempt = attempt.saturating_add(1);
@@ -550,6 +551,8 @@ impl Route {
         // before (the fan-out rule); without a memory of it every binding
         // gets it again, and those copies are counted as possible duplicates.
         let mut accepted: Vec<(usize, String)> = Vec::new();
+        // Sends that reached a target and failed there (not an outage).
+        let mut failed: u32 = 0;
         match &at.recalled {
             Some(r) if !r.accepted.is_empty() => {
                 let before = pending.len();
@@ -575,18 +578,26 @@ impl Route {
             // The longest wait a target asked for (HTTP Retry-After).
             let mut not_before = Duration::ZERO;
             let failed_before = failures.len();
+            let mut reached = false;
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
                 match binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(attempt)).await {
                     Sent::Accepted => accepted.push((plan.binding, plan.address)),
-                    Sent::Transient { reason, not_before: Some(wait), .. } => {
+                    Sent::Transient { reason, not_before: Some(wait), after } => {
+                        reached |= after.is_none();
                         warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, retry_after_ms = wait.as_millis() as u64, "send failed, will retry");
                         last_error = reason;
                         not_before = not_before.max(wait);
                         still_pending.push(plan);
                     }
-                    Sent::Unavailable(reason) | Sent::Transient { reason, .. } => {
+                    Sent::Transient { reason, after, .. } => {
+                        reached |= after.is_none();
                         warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, "send failed, will retry");
+                        last_error = reason;
+                        still_pending.push(plan);
+                    }
+                    Sent::Unavailable(reason) => {
+                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, "sender not connected, will retry");
                         last_error = reason;
                         still_pending.push(plan);
                     }
@@ -613,10 +624,13 @@ impl Route {
                 break;
             }
             self.count(Count::Retried, "send");
+            if reached {
+                failed = failed.saturating_add(1);
+            }
             let delay = self.policy.backoff.delay(attempt).max(not_before);
-            match self.source_retry(&envelope, at, attempt, delay, &last_error) {
+            match self.source_retry(&envelope, at, failed, delay, &last_error) {
                 SourceRetry::Release(settle) => {
-                    self.remember(at, attempt, &accepted);
+                    self.remember(at, failed, &accepted);
                     return settle;
                 }
                 SourceRetry::Unstable => {
@@ -634,7 +648,7 @@ impl Route {
                 SourceRetry::Hold => {}
             }
             if !sleep_or_shutdown(delay, at.shutdown).await {
-                self.remember(at, attempt, &accepted);
+                self.remember(at, failed, &accepted);
                 return Settle::Release { after: delay, reason: last_error };
             }
             attempt = attempt.saturating_add(1);
@@ -674,13 +688,12 @@ impl Route {
     }
 
     /// Remembers a message that goes back to its source unfinished: the
-    /// attempts made (earlier deliveries', and this one's up to the failed
-    /// `attempt`) and the copies accepted, for its next delivery. Only a
-    /// stable identity can be recognised again.
-    fn remember(&self, at: &Attempt<'_>, attempt: u32, accepted: &[(usize, String)]) {
+    /// failed sends made (earlier deliveries' and this one's `failed`) and
+    /// the copies accepted, for its next delivery. Only a stable identity
+    /// can be recognised again.
+    fn remember(&self, at: &Attempt<'_>, failed: u32, accepted: &[(usize, String)]) {
         if let Some(id) = at.identity {
-            let attempts = at.earlier_attempts().saturating_add(attempt).saturating_add(1);
-            self.memory.remember(id, attempts, accepted);
+            self.memory.remember(id, at.earlier_attempts().saturating_add(failed), accepted);
         }
     }
 
@@ -708,12 +721,12 @@ impl Route {
     async fn retry_later(
         &self,
         envelope: &Envelope,
-        attempt: u32,
+        failed: u32,
         delay: Duration,
         reason: &str,
         at: &Attempt<'_>,
     ) -> Option<Settle> {
-        let (failure, attempts) = match self.source_retry(envelope, at, attempt, delay, reason) {
+        let (failure, attempts) = match self.source_retry(envelope, at, failed, delay, reason) {
             SourceRetry::Release(settle) => return Some(settle),
             SourceRetry::Unstable => {
                 (Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {reason}")), 1)
@@ -734,21 +747,28 @@ impl Route {
     /// count (SQS, AMQP) get the message back after the delay, until the
     /// count reaches `max_replay_attempts`; then it has failed for good.
     /// Sources without a count (MQTT, SimpleMQ, HTTP) hold it here and
-    /// retry in process, under the same budget: `attempt` (this delivery's
-    /// failed attempts before the one that just failed) plus the attempts
-    /// the route remembers of earlier deliveries of a stable identity.
+    /// retry in process, under the same budget: `failed` (this delivery's
+    /// sends that reached a target and failed there) plus the ones the
+    /// route remembers of earlier deliveries of a stable identity. A send
+    /// that found its sender disconnected (an outage: nothing was sent) and
+    /// a processor's retry do not spend it: an outage delays a message, it
+    /// never fails it.
     fn source_retry(
         &self,
         envelope: &Envelope,
         at: &Attempt<'_>,
-        attempt: u32,
+        failed: u32,
         after: Duration,
         reason: &str,
     ) -> SourceRetry {
         match at.handle.redelivery_count() {
             None => {
-                let made = at.earlier_attempts().saturating_add(attempt);
-                if made >= self.policy.max_replay_attempts { SourceRetry::Exhausted(made) } else { SourceRetry::Hold }
+                let made = at.earlier_attempts().saturating_add(failed);
+                if made > self.policy.max_replay_attempts {
+                    SourceRetry::Exhausted(made.saturating_sub(1))
+                } else {
+                    SourceRetry::Hold
+                }
             }
             Some(_)
                 if self.policy.unstable_identity == UnstableIdentity::Fail

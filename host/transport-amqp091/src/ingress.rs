@@ -66,14 +66,19 @@ pub fn from_amqp(value: &AMQPValue) -> Option<HeaderValue> {
             Ok(text) => HeaderValue::Text(text.to_owned()),
             Err(_) => HeaderValue::Bytes(Bytes::copy_from_slice(s.as_bytes())),
         },
-        AMQPValue::Timestamp(secs) => {
-            HeaderValue::Time(Timestamp(i64::try_from(*secs).unwrap_or(i64::MAX / 1000) * 1000))
-        }
+        AMQPValue::Timestamp(secs) => HeaderValue::Time(seconds(*secs)),
         AMQPValue::ByteArray(b) => HeaderValue::Bytes(Bytes::copy_from_slice(b.as_slice())),
         AMQPValue::DecimalValue(_) | AMQPValue::FieldArray(_) | AMQPValue::FieldTable(_) | AMQPValue::Void => {
             return None;
         }
     })
+}
+
+/// An AMQP timestamp (seconds, any u64 a publisher chose) as a time:
+/// saturating, so a time past the year 292 million is the latest one, not
+/// an overflow (found by the fuzz target `amqp091_properties`).
+fn seconds(secs: u64) -> Timestamp {
+    Timestamp(i64::try_from(secs).unwrap_or(i64::MAX).saturating_mul(1000))
 }
 
 fn text_of(value: &AMQPValue) -> Option<String> {
@@ -158,7 +163,7 @@ pub fn to_envelope(
         envelope.derive_header(names::CORRELATION_ID, c.as_str());
     }
     if let Some(secs) = p.timestamp() {
-        envelope.created_at = Timestamp(i64::try_from(*secs).unwrap_or(i64::MAX / 1000) * 1000);
+        envelope.created_at = seconds(*secs);
         envelope.set_header(TIMESTAMP, HeaderValue::Time(envelope.created_at));
     }
     if let Some(ms) = p.expiration().as_ref().and_then(|e| e.as_str().parse::<u64>().ok()) {
@@ -237,6 +242,14 @@ mod tests {
     use lapin::types::{ByteArray, FieldArray, LongString};
 
     use super::*;
+
+    #[test]
+    fn a_timestamp_far_in_the_future_saturates() {
+        let props = BasicProperties::default().with_timestamp(u64::MAX / 2);
+        let i = to_envelope("", "q", false, &props, b"", Timestamp(0));
+        assert_eq!(i.envelope.created_at, Timestamp(i64::MAX));
+        assert_eq!(from_amqp(&AMQPValue::Timestamp(u64::MAX)), Some(HeaderValue::Time(Timestamp(i64::MAX))));
+    }
 
     #[test]
     fn a_field_whose_bytes_were_not_utf8_is_found_at_any_depth() {

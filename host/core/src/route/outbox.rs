@@ -174,7 +174,9 @@ impl Route {
                         if !sleep_or_shutdown(delay, at.shutdown).await {
                             return Settle::Release { after: delay, reason };
                         }
-                    } else if let Some(settle) = self.retry_later(&envelope, attempt, delay, &reason, at).await {
+                    } else if let Some(settle) =
+                        self.retry_later(&envelope, attempt.saturating_add(1), delay, &reason, at).await
+                    {
                         return settle;
                     }
                     attempt = attempt.saturating_add(1);

@@ -370,6 +370,21 @@ async fn a_source_that_retries_in_process_has_a_replay_budget() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn an_outage_delays_a_held_message_without_spending_its_budget() {
+    let mut p = policy();
+    p.max_replay_attempts = 2;
+    let h = harness(vec![env("waits")], vec![], 1, p);
+    for _ in 0..20 {
+        h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::unavailable("not connected")));
+    }
+    h.senders[0].script.lock().expect("lock").push_back(Err(TransportError::transient("refused once")));
+    run_until_settled(&h, 1).await;
+    assert_eq!(h.senders[0].sent.lock().expect("lock").len(), 1, "delivered once the target was back");
+    assert!(h.dlq.entries.lock().expect("lock").is_empty());
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("waits".into())]);
+}
+
+#[tokio::test(start_paused = true)]
 async fn single_dispatch_uses_only_the_first_binding() {
     let h = harness(vec![env("m1")], vec![], 2, policy());
     run_until_settled(&h, 1).await;
