@@ -91,6 +91,25 @@ impl Rabbit {
         assert!(confirm.is_ack(), "broker did not confirm the publish");
     }
 
+    /// Publishes every body to `queue` (the default exchange) as a
+    /// persistent message whose `message_id` is the body, all under way at
+    /// once, and waits for every confirm.
+    pub async fn publish_persistent(&self, queue: &str, bodies: impl IntoIterator<Item = String>) {
+        let mut confirms = Vec::new();
+        for body in bodies {
+            let properties = BasicProperties::default().with_delivery_mode(2).with_message_id(body.as_str().into());
+            let confirm = self
+                .channel
+                .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body.as_bytes(), properties)
+                .await
+                .expect("basic.publish");
+            confirms.push(confirm);
+        }
+        for c in confirms {
+            assert!(c.await.expect("confirm").is_ack(), "broker did not confirm a publish");
+        }
+    }
+
     /// Messages ready in `queue`.
     pub async fn depth(&self, queue: &str) -> u32 {
         let options = QueueDeclareOptions { passive: true, ..Default::default() };

@@ -11,8 +11,7 @@ use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit};
 use ferry_tests::unique;
 use futures_lite::StreamExt;
-use lapin::BasicProperties;
-use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};
+use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 
 const MESSAGES: usize = 10_000;
@@ -60,26 +59,7 @@ async fn a_broker_restart_mid_stream_loses_nothing() {
         rabbit.declare_queue(&src).await;
         rabbit.declare_queue(&dst).await;
         rabbit.declare_queue(&dst10).await;
-        let properties = BasicProperties::default().with_delivery_mode(2);
-        let mut confirms = Vec::with_capacity(MESSAGES);
-        for i in 0..MESSAGES {
-            let body = format!("n-{i}");
-            let confirm = rabbit
-                .channel
-                .basic_publish(
-                    "".into(),
-                    src.as_str().into(),
-                    BasicPublishOptions::default(),
-                    body.as_bytes(),
-                    properties.clone(),
-                )
-                .await
-                .expect("publish");
-            confirms.push(confirm);
-        }
-        for c in confirms {
-            assert!(c.await.expect("confirm").is_ack());
-        }
+        rabbit.publish_persistent(&src, (0..MESSAGES).map(|i| format!("n-{i}"))).await;
     }
 
     let ws = Workspace::with_plugins(&[]);
@@ -204,25 +184,6 @@ sender = "out10"
     assert_eq!(depth_or_zero(&broker.url091(), &src).await, 0);
 }
 
-/// Publishes `n` persistent messages `{prefix}-{i}` to `queue`, confirmed.
-async fn publish_persistent(url: &str, queue: &str, prefix: &str, n: usize) {
-    let rabbit = Rabbit::connect_to(url).await;
-    let properties = BasicProperties::default().with_delivery_mode(2);
-    let mut confirms = Vec::with_capacity(n);
-    for i in 0..n {
-        let body = format!("{prefix}-{i}");
-        let confirm = rabbit
-            .channel
-            .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body.as_bytes(), properties.clone())
-            .await
-            .expect("publish");
-        confirms.push(confirm);
-    }
-    for c in confirms {
-        assert!(c.await.expect("confirm").is_ack());
-    }
-}
-
 /// The AMQP 0-9-1 *receiver* across a broker restart: it notices the
 /// outage (`/readyz`), reconnects by itself, and every message (those
 /// queued before, and those published after the restart) reaches the
@@ -233,8 +194,9 @@ async fn the_amqp091_receiver_reconnects_after_a_broker_restart_and_loses_nothin
     const AFTER: usize = 500;
     let mut broker = PrivateRabbit::start().await;
     let src = unique("restart-091-src");
-    Rabbit::connect_to(&broker.url091()).await.declare_queue(&src).await;
-    publish_persistent(&broker.url091(), &src, "before", BEFORE).await;
+    let rabbit = Rabbit::connect_to(&broker.url091()).await;
+    rabbit.declare_queue(&src).await;
+    rabbit.publish_persistent(&src, (0..BEFORE).map(|i| format!("before-{i}"))).await;
     let target = ferry_tests::webhook::WebhookTarget::start().await;
     let admin = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
     let ws = Workspace::with_plugins(&[]);
@@ -281,7 +243,8 @@ sender = "hook"
     assert!(body.contains("amqp091 receiver in:"), "the receiver is named as not ready: {body}");
     broker.restart().await;
     ferry_tests::eventually("/readyz 200 after the restart", || ready() == 200).await;
-    publish_persistent(&broker.url091(), &src, "after", AFTER).await;
+    let rabbit = Rabbit::connect_to(&broker.url091()).await;
+    rabbit.publish_persistent(&src, (0..AFTER).map(|i| format!("after-{i}"))).await;
 
     let want: HashSet<String> =
         (0..BEFORE).map(|i| format!("before-{i}")).chain((0..AFTER).map(|i| format!("after-{i}"))).collect();

@@ -23,35 +23,7 @@ use ferry_tests::powercut::PowerCutDisk;
 use ferry_tests::rabbit::{Rabbit, URL091};
 use ferry_tests::webhook::WebhookTarget;
 use ferry_tests::{env_or, eventually, unique};
-use lapin::BasicProperties;
-use lapin::options::BasicPublishOptions;
 use rand::Rng;
-
-async fn publish_all(rabbit: &Rabbit, queue: &str, n: usize) {
-    let properties = BasicProperties::default().with_delivery_mode(2);
-    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
-        let mut confirms = Vec::with_capacity(chunk.len());
-        for i in chunk {
-            let body = format!("m-{i}");
-            let id = body.clone();
-            let confirm = rabbit
-                .channel
-                .basic_publish(
-                    "".into(),
-                    queue.into(),
-                    BasicPublishOptions::default(),
-                    body.as_bytes(),
-                    properties.clone().with_message_id(id.as_str().into()),
-                )
-                .await
-                .expect("publish");
-            confirms.push(confirm);
-        }
-        for c in confirms {
-            assert!(c.await.expect("confirm").is_ack());
-        }
-    }
-}
 
 fn arrived(target: &WebhookTarget) -> HashSet<String> {
     target.hits().iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect()
@@ -64,7 +36,7 @@ async fn every_acknowledged_message_survives_power_cuts_of_the_embedded_store() 
     let rabbit = Rabbit::connect().await;
     let queue = unique("powercut");
     rabbit.declare_queue(&queue).await;
-    publish_all(&rabbit, &queue, messages).await;
+    rabbit.publish_persistent(&queue, (0..messages).map(|i| format!("m-{i}"))).await;
     let target = WebhookTarget::start().await;
 
     let ws = Workspace::with_plugins(&[]);

@@ -597,7 +597,7 @@ impl Route {
                         still_pending.push(plan);
                     }
                     Sent::Unavailable(reason) => {
-                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, "sender not connected, will retry");
+                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, sender_connected = false, "send failed, will retry");
                         last_error = reason;
                         still_pending.push(plan);
                     }
