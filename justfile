@@ -134,17 +134,20 @@ fuzz secs="60" target="":
     dir=host/fuzz/cargo-fuzz
     targets="{{target}}"
     [ -n "$targets" ] || targets=$(cargo +nightly fuzz list --fuzz-dir "$dir")
+    failed=""
     for t in $targets; do
         mkdir -p "host/fuzz/corpus/$t"
         echo "just: fuzzing $t for {{secs}} s"
         log="${TMPDIR:-/tmp}/ferry-fuzz-$t.log"
-        if ! cargo +nightly fuzz run --fuzz-dir "$dir" "$t" "host/fuzz/corpus/$t" -- -max_total_time={{secs}} -max_len=65536 > "$log" 2>&1; then
-            tail -40 "$log" >&2
-            echo "just: $t failed; the crashing input is under $dir/artifacts/$t/ (log: $log)" >&2
-            exit 1
+        if cargo +nightly fuzz run --fuzz-dir "$dir" "$t" "host/fuzz/corpus/$t" -- -max_total_time={{secs}} -max_len=65536 > "$log" 2>&1; then
+            grep -E '^#[0-9]+[[:space:]]+DONE|^Done [0-9]+ runs' "$log" | tail -1
+        else
+            grep -E 'SUMMARY|panicked at' "$log" | head -2 >&2
+            echo "just: $t failed; the input is under $dir/artifacts/$t/ (log: $log)" >&2
+            failed="$failed $t"
         fi
-        grep -E '^#[0-9]+[[:space:]]+DONE|^Done [0-9]+ runs' "$log" | tail -1
     done
+    [ -z "$failed" ] || { echo "just: fuzz targets that failed:$failed" >&2; exit 1; }
 
 # Benchmarks (release): processor call cost; MQTT->MQTT against Mosquitto's bridge, SQS and AMQP 0-9-1 routes against the broker's raw rate and RabbitMQ's shovel (medians of 3).
 bench: plugins mosquitto moto rabbitmq postgres
