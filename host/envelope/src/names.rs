@@ -51,12 +51,6 @@ pub fn is_reserved(name: &str) -> bool {
     name.starts_with(RESERVED_PREFIX)
 }
 
-/// Whether a receiving adapter derives this header from the wire itself
-/// (see [`ADAPTER_DERIVED`]).
-pub fn is_adapter_derived(name: &str) -> bool {
-    ADAPTER_DERIVED.contains(&name)
-}
-
 /// Whether a header is private bookkeeping (see [`PRIVATE`]).
 pub fn is_private(name: &str) -> bool {
     PRIVATE.contains(&name)

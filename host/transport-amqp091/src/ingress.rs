@@ -210,29 +210,32 @@ pub fn undecodable_field(exchange: &ShortString, routing_key: &ShortString, p: &
     if let Some((name, _)) = texts.iter().find(|(_, v)| v.as_ref().is_some_and(ShortString::is_undecodable)) {
         return Some(format!("property {name}"));
     }
-    p.headers().as_ref().and_then(|t| undecodable_in_table(t, "headers"))
+    let (is_name, path) = p.headers().as_ref().and_then(undecodable_in_table)?;
+    let path = format!("headers.{path}");
+    Some(if is_name { format!("header name {path:?}") } else { format!("header {path:?}") })
 }
 
-fn undecodable_in_table(table: &FieldTable, at: &str) -> Option<String> {
-    for (name, value) in table.inner() {
-        let here = format!("{at}.{name}");
+/// Where in `table` a short string was not UTF-8: whether it is a name,
+/// and its path below `table`. The path is built only for what is found,
+/// so a delivery whose headers are all fine allocates nothing here.
+fn undecodable_in_table(table: &FieldTable) -> Option<(bool, String)> {
+    table.inner().iter().find_map(|(name, value)| {
         if name.is_undecodable() {
-            return Some(format!("header name {here:?}"));
+            return Some((true, name.to_string()));
         }
-        if let Some(found) = undecodable_in_value(value, &here) {
-            return Some(found);
-        }
-    }
-    None
+        undecodable_in_value(value).map(|(is_name, below)| (is_name, format!("{name}{below}")))
+    })
 }
 
-fn undecodable_in_value(value: &AMQPValue, at: &str) -> Option<String> {
+fn undecodable_in_value(value: &AMQPValue) -> Option<(bool, String)> {
     match value {
-        AMQPValue::ShortString(s) if s.is_undecodable() => Some(format!("header {at:?}")),
-        AMQPValue::FieldTable(t) => undecodable_in_table(t, at),
-        AMQPValue::FieldArray(a) => {
-            a.as_slice().iter().enumerate().find_map(|(i, v)| undecodable_in_value(v, &format!("{at}[{i}]")))
-        }
+        AMQPValue::ShortString(s) if s.is_undecodable() => Some((false, String::new())),
+        AMQPValue::FieldTable(t) => undecodable_in_table(t).map(|(is_name, below)| (is_name, format!(".{below}"))),
+        AMQPValue::FieldArray(a) => a
+            .as_slice()
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| undecodable_in_value(v).map(|(is_name, below)| (is_name, format!("[{i}]{below}")))),
         _ => None,
     }
 }

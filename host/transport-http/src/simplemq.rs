@@ -16,7 +16,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sender::BodyEnd;
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -31,6 +30,8 @@ use ferry_envelope::{Envelope, Timestamp, names};
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
+
+use crate::sender::BodyEnd;
 
 /// The longest content a message may have (base64 characters).
 pub const MAX_CONTENT_CHARS: usize = 256_000;
