@@ -7,8 +7,12 @@
 //!   `unstable_identity = "fail"` dead-letter a message with a stable id;
 //! - an AMQP 0-9-1 message whose `message_id` or header name is not UTF-8
 //!   is taken off the queue and counted, and the messages behind it arrive;
+//! - an AMQP 1.0 transfer that cannot be decoded, or that declares a binary
+//!   of 4 GiB, is rejected at the peer and counted, and the link moves on;
 //! - an HTTP target that answers an error with an endless body costs a few
-//!   KiB, and the dead letter's reason still names the status;
+//!   KiB, and the dead letter's reason still names the status; an SQS
+//!   endpoint or a SimpleMQ API that answers without end is cut off at a
+//!   bound and asked again;
 //! - a SimpleMQ API that hands out ids made to climb out of the ack URL
 //!   deletes only the message it named;
 //! - the SQS endpoint refuses `MessageAttributes` that is not a map.
@@ -461,37 +465,158 @@ async fn an_amqp091_message_that_is_not_utf8_is_rejected_and_the_queue_moves_on(
     rabbit.delete_queue(&dead).await;
 }
 
+/// An AMQP 1.0 peer whose transfers cannot be decoded: a data section
+/// holding text that is not UTF-8, and one whose binary declares 4 GiB in a
+/// frame of a few dozen bytes. Each is rejected at the peer with
+/// `amqp:decode-error` and counted, the messages behind them arrive on the
+/// same link, and the receiver never reserves the memory the peer declared
+/// (serde_amqp allocated it before finding the bytes missing).
+#[tokio::test(flavor = "multi_thread")]
+async fn an_amqp10_transfer_that_cannot_be_decoded_is_rejected_and_the_link_moves_on() {
+    use ferry_tests::amqp10_peer::{POISON_HUGE, POISON_TEXT, ScriptedSource};
+    let bodies =
+        vec![b"good-0".to_vec(), POISON_HUGE.to_vec(), POISON_TEXT.to_vec(), b"good-1".to_vec(), b"good-2".to_vec()];
+    let source = ScriptedSource::start(bodies.clone()).await;
+    let target = WebhookTarget::start().await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[receivers.in]\ntype = \"amqp10\"\nurl = \"{}\"\naddress = \"poison\"\nreconnect_initial_ms = 100\n\
+             [senders.hook]\ntype = \"http\"\nurl = \"{}\"\n\
+             [[routes]]\nid = \"poison\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n",
+            source.url(),
+            target.url("/in")
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    let ready = admin.clone();
+    eventually("/readyz answers 200", move || get(&ready, "/readyz").is_ok_and(|(s, _)| s == 200)).await;
+    let pid = daemon.pid().expect("running");
+    let peak_before = vm_peak_kib(pid);
+    source.go();
+    let hits = target.wait_for(3, WAIT, |_| true).await;
+    let mut got: Vec<String> = hits.iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect();
+    got.sort();
+    assert_eq!(got, ["good-0", "good-1", "good-2"], "the messages behind the poison arrive, once each");
+    wait_for_sample(&admin, "ferry_ingress_rejected_total", "reason=\"undecodable\"", 2.0, WAIT);
+    let log = source.log.clone();
+    let n = bodies.len();
+    eventually("every scripted message settled", move || log.lock().is_ok_and(|l| l.len() == n)).await;
+    for (body, outcome) in &source.outcomes() {
+        if body.starts_with(b"poison:") {
+            assert!(outcome.contains("DecodeError"), "{}: {outcome}", String::from_utf8_lossy(body));
+        } else {
+            assert_eq!(outcome, "accepted", "{}", String::from_utf8_lossy(body));
+        }
+    }
+    let grown_mib = vm_peak_kib(pid).saturating_sub(peak_before) / 1024;
+    assert!(grown_mib < 3 * 1024, "the daemon reserved {grown_mib} MiB more for a 4 GiB length a peer declared");
+    let metrics = ferry_tests::http::metrics(&admin);
+    let connections =
+        ferry_tests::http::sample(&metrics, "ferry_transport_connections_total", "name=\"in\"").unwrap_or(0.0);
+    assert_eq!(connections, 1.0, "no reconnect: the first link took everything");
+    assert!(daemon.terminate().success());
+    assert_eq!(target.hits().len(), 3, "nothing more arrived");
+}
+
+/// The largest virtual size process `pid` has had (`VmPeak`), in KiB.
+fn vm_peak_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmPeak:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmPeak")
+}
+
+/// A peer that answers every request with `status` and a chunked body
+/// that does not end (up to 1 GiB per connection, unless the client hangs
+/// up first), and counts what it wrote.
+struct EndlessPeer {
+    addr: std::net::SocketAddr,
+    /// Bytes of body written, over every connection.
+    written: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes of body written on each connection the client closed.
+    closed: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl EndlessPeer {
+    async fn start(status: &'static str, content_type: &'static str, start: &'static str) -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let written = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let closed: std::sync::Arc<std::sync::Mutex<Vec<u64>>> = Default::default();
+        let (total, ends) = (written.clone(), closed.clone());
+        let server = tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                let (total, ends) = (total.clone(), ends.clone());
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    let _ = socket.read(&mut buf).await;
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ntransfer-encoding: chunked\r\n\r\n\
+                         {:x}\r\n{start}\r\n",
+                        start.len()
+                    );
+                    if socket.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = format!("{:x}\r\n{}\r\n", 16 * 1024, "no such device; ".repeat(1024));
+                    let mut mine = 0u64;
+                    for _ in 0..65_536 {
+                        if socket.write_all(chunk.as_bytes()).await.is_err() {
+                            ends.lock().expect("log").push(mine);
+                            return;
+                        }
+                        mine += 16 * 1024;
+                        total.fetch_add(16 * 1024, std::sync::atomic::Ordering::Relaxed);
+                    }
+                });
+            }
+        });
+        Self { addr, written, closed, server }
+    }
+
+    /// Waits until the client hung up on `n` answers, and returns the bytes
+    /// each had been sent.
+    async fn wait_for_hang_ups(&self, n: usize) -> Vec<u64> {
+        let closed = self.closed.clone();
+        eventually("the client hangs up on endless answers", move || closed.lock().is_ok_and(|c| c.len() >= n)).await;
+        self.closed.lock().expect("log").clone()
+    }
+}
+
+/// What the kernel can hold of a loopback connection beyond what the
+/// client read (the peer's send buffer and the client's receive buffer, at
+/// their largest), and 1 MiB for the client's own buffering: a peer counts
+/// it as written before it finds the client gone.
+fn socket_slack() -> u64 {
+    let max = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.split_whitespace().last().and_then(|v| v.parse::<u64>().ok()))
+            .unwrap_or(8 << 20)
+    };
+    max("/proc/sys/net/ipv4/tcp_wmem") + max("/proc/sys/net/ipv4/tcp_rmem") + (1 << 20)
+}
+
+impl Drop for EndlessPeer {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
 /// A target that answers 400 and streams a body without end: ferry reads a
 /// few KiB, drops the connection, and dead-letters the message with the
 /// status and the start of the body as its reason.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endless_error_body_is_read_only_a_few_kib_and_the_dead_letter_says_why() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let streamed = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let counter = streamed.clone();
-    let server = tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            let counter = counter.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                let _ = socket.read(&mut buf).await;
-                let head = "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n";
-                if socket.write_all(head.as_bytes()).await.is_err() {
-                    return;
-                }
-                let chunk = format!("{:x}\r\n{}\r\n", 16 * 1024, "no such device; ".repeat(1024));
-                // Up to 1 GiB unless the client hangs up first.
-                for _ in 0..65_536 {
-                    if socket.write_all(chunk.as_bytes()).await.is_err() {
-                        return;
-                    }
-                    counter.fetch_add(16 * 1024, std::sync::atomic::Ordering::Relaxed);
-                }
-            });
-        }
-    });
+    let peer = EndlessPeer::start("400 Bad Request", "text/plain", "no such device; ").await;
+    let addr = peer.addr;
     let topic = unique("hostile/endless");
     let admin = format!("127.0.0.1:{}", free_port());
     let ws = Workspace::with_plugins(&[]);
@@ -507,7 +632,7 @@ async fn an_endless_error_body_is_read_only_a_few_kib_and_the_dead_letter_says_w
     let client = TestMqtt::connect(&broker_url()).await;
     client.publish_with(&topic, "hello", &[("mqtt.message-id", "endless-1")]).await;
     wait_for_sample(&admin, "ferry_messages_dead_lettered_total", "route=\"endless\"", 1.0, WAIT);
-    let read = streamed.load(std::sync::atomic::Ordering::Relaxed);
+    let read = peer.written.load(std::sync::atomic::Ordering::Relaxed);
     assert!(read < 8 * 1024 * 1024, "ferry stopped reading the error body early ({read} bytes were written to it)");
     assert!(daemon.terminate().success());
     let letters = ws.dead_letters();
@@ -515,7 +640,62 @@ async fn an_endless_error_body_is_read_only_a_few_kib_and_the_dead_letter_says_w
         letters.iter().find(|l| l.to_string().contains("endless-1")).map(|l| l.to_string()).expect("the dead letter");
     assert!(reason.contains("400"), "the status is in the reason: {reason}");
     assert!(reason.contains("no such device"), "and the start of the body: {reason}");
-    server.abort();
+}
+
+/// An SQS endpoint that answers every call with a body without end: the
+/// SDK reads a whole answer before decoding it, so ferry bounds it
+/// (`MAX_RESPONSE_BYTES`, 32 MiB), hangs up, and tries again later, with
+/// the daemon still healthy.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_sqs_answer_is_cut_off_and_the_receiver_tries_again() {
+    let peer = EndlessPeer::start("200 OK", "application/x-amz-json-1.0", "{\"Messages\":[{\"Body\":\"").await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    let endpoint = format!("http://{}", peer.addr);
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[receivers.in]\ntype = \"sqs\"\nqueue_url = \"{endpoint}/000000000000/endless\"\nendpoint_url = \"{endpoint}\"\n\
+             wait_time_seconds = 1\n[senders.hook]\ntype = \"http\"\nurl = \"{endpoint}/unused\"\n\
+             [[routes]]\nid = \"endless\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n"
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    let cut = peer.wait_for_hang_ups(2).await;
+    // ferry_transport_sqs::client::MAX_RESPONSE_BYTES: 32 MiB.
+    let bound = (32 << 20) + socket_slack();
+    for sent in &cut {
+        assert!(*sent < bound, "ferry hung up within {bound} bytes, not after {sent}");
+    }
+    assert_eq!(get(&admin, "/healthz").map(|(s, _)| s).ok(), Some(200), "the daemon is not stuck");
+    assert!(daemon.terminate().success());
+}
+
+/// A SimpleMQ API that answers every receive with a body without end: ferry
+/// reads at most 4 MiB of it, hangs up, and polls again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_endless_simplemq_answer_is_cut_off_and_the_receiver_polls_again() {
+    let peer = EndlessPeer::start("200 OK", "application/json", "{\"messages\":[{\"content\":\"").await;
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&[]);
+    let api = format!("http://{}", peer.addr);
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[receivers.in]\ntype = \"simplemq\"\nqueue = \"endless\"\napi_key = \"key\"\napi_url = \"{api}\"\n\
+             polling_interval_ms = 100\n[senders.hook]\ntype = \"http\"\nurl = \"{api}/unused\"\n\
+             [[routes]]\nid = \"endless\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n"
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    let cut = peer.wait_for_hang_ups(2).await;
+    // SimpleMQ answers are read up to 4 MiB.
+    let bound = (4 << 20) + socket_slack();
+    for sent in &cut {
+        assert!(*sent < bound, "ferry hung up within {bound} bytes, not after {sent}");
+    }
+    assert_eq!(get(&admin, "/healthz").map(|(s, _)| s).ok(), Some(200), "the daemon is not stuck");
+    assert!(daemon.terminate().success());
 }
 
 /// A SimpleMQ API that hands out ids built to climb out of the message URL

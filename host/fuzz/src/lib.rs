@@ -119,7 +119,12 @@ pub fn amqp10_message(data: &[u8]) {
     use fe2o3_amqp::types::messaging::message::__private::Deserializable;
     use fe2o3_amqp::types::messaging::{Body, Message};
     use fe2o3_amqp::types::primitives::Value;
-    let Ok(Deserializable(message)) = serde_amqp::from_slice::<Deserializable<Message<Body<Value>>>>(data) else {
+    type Transfer = Deserializable<Message<Body<Value>>>;
+    // The receiver decodes a transfer with the stream reader (fe2o3's
+    // `decode_message_from_reader`); the slice reader is decoded for its
+    // own faults only.
+    let _ = serde_amqp::from_slice::<Transfer>(data);
+    let Ok(Deserializable(message)) = serde_amqp::from_reader::<Transfer>(data) else {
         return;
     };
     if let Ok(ingress) = ferry_transport_amqp10::ingress::to_envelope(&message, MAX_BYTES, Timestamp(0)) {

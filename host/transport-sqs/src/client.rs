@@ -6,6 +6,7 @@ use aws_config::BehaviorVersion;
 use aws_config::meta::region::RegionProviderChain;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_types::body::SdkBody;
 use ferry_core::TransportError;
 
 /// Where a queue is and how to reach it.
@@ -46,7 +47,38 @@ pub async fn client(target: &QueueTarget) -> Client {
     if let Some(endpoint) = &target.endpoint_url {
         loader = loader.endpoint_url(endpoint);
     }
-    Client::new(&loader.load().await)
+    let config = aws_sdk_sqs::config::Builder::from(&loader.load().await).interceptor(ResponseCap).build();
+    Client::from_conf(config)
+}
+
+/// The most of one SQS answer ferry reads: ten messages of SQS's largest
+/// size (1 MiB), escaped, with their attributes, fit several times over.
+pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
+
+/// Bounds every answer's body at [`MAX_RESPONSE_BYTES`]. The SDK reads a
+/// whole body before decoding it, so an endpoint that streams one without
+/// end would otherwise grow the daemon for as long as the attempt lasts;
+/// past the bound the attempt fails as a transient response error and the
+/// connection is dropped.
+#[derive(Debug)]
+struct ResponseCap;
+
+impl aws_sdk_sqs::config::Intercept for ResponseCap {
+    fn name(&self) -> &'static str {
+        "ferry::ResponseCap"
+    }
+
+    fn modify_before_deserialization(
+        &self,
+        context: &mut aws_sdk_sqs::config::interceptors::BeforeDeserializationInterceptorContextMut<'_>,
+        _: &aws_sdk_sqs::config::RuntimeComponents,
+        _: &mut aws_sdk_sqs::config::ConfigBag,
+    ) -> Result<(), aws_sdk_sqs::error::BoxError> {
+        let body = context.response_mut().body_mut();
+        let unbounded = std::mem::replace(body, SdkBody::taken());
+        *body = SdkBody::from_body_1_x(http_body_util::Limited::new(unbounded, MAX_RESPONSE_BYTES));
+        Ok(())
+    }
 }
 
 /// The queue URL: as configured, or looked up by name.
