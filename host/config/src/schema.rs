@@ -259,6 +259,32 @@ pub enum SenderConfig {
 }
 
 impl ReceiverConfig {
+    /// The receiver's `type`: its transport's name in config and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReceiverConfig::Mqtt(_) => "mqtt",
+            ReceiverConfig::Sqs(_) => "sqs",
+            ReceiverConfig::Amqp10(_) => "amqp10",
+            ReceiverConfig::Amqp091(_) => "amqp091",
+            ReceiverConfig::Http(_) => "http",
+            ReceiverConfig::Simplemq(_) => "simplemq",
+            ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
+        }
+    }
+
+    /// The checks of this receiver's own keys.
+    pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
+        match self {
+            ReceiverConfig::Mqtt(c) => c,
+            ReceiverConfig::Sqs(c) => c,
+            ReceiverConfig::Amqp10(c) => c,
+            ReceiverConfig::Amqp091(c) => c,
+            ReceiverConfig::Http(c) => c,
+            ReceiverConfig::Simplemq(c) => c,
+            ReceiverConfig::SqsEndpoint(c) => c,
+        }
+    }
+
     /// The receiver's `wire_format`.
     pub fn wire_format(&self) -> WireFormat {
         match self {
@@ -274,6 +300,32 @@ impl ReceiverConfig {
 }
 
 impl SenderConfig {
+    /// The sender's `type`: its transport's name in config and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SenderConfig::Mqtt(_) => "mqtt",
+            SenderConfig::Sqs(_) => "sqs",
+            SenderConfig::Amqp10(_) => "amqp10",
+            SenderConfig::Amqp091(_) => "amqp091",
+            SenderConfig::Http(_) => "http",
+            SenderConfig::Simplemq(_) => "simplemq",
+            SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
+        }
+    }
+
+    /// The checks of this sender's own keys.
+    pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
+        match self {
+            SenderConfig::Mqtt(c) => c,
+            SenderConfig::Sqs(c) => c,
+            SenderConfig::Amqp10(c) => c,
+            SenderConfig::Amqp091(c) => c,
+            SenderConfig::Http(c) => c,
+            SenderConfig::Simplemq(c) => c,
+            SenderConfig::SqsEndpoint(c) => c,
+        }
+    }
+
     /// The sender's `wire_format`.
     pub fn wire_format(&self) -> WireFormat {
         match self {

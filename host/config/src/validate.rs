@@ -2,7 +2,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{Config, ConfigError, DeliveryMode, EXCHANGE_TYPES, ReceiverConfig, SenderConfig};
+use crate::{
+    Amqp10ReceiverConfig, Amqp10SenderConfig, Amqp091ReceiverConfig, Amqp091SenderConfig, Config, ConfigError,
+    DeliveryMode, EXCHANGE_TYPES, HttpReceiverConfig, HttpSenderConfig, MqttReceiverConfig, MqttSenderConfig,
+    SimplemqReceiverConfig, SimplemqSenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
+    SqsReceiverConfig, SqsSenderConfig,
+};
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     let p = &config.plugins;
@@ -44,266 +49,13 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     check_store(&config.store)?;
 
-    let mut client_ids: BTreeMap<String, String> = BTreeMap::new();
-    let mut claim_client_id = |id: String, url: &str, key: String| -> Result<(), ConfigError> {
-        if id.is_empty() {
-            return Err(ConfigError::new(format!("{key}.client_id"), "must not be empty"));
-        }
-        if let Some(other) = client_ids.insert(format!("{url}\u{0}{id}"), key.clone()) {
-            return Err(ConfigError::new(
-                format!("{key}.client_id"),
-                format!(
-                    "client id {id:?} is also used by {other}; two connections with one id keep disconnecting each other"
-                ),
-            ));
-        }
-        Ok(())
-    };
-
-    let mut listeners: BTreeMap<std::net::SocketAddr, String> = BTreeMap::new();
+    let mut checks = Checks { client_ids: BTreeMap::new(), listeners: BTreeMap::new(), endpoints: &config.endpoints };
     for (name, r) in &config.receivers {
-        let key = format!("receivers.{name}");
-        match r {
-            ReceiverConfig::Mqtt(m) => {
-                check_mqtt_url(&m.url, &key)?;
-                check_tls(&m.url, "mqtts://", m.tls.as_ref(), &key)?;
-                check_qos(m.qos, &key)?;
-                check_keep_alive(m.keep_alive_secs, &key)?;
-                check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, &key)?;
-                if m.topics.is_empty() {
-                    return Err(ConfigError::new(format!("{key}.topics"), "needs at least one topic filter"));
-                }
-                for (i, t) in m.topics.iter().enumerate() {
-                    if t.is_empty() {
-                        return Err(ConfigError::new(format!("{key}.topics[{i}]"), "must not be empty"));
-                    }
-                }
-                if m.max_payload_bytes == 0 {
-                    return Err(ConfigError::new(format!("{key}.max_payload_bytes"), "must be at least 1"));
-                }
-                if let Some(group) = &m.share_group {
-                    check_share_group(group, &m.topics, &key)?;
-                }
-                if !(1..=32).contains(&m.connections) {
-                    return Err(ConfigError::new(format!("{key}.connections"), "must be between 1 and 32"));
-                }
-                if m.connections > 1
-                    && let Some((i, t)) = m.topics.iter().enumerate().find(|(_, t)| t.starts_with("$share/"))
-                {
-                    return Err(ConfigError::new(
-                        format!("{key}.topics[{i}]"),
-                        format!(
-                            "{t:?} is a shared subscription already; several connections subscribe the plain filter as one"
-                        ),
-                    ));
-                }
-                for id in m.client_ids(name) {
-                    claim_client_id(id, &m.url, key.clone())?;
-                }
-            }
-            ReceiverConfig::Sqs(q) => {
-                check_queue(&q.queue_url, &q.queue_name, &key)?;
-                if !(0..=20).contains(&q.wait_time_seconds) {
-                    return Err(ConfigError::new(format!("{key}.wait_time_seconds"), "must be between 0 and 20"));
-                }
-                if !(1..=10).contains(&q.max_messages) {
-                    return Err(ConfigError::new(format!("{key}.max_messages"), "must be between 1 and 10"));
-                }
-                if !(1..=43_200).contains(&q.visibility_timeout) {
-                    return Err(ConfigError::new(
-                        format!("{key}.visibility_timeout"),
-                        "must be between 1 and 43200 seconds",
-                    ));
-                }
-            }
-            ReceiverConfig::Amqp10(a) => {
-                check_amqp_url(&a.url, &key)?;
-                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
-                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
-                if a.address.is_empty() {
-                    return Err(ConfigError::new(format!("{key}.address"), "must name the link source"));
-                }
-                if a.credit == 0 {
-                    return Err(ConfigError::new(format!("{key}.credit"), "must be at least 1"));
-                }
-                if a.max_message_bytes == 0 {
-                    return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
-                }
-            }
-            ReceiverConfig::Http(h) => {
-                let addr: std::net::SocketAddr = h.listen.parse().map_err(|_| {
-                    ConfigError::new(format!("{key}.listen"), format!("{:?} is not an IP:port address", h.listen))
-                })?;
-                if addr.port() != 0
-                    && let Some(other) = listeners.insert(addr, key.clone())
-                {
-                    return Err(ConfigError::new(format!("{key}.listen"), format!("{other} listens there already")));
-                }
-                if !h.path.starts_with('/') {
-                    return Err(ConfigError::new(format!("{key}.path"), "must start with /"));
-                }
-                check_header_prefix(&h.header_prefix, &key)?;
-                for (k, v) in [
-                    ("max_body_bytes", h.max_body_bytes as u64),
-                    ("read_timeout_ms", h.read_timeout_ms),
-                    ("reply_timeout_ms", h.reply_timeout_ms),
-                    ("max_connections", h.max_connections as u64),
-                ] {
-                    if v == 0 {
-                        return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-                    }
-                }
-                check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
-                check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
-            }
-            ReceiverConfig::SqsEndpoint(e) => crate::endpoint::check_receiver(e, &config.endpoints, &key)?,
-            ReceiverConfig::Simplemq(q) => {
-                check_simplemq_queue(&q.queue, &format!("{key}.queue"))?;
-                check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), &key)?;
-                if !(1..=64).contains(&q.pollers) {
-                    return Err(ConfigError::new(format!("{key}.pollers"), "must be between 1 and 64"));
-                }
-                for (k, v) in [
-                    ("polling_interval_ms", q.polling_interval_ms),
-                    ("extend_every_secs", q.extend_every_secs),
-                    ("timeout_ms", q.timeout_ms),
-                    ("connect_timeout_ms", q.connect_timeout_ms),
-                ] {
-                    if v == 0 {
-                        return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-                    }
-                }
-                if q.require_rabbitmq_headers && q.headers != crate::SimplemqHeaders::Mqbridge {
-                    return Err(ConfigError::new(
-                        format!("{key}.require_rabbitmq_headers"),
-                        "needs headers = \"mqbridge\" (the rabbitmq.* names)",
-                    ));
-                }
-            }
-            ReceiverConfig::Amqp091(a) => {
-                check_amqp_url(&a.url, &key)?;
-                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
-                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
-                if a.queue.is_empty() {
-                    return Err(ConfigError::new(format!("{key}.queue"), "must name a queue"));
-                }
-                if a.single_active_consumer && a.queue_passive {
-                    return Err(ConfigError::new(
-                        format!("{key}.single_active_consumer"),
-                        "is an argument of the queue's declaration, which queue_passive leaves to whoever declares \
-                         the queue; declare it there with x-single-active-consumer, or drop queue_passive",
-                    ));
-                }
-                check_exchange_type(&a.exchange_type, &format!("{key}.exchange_type"))?;
-                if a.exchange.as_deref() == Some("") {
-                    return Err(ConfigError::new(
-                        format!("{key}.exchange"),
-                        "the default exchange cannot be bound; leave exchange unset to consume the queue as it is",
-                    ));
-                }
-                if a.exchange.is_some() && a.routing_key.keys().is_empty() {
-                    return Err(ConfigError::new(format!("{key}.routing_key"), "needs at least one binding key"));
-                }
-                if a.prefetch == 0 || a.prefetch > u32::from(u16::MAX) {
-                    return Err(ConfigError::new(format!("{key}.prefetch"), "must be between 1 and 65535"));
-                }
-                if a.max_message_bytes == 0 {
-                    return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
-                }
-            }
-        }
+        r.keys().check(name, &format!("receivers.{name}"), &mut checks)?;
     }
-    crate::endpoint::check(&config.endpoints, &listeners)?;
+    crate::endpoint::check(&config.endpoints, &checks.listeners)?;
     for (name, s) in &config.senders {
-        let key = format!("senders.{name}");
-        match s {
-            SenderConfig::Mqtt(m) => {
-                check_mqtt_url(&m.url, &key)?;
-                check_tls(&m.url, "mqtts://", m.tls.as_ref(), &key)?;
-                check_qos(m.qos, &key)?;
-                check_keep_alive(m.keep_alive_secs, &key)?;
-                check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, &key)?;
-                if m.ack_timeout_ms == 0 {
-                    return Err(ConfigError::new(format!("{key}.ack_timeout_ms"), "must be at least 1"));
-                }
-                claim_client_id(m.connection(name).client_id, &m.url, key)?;
-            }
-            SenderConfig::Sqs(q) => {
-                check_queue(&q.queue_url, &q.queue_name, &key)?;
-                if !(1..=10).contains(&q.batch_size) {
-                    return Err(ConfigError::new(format!("{key}.batch_size"), "must be between 1 and 10"));
-                }
-                if q.max_message_bytes < 1024 || q.max_message_bytes > 1024 * 1024 {
-                    return Err(ConfigError::new(
-                        format!("{key}.max_message_bytes"),
-                        "must be between 1024 and 1048576",
-                    ));
-                }
-                if q.default_message_group.is_empty() || q.default_message_group.len() > 128 {
-                    return Err(ConfigError::new(
-                        format!("{key}.default_message_group"),
-                        "must be 1 to 128 characters",
-                    ));
-                }
-            }
-            SenderConfig::Amqp10(a) => {
-                check_amqp_url(&a.url, &key)?;
-                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
-                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
-                if a.send_timeout_ms == 0 {
-                    return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
-                }
-            }
-            SenderConfig::Http(h) => {
-                if let Some(url) = &h.url {
-                    if !(url.starts_with("http://") || url.starts_with("https://")) {
-                        return Err(ConfigError::new(format!("{key}.url"), "must be an http:// or https:// URL"));
-                    }
-                    check_tls(url, "https://", h.tls.as_ref(), &key)?;
-                }
-                if !["POST", "PUT", "PATCH"].contains(&h.method.as_str()) {
-                    return Err(ConfigError::new(format!("{key}.method"), "must be POST, PUT or PATCH"));
-                }
-                check_header_prefix(&h.header_prefix, &key)?;
-                if h.timeout_ms == 0 || h.connect_timeout_ms == 0 {
-                    let k = if h.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
-                    return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-                }
-                check_secret(h.bearer_token.as_deref(), "bearer_token", &key)?;
-                check_secret(h.hmac_secret.as_deref(), "hmac_secret", &key)?;
-            }
-            SenderConfig::SqsEndpoint(e) => crate::endpoint::check_sender(e, &config.endpoints, &key)?,
-            SenderConfig::Simplemq(q) => {
-                if let Some(queue) = &q.queue {
-                    check_simplemq_queue(queue, &format!("{key}.queue"))?;
-                }
-                check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), &key)?;
-                if q.timeout_ms == 0 || q.connect_timeout_ms == 0 {
-                    let k = if q.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
-                    return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-                }
-            }
-            SenderConfig::Amqp091(a) => {
-                check_amqp_url(&a.url, &key)?;
-                check_tls(&a.url, "amqps://", a.tls.as_ref(), &key)?;
-                check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, &key)?;
-                if let Some(t) = &a.exchange_type {
-                    check_exchange_type(t, &format!("{key}.exchange_type"))?;
-                    if a.exchange.is_empty() {
-                        return Err(ConfigError::new(
-                            format!("{key}.exchange_type"),
-                            "the default exchange cannot be declared; set exchange too",
-                        ));
-                    }
-                }
-                if a.exchange_from_header && a.exchange_header.is_empty() {
-                    return Err(ConfigError::new(format!("{key}.exchange_header"), "must not be empty"));
-                }
-                if a.send_timeout_ms == 0 {
-                    return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
-                }
-            }
-        }
+        s.keys().check(name, &format!("senders.{name}"), &mut checks)?;
     }
 
     if config.routes.is_empty() && config.endpoints.sqs.is_none() {
@@ -609,5 +361,336 @@ fn check_store(store: &crate::StoreConfig) -> Result<(), ConfigError> {
             }
             Ok(())
         }
+    }
+}
+
+/// What checking one receiver or sender shares with the others: the
+/// client ids claimed so far, the listen addresses taken, the endpoints.
+pub(crate) struct Checks<'a> {
+    client_ids: BTreeMap<String, String>,
+    listeners: BTreeMap<std::net::SocketAddr, String>,
+    endpoints: &'a crate::EndpointsConfig,
+}
+
+impl Checks<'_> {
+    /// Claims client id `id` on the broker at `url` for `key`; two
+    /// connections with one id keep disconnecting each other.
+    fn claim_client_id(&mut self, id: String, url: &str, key: String) -> Result<(), ConfigError> {
+        if id.is_empty() {
+            return Err(ConfigError::new(format!("{key}.client_id"), "must not be empty"));
+        }
+        if let Some(other) = self.client_ids.insert(format!("{url}\u{0}{id}"), key.clone()) {
+            return Err(ConfigError::new(
+                format!("{key}.client_id"),
+                format!(
+                    "client id {id:?} is also used by {other}; two connections with one id keep disconnecting each other"
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The checks of a receiver's or sender's own keys, written once per
+/// config type (`key` is `receivers.NAME` or `senders.NAME`).
+pub(crate) trait CheckKeys {
+    fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError>;
+}
+
+impl CheckKeys for MqttReceiverConfig {
+    fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let m = self;
+        check_mqtt_url(&m.url, key)?;
+        check_tls(&m.url, "mqtts://", m.tls.as_ref(), key)?;
+        check_qos(m.qos, key)?;
+        check_keep_alive(m.keep_alive_secs, key)?;
+        check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, key)?;
+        if m.topics.is_empty() {
+            return Err(ConfigError::new(format!("{key}.topics"), "needs at least one topic filter"));
+        }
+        for (i, t) in m.topics.iter().enumerate() {
+            if t.is_empty() {
+                return Err(ConfigError::new(format!("{key}.topics[{i}]"), "must not be empty"));
+            }
+        }
+        if m.max_payload_bytes == 0 {
+            return Err(ConfigError::new(format!("{key}.max_payload_bytes"), "must be at least 1"));
+        }
+        if let Some(group) = &m.share_group {
+            check_share_group(group, &m.topics, key)?;
+        }
+        if !(1..=32).contains(&m.connections) {
+            return Err(ConfigError::new(format!("{key}.connections"), "must be between 1 and 32"));
+        }
+        if m.connections > 1
+            && let Some((i, t)) = m.topics.iter().enumerate().find(|(_, t)| t.starts_with("$share/"))
+        {
+            return Err(ConfigError::new(
+                format!("{key}.topics[{i}]"),
+                format!(
+                    "{t:?} is a shared subscription already; several connections subscribe the plain filter as one"
+                ),
+            ));
+        }
+        for id in m.client_ids(name) {
+            checks.claim_client_id(id, &m.url, key.to_owned())?;
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for SqsReceiverConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let q = self;
+        check_queue(&q.queue_url, &q.queue_name, key)?;
+        if !(0..=20).contains(&q.wait_time_seconds) {
+            return Err(ConfigError::new(format!("{key}.wait_time_seconds"), "must be between 0 and 20"));
+        }
+        if !(1..=10).contains(&q.max_messages) {
+            return Err(ConfigError::new(format!("{key}.max_messages"), "must be between 1 and 10"));
+        }
+        if !(1..=43_200).contains(&q.visibility_timeout) {
+            return Err(ConfigError::new(format!("{key}.visibility_timeout"), "must be between 1 and 43200 seconds"));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for Amqp10ReceiverConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let a = self;
+        check_amqp_url(&a.url, key)?;
+        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
+        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
+        if a.address.is_empty() {
+            return Err(ConfigError::new(format!("{key}.address"), "must name the link source"));
+        }
+        if a.credit == 0 {
+            return Err(ConfigError::new(format!("{key}.credit"), "must be at least 1"));
+        }
+        if a.max_message_bytes == 0 {
+            return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for HttpReceiverConfig {
+    fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let h = self;
+        let addr: std::net::SocketAddr = h.listen.parse().map_err(|_| {
+            ConfigError::new(format!("{key}.listen"), format!("{:?} is not an IP:port address", h.listen))
+        })?;
+        if addr.port() != 0
+            && let Some(other) = checks.listeners.insert(addr, key.to_owned())
+        {
+            return Err(ConfigError::new(format!("{key}.listen"), format!("{other} listens there already")));
+        }
+        if !h.path.starts_with('/') {
+            return Err(ConfigError::new(format!("{key}.path"), "must start with /"));
+        }
+        check_header_prefix(&h.header_prefix, key)?;
+        for (k, v) in [
+            ("max_body_bytes", h.max_body_bytes as u64),
+            ("read_timeout_ms", h.read_timeout_ms),
+            ("reply_timeout_ms", h.reply_timeout_ms),
+            ("max_connections", h.max_connections as u64),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+            }
+        }
+        check_secret(h.bearer_token.as_deref(), "bearer_token", key)?;
+        check_secret(h.hmac_secret.as_deref(), "hmac_secret", key)?;
+        Ok(())
+    }
+}
+
+impl CheckKeys for SqsEndpointReceiverConfig {
+    fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let e = self;
+        crate::endpoint::check_receiver(e, checks.endpoints, key)?;
+        Ok(())
+    }
+}
+
+impl CheckKeys for SimplemqReceiverConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let q = self;
+        check_simplemq_queue(&q.queue, &format!("{key}.queue"))?;
+        check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), key)?;
+        if !(1..=64).contains(&q.pollers) {
+            return Err(ConfigError::new(format!("{key}.pollers"), "must be between 1 and 64"));
+        }
+        for (k, v) in [
+            ("polling_interval_ms", q.polling_interval_ms),
+            ("extend_every_secs", q.extend_every_secs),
+            ("timeout_ms", q.timeout_ms),
+            ("connect_timeout_ms", q.connect_timeout_ms),
+        ] {
+            if v == 0 {
+                return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+            }
+        }
+        if q.require_rabbitmq_headers && q.headers != crate::SimplemqHeaders::Mqbridge {
+            return Err(ConfigError::new(
+                format!("{key}.require_rabbitmq_headers"),
+                "needs headers = \"mqbridge\" (the rabbitmq.* names)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for Amqp091ReceiverConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let a = self;
+        check_amqp_url(&a.url, key)?;
+        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
+        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
+        if a.queue.is_empty() {
+            return Err(ConfigError::new(format!("{key}.queue"), "must name a queue"));
+        }
+        if a.single_active_consumer && a.queue_passive {
+            return Err(ConfigError::new(
+                format!("{key}.single_active_consumer"),
+                "is an argument of the queue's declaration, which queue_passive leaves to whoever declares \
+                 the queue; declare it there with x-single-active-consumer, or drop queue_passive",
+            ));
+        }
+        check_exchange_type(&a.exchange_type, &format!("{key}.exchange_type"))?;
+        if a.exchange.as_deref() == Some("") {
+            return Err(ConfigError::new(
+                format!("{key}.exchange"),
+                "the default exchange cannot be bound; leave exchange unset to consume the queue as it is",
+            ));
+        }
+        if a.exchange.is_some() && a.routing_key.keys().is_empty() {
+            return Err(ConfigError::new(format!("{key}.routing_key"), "needs at least one binding key"));
+        }
+        if a.prefetch == 0 || a.prefetch > u32::from(u16::MAX) {
+            return Err(ConfigError::new(format!("{key}.prefetch"), "must be between 1 and 65535"));
+        }
+        if a.max_message_bytes == 0 {
+            return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for MqttSenderConfig {
+    fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let m = self;
+        check_mqtt_url(&m.url, key)?;
+        check_tls(&m.url, "mqtts://", m.tls.as_ref(), key)?;
+        check_qos(m.qos, key)?;
+        check_keep_alive(m.keep_alive_secs, key)?;
+        check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, key)?;
+        if m.ack_timeout_ms == 0 {
+            return Err(ConfigError::new(format!("{key}.ack_timeout_ms"), "must be at least 1"));
+        }
+        checks.claim_client_id(m.connection(name).client_id, &m.url, key.to_owned())?;
+        Ok(())
+    }
+}
+
+impl CheckKeys for SqsSenderConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let q = self;
+        check_queue(&q.queue_url, &q.queue_name, key)?;
+        if !(1..=10).contains(&q.batch_size) {
+            return Err(ConfigError::new(format!("{key}.batch_size"), "must be between 1 and 10"));
+        }
+        if q.max_message_bytes < 1024 || q.max_message_bytes > 1024 * 1024 {
+            return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be between 1024 and 1048576"));
+        }
+        if q.default_message_group.is_empty() || q.default_message_group.len() > 128 {
+            return Err(ConfigError::new(format!("{key}.default_message_group"), "must be 1 to 128 characters"));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for Amqp10SenderConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let a = self;
+        check_amqp_url(&a.url, key)?;
+        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
+        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
+        if a.send_timeout_ms == 0 {
+            return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for HttpSenderConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let h = self;
+        if let Some(url) = &h.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(ConfigError::new(format!("{key}.url"), "must be an http:// or https:// URL"));
+            }
+            check_tls(url, "https://", h.tls.as_ref(), key)?;
+        }
+        if !["POST", "PUT", "PATCH"].contains(&h.method.as_str()) {
+            return Err(ConfigError::new(format!("{key}.method"), "must be POST, PUT or PATCH"));
+        }
+        check_header_prefix(&h.header_prefix, key)?;
+        if h.timeout_ms == 0 || h.connect_timeout_ms == 0 {
+            let k = if h.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
+            return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+        }
+        check_secret(h.bearer_token.as_deref(), "bearer_token", key)?;
+        check_secret(h.hmac_secret.as_deref(), "hmac_secret", key)?;
+        Ok(())
+    }
+}
+
+impl CheckKeys for SqsEndpointSenderConfig {
+    fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let e = self;
+        crate::endpoint::check_sender(e, checks.endpoints, key)?;
+        Ok(())
+    }
+}
+
+impl CheckKeys for SimplemqSenderConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let q = self;
+        if let Some(queue) = &q.queue {
+            check_simplemq_queue(queue, &format!("{key}.queue"))?;
+        }
+        check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), key)?;
+        if q.timeout_ms == 0 || q.connect_timeout_ms == 0 {
+            let k = if q.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
+            return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl CheckKeys for Amqp091SenderConfig {
+    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        let a = self;
+        check_amqp_url(&a.url, key)?;
+        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
+        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
+        if let Some(t) = &a.exchange_type {
+            check_exchange_type(t, &format!("{key}.exchange_type"))?;
+            if a.exchange.is_empty() {
+                return Err(ConfigError::new(
+                    format!("{key}.exchange_type"),
+                    "the default exchange cannot be declared; set exchange too",
+                ));
+            }
+        }
+        if a.exchange_from_header && a.exchange_header.is_empty() {
+            return Err(ConfigError::new(format!("{key}.exchange_header"), "must not be empty"));
+        }
+        if a.send_timeout_ms == 0 {
+            return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
+        }
+        Ok(())
     }
 }

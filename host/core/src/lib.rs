@@ -4,6 +4,7 @@
 //! - [`address`]: binding address templates (`orders.{region}`).
 //! - [`error`]: failures classified once as transient or permanent.
 //! - [`failure`]: the typed reason a message failed for good.
+//! - [`fidelity`]: the probe messages of `ferry validate --explain`.
 //! - [`ports`]: the traits adapters implement — [`ports::Receiver`],
 //!   [`ports::DeliveryHandle`], [`ports::Sender`], [`ports::Processor`].
 //! - [`headers`]: the header rules every route applies on ingress.
@@ -21,6 +22,8 @@
 //! - [`tap`]: live copies of a route's messages for `ferry tap`.
 //! - [`wire`]: messages as a transport carries them, as JSON (`ferry test`).
 //! - [`supervisor`]: keeps a sender's connection up and replaces it when broken.
+//! - [`transport`]: the trait each transport crate implements for the
+//!   daemon's one table of transports.
 
 pub mod address;
 pub mod backoff;
@@ -28,6 +31,7 @@ pub mod clock;
 pub mod dlq;
 pub mod error;
 pub mod failure;
+pub mod fidelity;
 pub mod headers;
 pub mod json_wire;
 pub mod ledger;
@@ -41,6 +45,7 @@ pub mod shadow;
 pub mod supervisor;
 pub mod tap;
 pub mod trace;
+pub mod transport;
 pub mod wire;
 
 pub use error::{ErrorClass, TransportError};

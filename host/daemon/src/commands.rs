@@ -53,20 +53,11 @@ pub fn explain(path: &Path, strict: bool) -> ExitCode {
 /// `ferry validate --connect`: connects to every receiver's and sender's
 /// broker or queue and prints one line each; exit 2 when one fails.
 pub async fn probe(path: &Path) -> ExitCode {
-    use ferry_config::{ReceiverConfig, SenderConfig};
     let config = match ferry_config::load(path) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("{}: {e}", path.display());
             return ExitCode::from(2);
-        }
-    };
-    let sqs = |url: &Option<String>, name: &Option<String>, endpoint: &Option<String>, region: &Option<String>| {
-        ferry_transport_sqs::client::QueueTarget {
-            queue_url: url.clone(),
-            queue_name: name.clone(),
-            endpoint_url: endpoint.clone(),
-            region: region.clone(),
         }
     };
     let mut failed = 0;
@@ -77,54 +68,19 @@ pub async fn probe(path: &Path) -> ExitCode {
             println!("{key} ({kind}): FAILED: {e}");
         }
     };
-    let mqtt = |c| async move { ferry_transport_mqtt::connection::probe(&c).await.map(|()| "connected".to_owned()) };
-    let amqp10 = |url: String, tls: Option<ferry_config::TlsConfig>| async move {
-        ferry_transport_amqp10::connection::probe(&url, tls.as_ref()).await.map(|()| "connected".to_owned())
-    };
     for (name, r) in &config.receivers {
-        let key = format!("receivers.{name}");
-        match r {
-            ReceiverConfig::Mqtt(m) => report(key, "mqtt", mqtt(m.connection(name)).await),
-            ReceiverConfig::Amqp10(a) => report(key, "amqp10", amqp10(a.url.clone(), a.tls.clone()).await),
-            ReceiverConfig::Amqp091(a) => {
-                // A queue the receiver declares itself need not exist yet.
-                let queue = a.queue_passive.then_some(a.queue.as_str());
-                report(key, "amqp091", ferry_transport_amqp091::connection::probe(&a.url, a.tls.as_ref(), queue).await);
-            }
-            ReceiverConfig::Sqs(q) => {
-                let target = sqs(&q.queue_url, &q.queue_name, &q.endpoint_url, &q.region);
-                report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
-            }
-            ReceiverConfig::Http(h) => report(key, "http", ferry_transport_http::probe::listen(&h.listen).await),
-            // Not a receive: that would hide a message for its visibility timeout.
-            ReceiverConfig::Simplemq(q) => {
-                report(key, "simplemq", ferry_transport_http::probe::target(&q.api_url).await)
-            }
-            ReceiverConfig::SqsEndpoint(e) => {
-                report(key, "sqs_endpoint", Ok(format!("queue {} of this daemon's [endpoints.sqs]", e.queue)))
-            }
-        }
+        let result = match crate::transports::of_receiver(r) {
+            Ok(transport) => transport.probe_receiver(name, r).await,
+            Err(e) => Err(ferry_core::TransportError::permanent(e)),
+        };
+        report(format!("receivers.{name}"), r.kind(), result);
     }
     for (name, s) in &config.senders {
-        let key = format!("senders.{name}");
-        match s {
-            SenderConfig::Mqtt(m) => report(key, "mqtt", mqtt(m.connection(name)).await),
-            SenderConfig::Amqp10(a) => report(key, "amqp10", amqp10(a.url.clone(), a.tls.clone()).await),
-            SenderConfig::Amqp091(a) => {
-                report(key, "amqp091", ferry_transport_amqp091::connection::probe(&a.url, a.tls.as_ref(), None).await);
-            }
-            SenderConfig::Sqs(q) if q.queue_url.is_some() || q.queue_name.is_some() => {
-                let target = sqs(&q.queue_url, &q.queue_name, &q.endpoint_url, &q.region);
-                report(key, "sqs", ferry_transport_sqs::client::probe(&target).await);
-            }
-            SenderConfig::Sqs(_) => report(key, "sqs", Ok("no queue configured (bindings name theirs)".into())),
-            SenderConfig::Simplemq(q) => report(key, "simplemq", ferry_transport_http::probe::target(&q.api_url).await),
-            SenderConfig::SqsEndpoint(_) => report(key, "sqs_endpoint", Ok("this daemon's [endpoints.sqs]".into())),
-            SenderConfig::Http(h) => match &h.url {
-                Some(url) => report(key, "http", ferry_transport_http::probe::target(url).await),
-                None => report(key, "http", Ok("no url configured (bindings name theirs)".into())),
-            },
-        }
+        let result = match crate::transports::of_sender(s) {
+            Ok(transport) => transport.probe_sender(name, s).await,
+            Err(e) => Err(ferry_core::TransportError::permanent(e)),
+        };
+        report(format!("senders.{name}"), s.kind(), result);
     }
     if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(2) }
 }
@@ -145,24 +101,12 @@ pub fn render(path: &Path) -> ExitCode {
             // The admin token is a secret however it was written.
             let mut secrets = secrets;
             secrets.extend(config.admin.token.clone());
-            // So are the HTTP transports' tokens and signing secrets.
+            // So are the transports' own (tokens, signing secrets, API keys).
             for r in config.receivers.values() {
-                match r {
-                    ferry_config::ReceiverConfig::Http(h) => {
-                        secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
-                    }
-                    ferry_config::ReceiverConfig::Simplemq(q) => secrets.push(q.api_key.clone()),
-                    _ => {}
-                }
+                secrets.extend(crate::transports::of_receiver(r).map(|t| t.receiver_secrets(r)).unwrap_or_default());
             }
             for s in config.senders.values() {
-                match s {
-                    ferry_config::SenderConfig::Http(h) => {
-                        secrets.extend(h.bearer_token.iter().chain(&h.hmac_secret).cloned());
-                    }
-                    ferry_config::SenderConfig::Simplemq(q) => secrets.push(q.api_key.clone()),
-                    _ => {}
-                }
+                secrets.extend(crate::transports::of_sender(s).map(|t| t.sender_secrets(s)).unwrap_or_default());
             }
             // And the SQS endpoint's access key secrets.
             if let Some(sqs) = &config.endpoints.sqs {

@@ -13,6 +13,7 @@
 //! - [`watch`]: hot reload of plugins on changes in the plugin directory.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 //! - [`watchdog`]: whether the daemon is stuck (`/healthz`, `ferry_stalled`).
+//! - [`transports`]: the one table of transports, looked up by `type`.
 
 pub mod admin;
 pub mod commands;
@@ -25,6 +26,7 @@ pub mod process;
 pub mod scaffold;
 pub mod tap;
 pub mod telemetry;
+pub mod transports;
 pub mod watch;
 pub mod watchdog;
 pub mod wiring;

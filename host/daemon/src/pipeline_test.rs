@@ -584,26 +584,12 @@ fn toml_to_json(value: &toml::Value) -> Value {
 /// What a receiver with `config` makes of a fixture message (its ingress
 /// mapping).
 pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestamp) -> Result<Admitted, String> {
-    match config {
-        ReceiverConfig::Mqtt(c) => ferry_transport_mqtt::fixture::receive(input, c, now),
-        ReceiverConfig::Amqp091(c) => ferry_transport_amqp091::fixture::receive(input, c, now),
-        ReceiverConfig::Amqp10(c) => ferry_transport_amqp10::fixture::receive(input, c, now),
-        ReceiverConfig::Sqs(c) => ferry_transport_sqs::fixture::receive(input, c, now),
-        ReceiverConfig::SqsEndpoint(c) => {
-            ferry_transport_sqs::fixture::receive(input, &c.as_sqs(), now).map(|a| match a {
-                Admitted::Envelope(mut e) => {
-                    e.subject.get_or_insert_with(|| ferry_sqs_endpoint::bridge::channel(&c.queue, None));
-                    Admitted::Envelope(e)
-                }
-                other => other,
-            })
-        }
-        // The HTTP receiver reads the wire format itself (400 when malformed).
-        ReceiverConfig::Http(c) => return ferry_transport_http::fixture::receive(input, c, now),
-        ReceiverConfig::Simplemq(c) => return ferry_transport_http::fixture::receive_simplemq(input, c, now),
-    }
-    .map(|admitted| match admitted {
-        Admitted::Envelope(mut e) if config.wire_format() == ferry_config::WireFormat::Json => {
+    let transport = crate::transports::of_receiver(config)?;
+    let admitted = transport.fixture_receive(config, input, now)?;
+    Ok(match admitted {
+        Admitted::Envelope(mut e)
+            if config.wire_format() == ferry_config::WireFormat::Json && !transport.receiver_reads_wire_format() =>
+        {
             ferry_core::json_wire::unpack(&mut e);
             Admitted::Envelope(e)
         }
@@ -614,24 +600,12 @@ pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestam
 /// What a sender with `config` would send for `msg` (its egress mapping),
 /// as JSON.
 pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
-    let packed;
-    // SimpleMQ writes the wire format itself.
-    let msg = if config.wire_format() == ferry_config::WireFormat::Json && !matches!(config, SenderConfig::Simplemq(_))
-    {
-        packed = OutboundMessage { envelope: ferry_core::json_wire::pack(&msg.envelope), ..msg.clone() };
-        &packed
-    } else {
-        msg
-    };
-    match config {
-        SenderConfig::Mqtt(c) => ferry_transport_mqtt::fixture::send(c, msg, now),
-        SenderConfig::Amqp091(c) => ferry_transport_amqp091::fixture::send(c, msg, now),
-        SenderConfig::Amqp10(c) => ferry_transport_amqp10::fixture::send(c, msg),
-        SenderConfig::Sqs(c) => ferry_transport_sqs::fixture::send(c, msg),
-        SenderConfig::SqsEndpoint(c) => ferry_transport_sqs::fixture::send(&c.as_sqs(), msg),
-        SenderConfig::Http(c) => ferry_transport_http::fixture::send(c, msg),
-        SenderConfig::Simplemq(c) => ferry_transport_http::fixture::send_simplemq(c, msg),
+    let transport = crate::transports::of_sender(config).map_err(TransportError::permanent)?;
+    if config.wire_format() == ferry_config::WireFormat::Json && !transport.sender_writes_wire_format() {
+        let packed = OutboundMessage { envelope: ferry_core::json_wire::pack(&msg.envelope), ..msg.clone() };
+        return transport.fixture_send(config, &packed, now);
     }
+    transport.fixture_send(config, msg, now)
 }
 
 /// A receiver that never receives: fixtures are handed to the route.

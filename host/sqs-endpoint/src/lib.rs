@@ -17,7 +17,9 @@
 //! - [`topics`]: SNS topics, subscriptions and their fan-out to queues,
 //!   webhooks and routes; [`filter`]: subscription filter policies.
 //! - [`sns`]: the SNS actions (query protocol) on the same listener.
-//! - [`bridge`]: the `sqs_endpoint` receiver and sender routes use.
+//! - [`bridge`]: the `sqs_endpoint` receiver and sender routes use;
+//!   [`transport`]: [`SqsEndpoint`], their entry in the daemon's transport
+//!   table.
 
 pub mod actions;
 pub mod auth;
@@ -31,8 +33,10 @@ pub mod server;
 mod shared;
 pub mod sns;
 pub mod topics;
+pub mod transport;
 
 pub use engine::{Engine, Identity};
 pub use error::SqsError;
 pub use server::{ServerOptions, serve};
 pub use topics::Topics;
+pub use transport::SqsEndpoint;

@@ -13,6 +13,8 @@
 //! - [`sender`]: [`Amqp091Sender`], publisher confirms and mandatory
 //!   publishing on a supervised connection.
 //! - [`connection`]: connecting with a deadline.
+//! - [`transport`]: [`Amqp091`], the crate's entry in the daemon's transport
+//!   table.
 
 pub mod connection;
 pub mod egress;
@@ -21,6 +23,8 @@ pub mod ingress;
 pub mod receiver;
 pub mod sender;
 pub mod settle;
+pub mod transport;
 
 pub use receiver::Amqp091Receiver;
 pub use sender::Amqp091Sender;
+pub use transport::Amqp091;

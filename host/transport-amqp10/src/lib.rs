@@ -12,6 +12,8 @@
 //! - [`sender`]: [`Amqp10Sender`], one sending link; a send completes on the
 //!   broker's outcome.
 //! - [`connection`]: opening connections and sessions with a deadline.
+//! - [`transport`]: [`Amqp10`], the crate's entry in the daemon's transport
+//!   table.
 
 pub mod connection;
 pub mod egress;
@@ -19,6 +21,8 @@ pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;
+pub mod transport;
 
 pub use receiver::Amqp10Receiver;
 pub use sender::Amqp10Sender;
+pub use transport::Amqp10;

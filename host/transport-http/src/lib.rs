@@ -9,6 +9,8 @@
 //!   receiver and sender, with mqbridge's header names when asked.
 //! - [`auth`]: bearer tokens and `X-Ferry-Signature` HMACs.
 //! - [`fixture`]: requests for `ferry test`.
+//! - [`transport`]: [`Http`] and [`Simplemq`], the crate's entries in the
+//!   daemon's transport table.
 
 pub mod auth;
 pub mod fixture;
@@ -16,7 +18,9 @@ pub mod probe;
 pub mod receiver;
 pub mod sender;
 pub mod simplemq;
+pub mod transport;
 
 pub use receiver::HttpReceiver;
 pub use sender::HttpSender;
 pub use simplemq::{SimplemqReceiver, SimplemqSender};
+pub use transport::{Http, Simplemq};

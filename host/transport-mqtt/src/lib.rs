@@ -12,6 +12,8 @@
 //! - [`fixture`]: fixture publishes in and outbound publishes as JSON, for
 //!   `ferry test`.
 //! - [`connection`]: URL parsing, client options and reconnect backoff.
+//! - [`transport`]: [`Mqtt`], the crate's entry in the daemon's transport
+//!   table.
 
 pub mod connection;
 pub mod egress;
@@ -19,6 +21,8 @@ pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;
+pub mod transport;
 
 pub use receiver::MqttReceiver;
 pub use sender::MqttSender;
+pub use transport::Mqtt;

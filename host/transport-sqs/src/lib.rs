@@ -13,6 +13,8 @@
 //!   heartbeat per held message and batched deletes.
 //! - [`sender`]: [`SqsSender`], batching sends with per-message results,
 //!   FIFO group and deduplication ids, and MD5 checks.
+//! - [`transport`]: [`Sqs`], the crate's entry in the daemon's transport
+//!   table.
 
 pub mod attributes;
 pub mod client;
@@ -20,6 +22,8 @@ pub mod fixture;
 pub mod ingress;
 pub mod receiver;
 pub mod sender;
+pub mod transport;
 
 pub use receiver::SqsReceiver;
 pub use sender::SqsSender;
+pub use transport::Sqs;

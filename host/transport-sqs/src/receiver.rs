@@ -42,14 +42,15 @@ impl SqsReceiver {
     pub fn new(name: &str, config: SqsReceiverConfig, metrics: Metrics) -> Self {
         Self { name: name.to_owned(), config, metrics }
     }
+}
 
-    fn target(&self) -> QueueTarget {
-        QueueTarget {
-            queue_url: self.config.queue_url.clone(),
-            queue_name: self.config.queue_name.clone(),
-            endpoint_url: self.config.endpoint_url.clone(),
-            region: self.config.region.clone(),
-        }
+/// The queue a receiver's config names.
+pub fn target_of(config: &SqsReceiverConfig) -> QueueTarget {
+    QueueTarget {
+        queue_url: config.queue_url.clone(),
+        queue_name: config.queue_name.clone(),
+        endpoint_url: config.endpoint_url.clone(),
+        region: config.region.clone(),
     }
 }
 
@@ -69,7 +70,7 @@ struct Queue {
 impl Receiver for SqsReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
-        let target = self.target();
+        let target = target_of(&self.config);
         let conn_labels = labels(&[("kind", "sqs"), ("role", "receiver"), ("name", receiver)]);
         let sdk = client(&target).await;
         let mut failures = 0u32;

@@ -8,10 +8,9 @@
 //! once: any of them may take any request, and routes on any of them may
 //! send to or receive from the queues.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use ferry_config::{Config, EndpointAuth, ReceiverConfig, SqsEndpointConfig};
+use ferry_config::{Config, EndpointAuth, SqsEndpointConfig};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions, Topics};
 use ferry_store::Store;
@@ -22,7 +21,8 @@ use super::parts::StartError;
 
 /// (kind, role, name) of the endpoint in `/readyz` and
 /// `ferry_transport_connected`.
-pub const READINESS: (&str, &str, &str) = ("sqs_endpoint", "endpoint", "sqs");
+pub const READINESS: (&str, &str, &str) =
+    (<ferry_sqs_endpoint::SqsEndpoint as ferry_core::transport::TypedTransport>::KIND, "endpoint", "sqs");
 
 /// The endpoint, ready to serve.
 pub struct SqsEndpoint {
@@ -62,18 +62,7 @@ impl SqsEndpoint {
                 .await
                 .map_err(|e| StartError::new(format!("endpoints.sqs.topics.{name}"), e))?;
         }
-        // The receivers routes use (one left in the config but in no route
-        // would collect messages that nothing ever takes).
-        let routes: BTreeSet<(String, String)> = whole
-            .routes
-            .iter()
-            .filter_map(|route| match whole.receivers.get(&route.receiver) {
-                Some(ReceiverConfig::SqsEndpoint(e)) if !e.topic.is_empty() => {
-                    Some((e.topic.clone(), route.receiver.clone()))
-                }
-                _ => None,
-            })
-            .collect();
+        let routes = ferry_sqs_endpoint::transport::topic_receivers(whole);
         topics.retain_routes(&routes).await.map_err(|e| StartError::new("endpoints.sqs", e))?;
         for (topic, receiver) in &routes {
             topics

@@ -19,6 +19,5 @@ mod plan;
 
 pub use bridge::{Bridge, ReloadRequest};
 pub use parts::{
-    Processors, RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, kind_of_receiver,
-    kind_of_sender, leasing, store_engine,
+    Processors, RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, leasing, store_engine,
 };

@@ -12,16 +12,13 @@ use ferry_core::json_wire::{PackingSender, UnpackingReceiver};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::Binding;
-use ferry_sqs_endpoint::bridge::{EndpointReceiver, EndpointSender};
-use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
-use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
-use ferry_transport_http::{HttpReceiver, HttpSender, SimplemqReceiver, SimplemqSender};
-use ferry_transport_mqtt::{MqttReceiver, MqttSender};
-use ferry_transport_sqs::{SqsReceiver, SqsSender};
+use ferry_core::transport::Parts;
 use ferry_wasm::{
     Grants, LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, PluginWorld, WasmHeaderMapper, WasmProcessor,
 };
 use tracing::warn;
+
+use crate::transports;
 
 /// A start-up problem, with the config key it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -291,66 +288,32 @@ pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Processors
 /// URL that cannot work (a port out of range, credentials that do not
 /// decode, no host) instead of a connection retrying it for ever.
 pub fn check_urls(config: &Config) -> Result<(), StartError> {
-    let http = |url: &str| url::Url::parse(url).map(|_| ()).map_err(|e| e.to_string());
-    let mut checks: Vec<(String, Result<(), String>)> = Vec::new();
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
-        match r {
-            ReceiverConfig::Mqtt(m) => checks.push((format!("{key}.url"), mqtt_url(&m.url))),
-            ReceiverConfig::Amqp10(a) => checks.push((format!("{key}.url"), amqp10_url(&a.url))),
-            ReceiverConfig::Amqp091(a) => checks.push((format!("{key}.url"), amqp091_url(&a.url))),
-            ReceiverConfig::Sqs(q) => {
-                checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
-                checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
-            }
-            ReceiverConfig::Http(_) | ReceiverConfig::SqsEndpoint(_) => {}
-            ReceiverConfig::Simplemq(q) => checks.push((format!("{key}.api_url"), http(&q.api_url))),
-        }
+        let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+        transport.check_receiver(r).map_err(|p| StartError::new(format!("{key}.{}", p.key), p.message))?;
     }
     for (name, s) in &config.senders {
         let key = format!("senders.{name}");
-        match s {
-            SenderConfig::Mqtt(m) => checks.push((format!("{key}.url"), mqtt_url(&m.url))),
-            SenderConfig::Amqp10(a) => checks.push((format!("{key}.url"), amqp10_url(&a.url))),
-            SenderConfig::Amqp091(a) => checks.push((format!("{key}.url"), amqp091_url(&a.url))),
-            SenderConfig::Sqs(q) => {
-                checks.extend(q.queue_url.iter().map(|u| (format!("{key}.queue_url"), http(u))));
-                checks.extend(q.endpoint_url.iter().map(|u| (format!("{key}.endpoint_url"), http(u))));
-            }
-            // A template: checked once its headers are filled in.
-            SenderConfig::Http(_) | SenderConfig::SqsEndpoint(_) => {}
-            SenderConfig::Simplemq(q) => checks.push((format!("{key}.api_url"), http(&q.api_url))),
-        }
+        let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+        transport.check_sender(s).map_err(|p| StartError::new(format!("{key}.{}", p.key), p.message))?;
     }
-    match checks.into_iter().find(|(_, r)| r.is_err()) {
-        Some((key, Err(e))) => Err(StartError::new(key, e)),
-        _ => Ok(()),
-    }
-}
-
-fn mqtt_url(url: &str) -> Result<(), String> {
-    ferry_transport_mqtt::connection::parse_url(url).map(|_| ()).map_err(|e| e.to_string())
-}
-
-fn amqp10_url(url: &str) -> Result<(), String> {
-    ferry_transport_amqp10::connection::parse_url(url).map(|_| ())
-}
-
-fn amqp091_url(url: &str) -> Result<(), String> {
-    ferry_transport_amqp091::connection::parse_url(url).map(|_| ())
+    Ok(())
 }
 
 /// The SQS endpoint's topics and (through them) queues, for `sqs_endpoint`
 /// receivers and senders (`None` where no endpoint runs: the CLI).
 pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Topics>>;
 
-fn endpoint_queues<'e>(
-    queues: &'e EndpointQueues,
-    key: &str,
-) -> Result<&'e Arc<ferry_sqs_endpoint::Topics>, StartError> {
-    queues.as_ref().ok_or_else(|| {
-        StartError::new(key, "type = \"sqs_endpoint\" works in the daemon that runs [endpoints.sqs], not from the CLI")
-    })
+/// What a transport gets to build a part: the daemon's services are the
+/// endpoint's queues.
+fn parts<'a>(metrics: &'a Metrics, queues: &'a EndpointQueues, route: Option<&RouteConfig>) -> Parts<'a> {
+    Parts {
+        metrics,
+        max_in_flight: route.map_or(0, |r| r.max_in_flight),
+        durable_first: route.is_some_and(|r| r.delivery_mode == ferry_config::DeliveryMode::SharedOutbox),
+        services: queues.as_ref().map(|q| q as &(dyn std::any::Any + Send + Sync)),
+    }
 }
 
 pub(super) fn start_sender(
@@ -359,31 +322,12 @@ pub(super) fn start_sender(
     metrics: &Metrics,
     queues: &EndpointQueues,
 ) -> Result<Arc<dyn Sender>, StartError> {
-    let sender: Arc<dyn Sender> = match s {
-        SenderConfig::Mqtt(m) => Arc::new(
-            MqttSender::start(name, m.clone(), metrics.clone())
-                .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
-        ),
-        SenderConfig::Sqs(q) => SqsSender::start(name, q.clone(), metrics.clone()),
-        SenderConfig::Amqp10(a) => Amqp10Sender::start(name, a.clone(), metrics.clone()),
-        SenderConfig::Amqp091(a) => Amqp091Sender::start(name, a.clone(), metrics.clone()),
-        SenderConfig::Http(h) => HttpSender::start(name, h.clone(), metrics.clone())
-            .map_err(|e| StartError::new(format!("senders.{name}"), e))?,
-        SenderConfig::SqsEndpoint(e) => Arc::new(EndpointSender::new(
-            name,
-            e.clone(),
-            endpoint_queues(queues, &format!("senders.{name}"))?.queues.clone(),
-            metrics.clone(),
-        )),
-        // Writes the wire format itself (in mqbridge's names when asked).
-        SenderConfig::Simplemq(q) => {
-            return Ok(SimplemqSender::start(name, q.clone(), metrics.clone())
-                .map_err(|e| StartError::new(format!("senders.{name}"), e))?);
-        }
-    };
+    let key = format!("senders.{name}");
+    let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+    let sender = transport.sender(name, s, &parts(metrics, queues, None)).map_err(|e| StartError::new(&key, e))?;
     Ok(match s.wire_format() {
-        WireFormat::Json => Arc::new(PackingSender::new(sender)),
-        WireFormat::None => sender,
+        WireFormat::Json if !transport.sender_writes_wire_format() => Arc::new(PackingSender::new(sender)),
+        _ => sender,
     })
 }
 
@@ -394,32 +338,15 @@ pub(super) fn new_receiver(
     metrics: &Metrics,
     queues: &EndpointQueues,
 ) -> Result<Arc<dyn Receiver>, StartError> {
-    let receiver: Arc<dyn Receiver> = match r {
-        ReceiverConfig::Mqtt(m) => Arc::new(MqttReceiver::new(
-            name,
-            m.clone(),
-            u16::try_from(route.max_in_flight).unwrap_or(u16::MAX),
-            metrics.clone(),
-        )),
-        ReceiverConfig::Sqs(q) => Arc::new(SqsReceiver::new(name, q.clone(), metrics.clone())),
-        ReceiverConfig::Amqp10(a) => Arc::new(Amqp10Receiver::new(name, a.clone(), metrics.clone())),
-        ReceiverConfig::Amqp091(a) => Arc::new(Amqp091Receiver::new(name, a.clone(), metrics.clone())),
-        // Reads the wire format itself: a malformed body is its caller's 400.
-        ReceiverConfig::Http(h) => {
-            let durable_first = route.delivery_mode == ferry_config::DeliveryMode::SharedOutbox;
-            return Ok(Arc::new(HttpReceiver::new(name, h.clone(), durable_first, metrics.clone())));
-        }
-        ReceiverConfig::Simplemq(q) => return Ok(Arc::new(SimplemqReceiver::new(name, q.clone(), metrics.clone()))),
-        ReceiverConfig::SqsEndpoint(e) => Arc::new(EndpointReceiver::new(
-            name,
-            e.clone(),
-            endpoint_queues(queues, &format!("receivers.{name}"))?.clone(),
-            metrics.clone(),
-        )),
-    };
+    let key = format!("receivers.{name}");
+    let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+    let receiver =
+        transport.receiver(name, r, &parts(metrics, queues, Some(route))).map_err(|e| StartError::new(&key, e))?;
     Ok(match r.wire_format() {
-        WireFormat::Json => Arc::new(UnpackingReceiver::new(receiver, name, metrics.clone())),
-        WireFormat::None => receiver,
+        WireFormat::Json if !transport.receiver_reads_wire_format() => {
+            Arc::new(UnpackingReceiver::new(receiver, name, metrics.clone()))
+        }
+        _ => receiver,
     })
 }
 
@@ -529,31 +456,5 @@ pub(super) fn injected_fault() -> Option<ferry_store::Fault> {
         "hang" => Some(ferry_store::Fault::Hang(op)),
         "fail" => Some(ferry_store::Fault::Fail(op)),
         _ => None,
-    }
-}
-
-/// The transport type of a receiver, as config and metrics name it.
-pub fn kind_of_receiver(r: &ReceiverConfig) -> &'static str {
-    match r {
-        ReceiverConfig::Mqtt(_) => "mqtt",
-        ReceiverConfig::Sqs(_) => "sqs",
-        ReceiverConfig::Amqp10(_) => "amqp10",
-        ReceiverConfig::Amqp091(_) => "amqp091",
-        ReceiverConfig::Http(_) => "http",
-        ReceiverConfig::Simplemq(_) => "simplemq",
-        ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
-    }
-}
-
-/// The transport type of a sender, as config and metrics name it.
-pub fn kind_of_sender(s: &SenderConfig) -> &'static str {
-    match s {
-        SenderConfig::Mqtt(_) => "mqtt",
-        SenderConfig::Sqs(_) => "sqs",
-        SenderConfig::Amqp10(_) => "amqp10",
-        SenderConfig::Amqp091(_) => "amqp091",
-        SenderConfig::Http(_) => "http",
-        SenderConfig::Simplemq(_) => "simplemq",
-        SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
     }
 }

@@ -16,9 +16,8 @@ use ferry_wasm::{LoadedPlugin, PluginEngine, PluginRegistry};
 use tracing::warn;
 
 use super::parts::{
-    EndpointQueues, StartError, binding_mappers, build_chain, build_mappers, chain_plugins, kind_of_receiver,
-    kind_of_sender, load_plugins, make_bindings, new_engine, new_receiver, plugin_limits, shadow_plugins, start_sender,
-    uses_plugins,
+    EndpointQueues, StartError, binding_mappers, build_chain, build_mappers, chain_plugins, load_plugins,
+    make_bindings, new_engine, new_receiver, plugin_limits, shadow_plugins, start_sender, uses_plugins,
 };
 use crate::admin::Readiness;
 
@@ -233,14 +232,11 @@ pub(super) async fn prepare(
         routes.push(PlannedRoute { key, route: Arc::new(route) });
     }
 
-    let mut transports: Vec<(String, String, String)> = config
-        .senders
-        .iter()
-        .map(|(name, s)| (kind_of_sender(s).to_owned(), "sender".to_owned(), name.clone()))
-        .collect();
+    let mut transports: Vec<(String, String, String)> =
+        config.senders.iter().map(|(name, s)| (s.kind().to_owned(), "sender".to_owned(), name.clone())).collect();
     for route in &config.routes {
         if let Some(r) = config.receivers.get(&route.receiver) {
-            transports.push((kind_of_receiver(r).to_owned(), "receiver".to_owned(), route.receiver.clone()));
+            transports.push((r.kind().to_owned(), "receiver".to_owned(), route.receiver.clone()));
         }
     }
     if config.endpoints.sqs.is_some() {

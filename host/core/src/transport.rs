@@ -1,0 +1,275 @@
+//! The one trait a transport crate implements so the daemon can use it
+//! without knowing it: building receivers and senders from their config,
+//! the URL checks of `ferry validate`, the `--connect` probe, the `ferry
+//! test` fixtures, the `--explain` probe and the secrets `ferry render`
+//! masks.
+//!
+//! A transport implements [`TypedTransport`] on its own config types; the
+//! daemon holds one table of them as `&dyn` [`Transport`] and looks each
+//! receiver and sender up by its `type`. Adding a transport is a crate and
+//! a line in that table.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ferry_config::{ReceiverConfig, SenderConfig};
+use ferry_envelope::Timestamp;
+
+use crate::TransportError;
+use crate::fidelity::{Find, Probe};
+use crate::metrics::Metrics;
+use crate::ports::{OutboundMessage, Receiver, Sender};
+use crate::wire::toml_value::Value as TomlValue;
+use crate::wire::{Admitted, View};
+
+/// What the daemon hands a transport to build a receiver or a sender.
+pub struct Parts<'a> {
+    pub metrics: &'a Metrics,
+    /// The route's `max_in_flight` (a receiver's own prefetch or window).
+    pub max_in_flight: usize,
+    /// The route is `shared_outbox`: a receiver that answers its caller
+    /// (HTTP) may answer once the message is durable.
+    pub durable_first: bool,
+    /// What the daemon runs that a transport may serve from (the SQS
+    /// endpoint's queues); `None` outside a daemon (the CLI).
+    pub services: Option<&'a (dyn Any + Send + Sync)>,
+}
+
+/// A config problem a transport found: the key below the receiver's or
+/// sender's own (`url`, `api_url`) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyProblem {
+    pub key: String,
+    pub message: String,
+}
+
+impl KeyProblem {
+    pub fn new(key: impl Into<String>, message: impl ToString) -> Self {
+        Self { key: key.into(), message: message.to_string() }
+    }
+}
+
+/// A transport as its crate writes it, on its own config types.
+#[async_trait]
+pub trait TypedTransport: Send + Sync + 'static {
+    /// `[receivers.NAME]` of this transport.
+    type ReceiverConfig: Send + Sync;
+    /// `[senders.NAME]` of this transport.
+    type SenderConfig: Send + Sync;
+
+    /// The `type` in config and the `kind` label in metrics (`mqtt`).
+    const KIND: &'static str;
+
+    /// This transport's receiver config, if `config` is one.
+    fn receiver_config(config: &ReceiverConfig) -> Option<&Self::ReceiverConfig>;
+    /// This transport's sender config, if `config` is one.
+    fn sender_config(config: &SenderConfig) -> Option<&Self::SenderConfig>;
+
+    /// Parses what the receiver connects to with the code it connects
+    /// with, so a URL that cannot work is refused at validation rather
+    /// than retried at connect.
+    fn check_receiver(&self, config: &Self::ReceiverConfig) -> Result<(), KeyProblem> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// As [`TypedTransport::check_receiver`], for a sender.
+    fn check_sender(&self, config: &Self::SenderConfig) -> Result<(), KeyProblem> {
+        let _ = config;
+        Ok(())
+    }
+
+    /// The receiver `name`; nothing connects until it runs.
+    fn receiver(
+        &self,
+        name: &str,
+        config: &Self::ReceiverConfig,
+        parts: &Parts<'_>,
+    ) -> Result<Arc<dyn Receiver>, String>;
+
+    /// The sender `name`, connecting in the background.
+    fn sender(&self, name: &str, config: &Self::SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String>;
+
+    /// Whether the receiver reads the JSON wire format itself (the daemon
+    /// unpacks it for the others).
+    fn receiver_reads_wire_format(&self) -> bool {
+        false
+    }
+
+    /// Whether the sender writes the JSON wire format itself (the daemon
+    /// packs it for the others).
+    fn sender_writes_wire_format(&self) -> bool {
+        false
+    }
+
+    /// `ferry validate --connect`: connects as the receiver would, under
+    /// an identity of its own, and says what it found.
+    async fn probe_receiver(&self, name: &str, config: &Self::ReceiverConfig) -> Result<String, TransportError>;
+
+    /// As [`TypedTransport::probe_receiver`], for a sender.
+    async fn probe_sender(&self, name: &str, config: &Self::SenderConfig) -> Result<String, TransportError>;
+
+    /// `ferry test`: what the receiver makes of a fixture message (its
+    /// ingress mapping), before the wire format is unpacked.
+    fn fixture_receive(
+        &self,
+        config: &Self::ReceiverConfig,
+        input: TomlValue,
+        now: Timestamp,
+    ) -> Result<Admitted, String>;
+
+    /// `ferry test`: what the sender would send for `msg` (its egress
+    /// mapping), as JSON.
+    fn fixture_send(
+        &self,
+        config: &Self::SenderConfig,
+        msg: &OutboundMessage,
+        now: Timestamp,
+    ) -> Result<View, TransportError>;
+
+    /// Secrets in the receiver's config that `ferry render` masks (tokens,
+    /// API keys; passwords in URLs are masked anyway).
+    fn receiver_secrets(&self, config: &Self::ReceiverConfig) -> Vec<String> {
+        let _ = config;
+        Vec::new()
+    }
+
+    /// As [`TypedTransport::receiver_secrets`], for a sender.
+    fn sender_secrets(&self, config: &Self::SenderConfig) -> Vec<String> {
+        let _ = config;
+        Vec::new()
+    }
+
+    /// `ferry validate --explain`: a fixture message for the receiver that
+    /// carries everything this transport can carry, and where each lands.
+    fn fidelity_probe(&self, config: &Self::ReceiverConfig) -> Probe;
+
+    /// Why only some of the extra headers reach this transport's sender.
+    fn lossy_note(&self) -> &'static str {
+        "the target cannot carry them"
+    }
+
+    /// Why this transport's sender lost what `find` looks for, where it
+    /// can say.
+    fn lost_note(&self, find: Find) -> Option<&'static str> {
+        (find == Find::Expiry).then_some("the target gets no expiry")
+    }
+}
+
+/// A transport as the daemon holds it: [`TypedTransport`] over the whole
+/// [`ReceiverConfig`] and [`SenderConfig`]. Handed another kind's config,
+/// each method fails (a wiring bug) rather than guessing.
+#[async_trait]
+pub trait Transport: Send + Sync {
+    fn kind(&self) -> &'static str;
+    fn check_receiver(&self, config: &ReceiverConfig) -> Result<(), KeyProblem>;
+    fn check_sender(&self, config: &SenderConfig) -> Result<(), KeyProblem>;
+    fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
+    fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String>;
+    fn receiver_reads_wire_format(&self) -> bool;
+    fn sender_writes_wire_format(&self) -> bool;
+    async fn probe_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<String, TransportError>;
+    async fn probe_sender(&self, name: &str, config: &SenderConfig) -> Result<String, TransportError>;
+    fn fixture_receive(&self, config: &ReceiverConfig, input: TomlValue, now: Timestamp) -> Result<Admitted, String>;
+    fn fixture_send(
+        &self,
+        config: &SenderConfig,
+        msg: &OutboundMessage,
+        now: Timestamp,
+    ) -> Result<View, TransportError>;
+    fn receiver_secrets(&self, config: &ReceiverConfig) -> Vec<String>;
+    fn sender_secrets(&self, config: &SenderConfig) -> Vec<String>;
+    fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String>;
+    fn lossy_note(&self) -> &'static str;
+    fn lost_note(&self, find: Find) -> Option<&'static str>;
+}
+
+fn wrong_kind(transport: &str, got: &str) -> String {
+    format!("the {transport} transport was handed a {got} config (a wiring bug)")
+}
+
+fn receiver_of<T: TypedTransport>(config: &ReceiverConfig) -> Result<&T::ReceiverConfig, String> {
+    T::receiver_config(config).ok_or_else(|| wrong_kind(T::KIND, config.kind()))
+}
+
+fn sender_of<T: TypedTransport>(config: &SenderConfig) -> Result<&T::SenderConfig, String> {
+    T::sender_config(config).ok_or_else(|| wrong_kind(T::KIND, config.kind()))
+}
+
+#[async_trait]
+impl<T: TypedTransport> Transport for T {
+    fn kind(&self) -> &'static str {
+        T::KIND
+    }
+
+    fn check_receiver(&self, config: &ReceiverConfig) -> Result<(), KeyProblem> {
+        let c = receiver_of::<T>(config).map_err(|e| KeyProblem::new("type", e))?;
+        TypedTransport::check_receiver(self, c)
+    }
+
+    fn check_sender(&self, config: &SenderConfig) -> Result<(), KeyProblem> {
+        let c = sender_of::<T>(config).map_err(|e| KeyProblem::new("type", e))?;
+        TypedTransport::check_sender(self, c)
+    }
+
+    fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {
+        TypedTransport::receiver(self, name, receiver_of::<T>(config)?, parts)
+    }
+
+    fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
+        TypedTransport::sender(self, name, sender_of::<T>(config)?, parts)
+    }
+
+    fn receiver_reads_wire_format(&self) -> bool {
+        TypedTransport::receiver_reads_wire_format(self)
+    }
+
+    fn sender_writes_wire_format(&self) -> bool {
+        TypedTransport::sender_writes_wire_format(self)
+    }
+
+    async fn probe_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<String, TransportError> {
+        let c = receiver_of::<T>(config).map_err(TransportError::permanent)?;
+        TypedTransport::probe_receiver(self, name, c).await
+    }
+
+    async fn probe_sender(&self, name: &str, config: &SenderConfig) -> Result<String, TransportError> {
+        let c = sender_of::<T>(config).map_err(TransportError::permanent)?;
+        TypedTransport::probe_sender(self, name, c).await
+    }
+
+    fn fixture_receive(&self, config: &ReceiverConfig, input: TomlValue, now: Timestamp) -> Result<Admitted, String> {
+        TypedTransport::fixture_receive(self, receiver_of::<T>(config)?, input, now)
+    }
+
+    fn fixture_send(
+        &self,
+        config: &SenderConfig,
+        msg: &OutboundMessage,
+        now: Timestamp,
+    ) -> Result<View, TransportError> {
+        let c = sender_of::<T>(config).map_err(TransportError::permanent)?;
+        TypedTransport::fixture_send(self, c, msg, now)
+    }
+
+    fn receiver_secrets(&self, config: &ReceiverConfig) -> Vec<String> {
+        T::receiver_config(config).map(|c| TypedTransport::receiver_secrets(self, c)).unwrap_or_default()
+    }
+
+    fn sender_secrets(&self, config: &SenderConfig) -> Vec<String> {
+        T::sender_config(config).map(|c| TypedTransport::sender_secrets(self, c)).unwrap_or_default()
+    }
+
+    fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String> {
+        Ok(TypedTransport::fidelity_probe(self, receiver_of::<T>(config)?))
+    }
+
+    fn lossy_note(&self) -> &'static str {
+        TypedTransport::lossy_note(self)
+    }
+
+    fn lost_note(&self, find: Find) -> Option<&'static str> {
+        TypedTransport::lost_note(self, find)
+    }
+}

@@ -1,0 +1,80 @@
+//! The transports this daemon speaks: one table, in which every receiver
+//! and sender is looked up by its `type`. A new built-in transport is its
+//! crate (an implementation of [`ferry_core::transport::TypedTransport`])
+//! and one line here.
+
+use ferry_config::{ReceiverConfig, SenderConfig};
+use ferry_core::transport::Transport;
+
+/// Every built-in transport.
+pub static TRANSPORTS: &[&dyn Transport] = &[
+    &ferry_transport_mqtt::Mqtt,
+    &ferry_transport_sqs::Sqs,
+    &ferry_transport_amqp10::Amqp10,
+    &ferry_transport_amqp091::Amqp091,
+    &ferry_transport_http::Http,
+    &ferry_transport_http::Simplemq,
+    &ferry_sqs_endpoint::SqsEndpoint,
+];
+
+/// The transport of `kind`.
+pub fn find(kind: &str) -> Option<&'static dyn Transport> {
+    TRANSPORTS.iter().copied().find(|t| t.kind() == kind)
+}
+
+/// The transport a receiver's config names, or why there is none.
+pub fn of_receiver(config: &ReceiverConfig) -> Result<&'static dyn Transport, String> {
+    find(config.kind()).ok_or_else(|| format!("no transport {:?} in this build", config.kind()))
+}
+
+/// The transport a sender's config names, or why there is none.
+pub fn of_sender(config: &SenderConfig) -> Result<&'static dyn Transport, String> {
+    find(config.kind()).ok_or_else(|| format!("no transport {:?} in this build", config.kind()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `type` the config schema accepts has exactly one transport.
+    #[test]
+    fn every_config_type_has_one_transport() {
+        let schema = ferry_config::json_schema();
+        let mut kinds: Vec<String> = Vec::new();
+        collect_type_consts(&schema, &mut kinds);
+        kinds.sort();
+        kinds.dedup();
+        assert!(kinds.len() >= TRANSPORTS.len(), "found the schema's types: {kinds:?}");
+        for kind in &kinds {
+            let n = TRANSPORTS.iter().filter(|t| t.kind() == kind).count();
+            assert_eq!(n, 1, "transport {kind:?} is in the table {n} times");
+        }
+        assert_eq!(kinds.len(), TRANSPORTS.len(), "the table has transports no config can name: {kinds:?}");
+    }
+
+    /// The `const` of every `type` property in the schema (one per
+    /// receiver and sender variant).
+    fn collect_type_consts(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(kind) = map.get("properties").and_then(|p| p.get("type")) {
+                    collect_consts(kind, out);
+                }
+                map.values().for_each(|v| collect_type_consts(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect_type_consts(v, out)),
+            _ => {}
+        }
+    }
+
+    fn collect_consts(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                out.extend(map.get("const").and_then(|c| c.as_str()).map(str::to_owned));
+                map.values().for_each(|v| collect_consts(v, out));
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect_consts(v, out)),
+            _ => {}
+        }
+    }
+}

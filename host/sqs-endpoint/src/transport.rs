@@ -1,0 +1,117 @@
+//! [`SqsEndpoint`], the `sqs_endpoint` entry in the daemon's transport
+//! table: routes to and from the queues this daemon serves.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ferry_config::{Config, ReceiverConfig, SenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
+use ferry_core::TransportError;
+use ferry_core::fidelity::Probe;
+use ferry_core::ports::{OutboundMessage, Receiver, Sender};
+use ferry_core::transport::{Parts, TypedTransport};
+use ferry_core::wire::toml_value::Value;
+use ferry_core::wire::{Admitted, View};
+use ferry_envelope::Timestamp;
+
+use crate::Topics;
+use crate::bridge::{EndpointReceiver, EndpointSender, channel};
+
+/// The queues of this daemon's `[endpoints.sqs]` (`type = "sqs_endpoint"`).
+/// It serves from the daemon's [`Topics`], handed over as
+/// [`Parts::services`].
+pub struct SqsEndpoint;
+
+fn topics<'a>(parts: &'a Parts<'_>) -> Result<&'a Arc<Topics>, String> {
+    parts
+        .services
+        .and_then(|s| s.downcast_ref::<Arc<Topics>>())
+        .ok_or_else(|| "type = \"sqs_endpoint\" works in the daemon that runs [endpoints.sqs], not from the CLI".into())
+}
+
+#[async_trait]
+impl TypedTransport for SqsEndpoint {
+    type ReceiverConfig = SqsEndpointReceiverConfig;
+    type SenderConfig = SqsEndpointSenderConfig;
+    const KIND: &'static str = "sqs_endpoint";
+
+    fn receiver_config(config: &ReceiverConfig) -> Option<&SqsEndpointReceiverConfig> {
+        if let ReceiverConfig::SqsEndpoint(c) = config { Some(c) } else { None }
+    }
+
+    fn sender_config(config: &SenderConfig) -> Option<&SqsEndpointSenderConfig> {
+        if let SenderConfig::SqsEndpoint(c) = config { Some(c) } else { None }
+    }
+
+    fn receiver(
+        &self,
+        name: &str,
+        config: &SqsEndpointReceiverConfig,
+        parts: &Parts<'_>,
+    ) -> Result<Arc<dyn Receiver>, String> {
+        Ok(Arc::new(EndpointReceiver::new(name, config.clone(), topics(parts)?.clone(), parts.metrics.clone())))
+    }
+
+    fn sender(
+        &self,
+        name: &str,
+        config: &SqsEndpointSenderConfig,
+        parts: &Parts<'_>,
+    ) -> Result<Arc<dyn Sender>, String> {
+        let queues = topics(parts)?.queues.clone();
+        Ok(Arc::new(EndpointSender::new(name, config.clone(), queues, parts.metrics.clone())))
+    }
+
+    async fn probe_receiver(&self, _: &str, config: &SqsEndpointReceiverConfig) -> Result<String, TransportError> {
+        Ok(format!("queue {} of this daemon's [endpoints.sqs]", config.queue))
+    }
+
+    async fn probe_sender(&self, _: &str, _: &SqsEndpointSenderConfig) -> Result<String, TransportError> {
+        Ok("this daemon's [endpoints.sqs]".into())
+    }
+
+    /// As an SQS receiver reads the same message, with the subject the
+    /// endpoint's queue gives it.
+    fn fixture_receive(
+        &self,
+        config: &SqsEndpointReceiverConfig,
+        input: Value,
+        now: Timestamp,
+    ) -> Result<Admitted, String> {
+        ferry_transport_sqs::fixture::receive(input, &config.as_sqs(), now).map(|admitted| match admitted {
+            Admitted::Envelope(mut e) => {
+                e.subject.get_or_insert_with(|| channel(&config.queue, None));
+                Admitted::Envelope(e)
+            }
+            other => other,
+        })
+    }
+
+    fn fixture_send(
+        &self,
+        config: &SqsEndpointSenderConfig,
+        msg: &OutboundMessage,
+        _: Timestamp,
+    ) -> Result<View, TransportError> {
+        ferry_transport_sqs::fixture::send(&config.as_sqs(), msg)
+    }
+
+    fn fidelity_probe(&self, _: &SqsEndpointReceiverConfig) -> Probe {
+        ferry_transport_sqs::transport::fidelity_probe()
+    }
+}
+
+/// The (topic, receiver) of every `sqs_endpoint` receiver a route uses
+/// that receives from a topic: the routes the endpoint attaches to its
+/// topics (a receiver left in the config but in no route would collect
+/// messages that nothing ever takes).
+pub fn topic_receivers(config: &Config) -> BTreeSet<(String, String)> {
+    config
+        .routes
+        .iter()
+        .filter_map(|route| {
+            let receiver = config.receivers.get(&route.receiver).and_then(SqsEndpoint::receiver_config)?;
+            (!receiver.topic.is_empty()).then(|| (receiver.topic.clone(), route.receiver.clone()))
+        })
+        .collect()
+}

@@ -1,0 +1,125 @@
+//! [`Amqp10`], this crate's entry in the daemon's transport table.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use ferry_config::{Amqp10ReceiverConfig, Amqp10SenderConfig, ReceiverConfig, SenderConfig};
+use ferry_core::TransportError;
+use ferry_core::fidelity::{
+    CONTENT_TYPE, CORRELATION, EXTRA, Find, ID, Probe, REPLY_TO, SUBJECT, feature, table, text, typed_features,
+    typed_headers,
+};
+use ferry_core::ports::{OutboundMessage, Receiver, Sender};
+use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
+use ferry_core::wire::toml_value::Value;
+use ferry_core::wire::{Admitted, View};
+use ferry_envelope::Timestamp;
+
+use crate::{Amqp10Receiver, Amqp10Sender, connection, fixture};
+
+/// AMQP 1.0 (`type = "amqp10"`).
+pub struct Amqp10;
+
+fn check_url(url: &str) -> Result<(), KeyProblem> {
+    connection::parse_url(url).map(|_| ()).map_err(|e| KeyProblem::new("url", e))
+}
+
+#[async_trait]
+impl TypedTransport for Amqp10 {
+    type ReceiverConfig = Amqp10ReceiverConfig;
+    type SenderConfig = Amqp10SenderConfig;
+    const KIND: &'static str = "amqp10";
+
+    fn receiver_config(config: &ReceiverConfig) -> Option<&Amqp10ReceiverConfig> {
+        if let ReceiverConfig::Amqp10(c) = config { Some(c) } else { None }
+    }
+
+    fn sender_config(config: &SenderConfig) -> Option<&Amqp10SenderConfig> {
+        if let SenderConfig::Amqp10(c) = config { Some(c) } else { None }
+    }
+
+    fn check_receiver(&self, config: &Amqp10ReceiverConfig) -> Result<(), KeyProblem> {
+        check_url(&config.url)
+    }
+
+    fn check_sender(&self, config: &Amqp10SenderConfig) -> Result<(), KeyProblem> {
+        check_url(&config.url)
+    }
+
+    fn receiver(
+        &self,
+        name: &str,
+        config: &Amqp10ReceiverConfig,
+        parts: &Parts<'_>,
+    ) -> Result<Arc<dyn Receiver>, String> {
+        Ok(Arc::new(Amqp10Receiver::new(name, config.clone(), parts.metrics.clone())))
+    }
+
+    fn sender(&self, name: &str, config: &Amqp10SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
+        Ok(Amqp10Sender::start(name, config.clone(), parts.metrics.clone()))
+    }
+
+    async fn probe_receiver(&self, _: &str, config: &Amqp10ReceiverConfig) -> Result<String, TransportError> {
+        connection::probe(&config.url, config.tls.as_ref()).await.map(|()| "connected".to_owned())
+    }
+
+    async fn probe_sender(&self, _: &str, config: &Amqp10SenderConfig) -> Result<String, TransportError> {
+        connection::probe(&config.url, config.tls.as_ref()).await.map(|()| "connected".to_owned())
+    }
+
+    fn fixture_receive(&self, config: &Amqp10ReceiverConfig, input: Value, now: Timestamp) -> Result<Admitted, String> {
+        fixture::receive(input, config, now)
+    }
+
+    fn fixture_send(
+        &self,
+        config: &Amqp10SenderConfig,
+        msg: &OutboundMessage,
+        _: Timestamp,
+    ) -> Result<View, TransportError> {
+        fixture::send(config, msg)
+    }
+
+    fn fidelity_probe(&self, _: &Amqp10ReceiverConfig) -> Probe {
+        let input = table(&[
+            ("payload".into(), text("{}")),
+            ("header".into(), table(&[("ttl".into(), Value::Integer(3_600_000))])),
+            (
+                "properties".into(),
+                table(&[
+                    ("message_id".into(), text(ID)),
+                    ("correlation_id".into(), text(CORRELATION)),
+                    ("subject".into(), text(SUBJECT)),
+                    ("content_type".into(), text(CONTENT_TYPE)),
+                    ("reply_to".into(), text(REPLY_TO)),
+                    ("to".into(), text("probe-to-7f3a")),
+                    ("group_id".into(), text("probe-group-7f3a")),
+                ]),
+            ),
+            ("application_properties".into(), table(&typed_headers())),
+        ]);
+        let mut features = vec![
+            feature("identity (message-id)", Find::Value(ID)),
+            feature("subject", Find::Value(SUBJECT)),
+            feature("correlation id", Find::Value(CORRELATION)),
+            feature("content type", Find::Value(CONTENT_TYPE)),
+            feature("reply-to", Find::Value(REPLY_TO)),
+            feature("to", Find::Value("probe-to-7f3a")),
+            feature("group id", Find::Value("probe-group-7f3a")),
+            feature("expiry (ttl)", Find::Expiry),
+        ];
+        features.extend(typed_features().into_iter().map(|mut f| {
+            f.what = match f.what {
+                "text header" => "text application property",
+                "integer header" => "integer application property",
+                "float header" => "float application property",
+                "boolean header" => "boolean application property",
+                "time header" => "timestamp application property",
+                _ => "binary application property",
+            };
+            f
+        }));
+        features.push(feature("application properties (18)", Find::Extras));
+        Probe { input, features, extras_in: EXTRA + 6 }
+    }
+}
