@@ -604,6 +604,33 @@ fn socket_slack() -> u64 {
     max("/proc/sys/net/ipv4/tcp_wmem") + max("/proc/sys/net/ipv4/tcp_rmem") + (1 << 20)
 }
 
+impl EndlessPeer {
+    /// Runs the daemon with `receiver` (the body of `[receivers.in]`)
+    /// polling this peer, and checks that it hung up on two answers, each
+    /// within `cap` bytes read (plus what the kernel buffers), and that the
+    /// daemon is still healthy.
+    async fn check_receiver_hangs_up(&self, receiver: &str, cap: u64) {
+        let admin = format!("127.0.0.1:{}", free_port());
+        let ws = Workspace::with_plugins(&[]);
+        ws.config(&with_admin(
+            &admin,
+            format!(
+                "[receivers.in]\n{receiver}\n[senders.hook]\ntype = \"http\"\nurl = \"http://{}/unused\"\n\
+                 [[routes]]\nid = \"endless\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n",
+                self.addr
+            ),
+        ));
+        let daemon = Daemon::start(&ws, 0);
+        let cut = self.wait_for_hang_ups(2).await;
+        let bound = cap + socket_slack();
+        for sent in &cut {
+            assert!(*sent < bound, "ferry hung up within {bound} bytes, not after {sent}");
+        }
+        assert_eq!(get(&admin, "/healthz").map(|(s, _)| s).ok(), Some(200), "the daemon is not stuck");
+        assert!(daemon.terminate().success());
+    }
+}
+
 impl Drop for EndlessPeer {
     fn drop(&mut self) {
         self.server.abort();
@@ -649,26 +676,13 @@ async fn an_endless_error_body_is_read_only_a_few_kib_and_the_dead_letter_says_w
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endless_sqs_answer_is_cut_off_and_the_receiver_tries_again() {
     let peer = EndlessPeer::start("200 OK", "application/x-amz-json-1.0", "{\"Messages\":[{\"Body\":\"").await;
-    let admin = format!("127.0.0.1:{}", free_port());
-    let ws = Workspace::with_plugins(&[]);
     let endpoint = format!("http://{}", peer.addr);
-    ws.config(&with_admin(
-        &admin,
-        format!(
-            "[receivers.in]\ntype = \"sqs\"\nqueue_url = \"{endpoint}/000000000000/endless\"\nendpoint_url = \"{endpoint}\"\n\
-             wait_time_seconds = 1\n[senders.hook]\ntype = \"http\"\nurl = \"{endpoint}/unused\"\n\
-             [[routes]]\nid = \"endless\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n"
-        ),
-    ));
-    let daemon = Daemon::start(&ws, 0);
-    let cut = peer.wait_for_hang_ups(2).await;
+    let receiver = format!(
+        "type = \"sqs\"\nqueue_url = \"{endpoint}/000000000000/endless\"\nendpoint_url = \"{endpoint}\"\n\
+         wait_time_seconds = 1"
+    );
     // ferry_transport_sqs::client::MAX_RESPONSE_BYTES: 32 MiB.
-    let bound = (32 << 20) + socket_slack();
-    for sent in &cut {
-        assert!(*sent < bound, "ferry hung up within {bound} bytes, not after {sent}");
-    }
-    assert_eq!(get(&admin, "/healthz").map(|(s, _)| s).ok(), Some(200), "the daemon is not stuck");
-    assert!(daemon.terminate().success());
+    peer.check_receiver_hangs_up(&receiver, 32 << 20).await;
 }
 
 /// A SimpleMQ API that answers every receive with a body without end: ferry
@@ -676,26 +690,11 @@ async fn an_endless_sqs_answer_is_cut_off_and_the_receiver_tries_again() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_endless_simplemq_answer_is_cut_off_and_the_receiver_polls_again() {
     let peer = EndlessPeer::start("200 OK", "application/json", "{\"messages\":[{\"content\":\"").await;
-    let admin = format!("127.0.0.1:{}", free_port());
-    let ws = Workspace::with_plugins(&[]);
-    let api = format!("http://{}", peer.addr);
-    ws.config(&with_admin(
-        &admin,
-        format!(
-            "[receivers.in]\ntype = \"simplemq\"\nqueue = \"endless\"\napi_key = \"key\"\napi_url = \"{api}\"\n\
-             polling_interval_ms = 100\n[senders.hook]\ntype = \"http\"\nurl = \"{api}/unused\"\n\
-             [[routes]]\nid = \"endless\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n"
-        ),
-    ));
-    let daemon = Daemon::start(&ws, 0);
-    let cut = peer.wait_for_hang_ups(2).await;
-    // SimpleMQ answers are read up to 4 MiB.
-    let bound = (4 << 20) + socket_slack();
-    for sent in &cut {
-        assert!(*sent < bound, "ferry hung up within {bound} bytes, not after {sent}");
-    }
-    assert_eq!(get(&admin, "/healthz").map(|(s, _)| s).ok(), Some(200), "the daemon is not stuck");
-    assert!(daemon.terminate().success());
+    let receiver = format!(
+        "type = \"simplemq\"\nqueue = \"endless\"\napi_key = \"key\"\napi_url = \"http://{}\"\npolling_interval_ms = 100",
+        peer.addr
+    );
+    peer.check_receiver_hangs_up(&receiver, 4 << 20).await;
 }
 
 /// A SimpleMQ API that hands out ids built to climb out of the message URL
