@@ -23,12 +23,12 @@ default:
 # Build every plugin into plugins/: the Rust built-ins and the Python, JavaScript and C examples.
 plugins: plugins-rust plugin-python plugin-js plugin-c
 
-# Build the Rust built-in processors into plugins/ (what examples/ferry.toml uses).
+# Build the Rust built-in processors into plugins/ (what examples/ferry.toml uses), and the SimpleMQ transport component.
 plugins-rust:
     @scripts/provision toolchain
-    @echo "just: building the Rust built-in plugins (filter, transform, tenant, circuitbreaker, header-map)"
-    cd processors && cargo build --release --target wasm32-wasip2 -p filter -p transform -p tenant -p circuitbreaker -p header-map
-    for p in filter transform tenant circuitbreaker; do cp {{guest_out}}/$p.wasm plugins/$p.wasm; done
+    @echo "just: building the Rust built-in plugins (filter, transform, tenant, circuitbreaker, header-map) and the SimpleMQ transport component"
+    cd processors && cargo build --release --target wasm32-wasip2 -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
+    for p in filter transform tenant circuitbreaker simplemq; do cp {{guest_out}}/$p.wasm plugins/$p.wasm; done
     cp {{guest_out}}/header_map.wasm plugins/header-map.wasm
 
 # The Python example (processors/python/redact) with componentize-py from PyPI.
@@ -58,9 +58,10 @@ plugin-c:
 # Build the test-only components into tests/plugins/.
 test-plugins:
     @scripts/provision toolchain
-    cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p drop-all
+    cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p hostile-transport -p drop-all
     mkdir -p tests/plugins
     cp {{guest_out}}/hostile.wasm tests/plugins/hostile.wasm
+    cp {{guest_out}}/hostile_transport.wasm tests/plugins/hostile-transport.wasm
     cp {{guest_out}}/drop_all.wasm tests/plugins/drop-all.wasm
     # The filter built against the previous minor contract (wit/previous),
     # in a target directory of its own so the current build is not redone.
@@ -107,7 +108,7 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
     cargo build -p ferry-daemon
     {{host_target}}/debug/ferry test examples/tests/*.toml
     cargo test --workspace --no-fail-fast
-    cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map
+    cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
 
 # The full crash and load tests (CI runs reduced forms in `just test`).
 # The outbox stress test with 200,000 messages, fan-out to two bindings,

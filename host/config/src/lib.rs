@@ -10,6 +10,7 @@
 //! checks that need the outside world, such as whether a plugin file loads.
 
 mod amqp;
+mod component;
 mod endpoint;
 mod http;
 mod instance;

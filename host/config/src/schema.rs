@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use crate::amqp::*;
+pub use crate::component::*;
 pub use crate::endpoint::{
     AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig,
     SqsEndpointSenderConfig, SqsEndpointTopic,
@@ -242,6 +243,7 @@ pub enum ReceiverConfig {
     Simplemq(SimplemqReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointReceiverConfig),
+    Component(ComponentReceiverConfig),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
@@ -256,6 +258,7 @@ pub enum SenderConfig {
     Simplemq(SimplemqSenderConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointSenderConfig),
+    Component(ComponentSenderConfig),
 }
 
 impl ReceiverConfig {
@@ -269,6 +272,7 @@ impl ReceiverConfig {
             ReceiverConfig::Http(_) => "http",
             ReceiverConfig::Simplemq(_) => "simplemq",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
+            ReceiverConfig::Component(_) => "component",
         }
     }
 
@@ -282,6 +286,7 @@ impl ReceiverConfig {
             ReceiverConfig::Http(c) => c,
             ReceiverConfig::Simplemq(c) => c,
             ReceiverConfig::SqsEndpoint(c) => c,
+            ReceiverConfig::Component(c) => c,
         }
     }
 
@@ -295,6 +300,16 @@ impl ReceiverConfig {
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
             ReceiverConfig::SqsEndpoint(c) => c.wire_format,
+            ReceiverConfig::Component(c) => c.wire_format,
+        }
+    }
+
+    /// The transport component this receiver is, if it is one (a
+    /// plugin the daemon must load).
+    pub fn component(&self) -> Option<&str> {
+        match self {
+            ReceiverConfig::Component(c) => Some(&c.component),
+            _ => None,
         }
     }
 }
@@ -310,6 +325,7 @@ impl SenderConfig {
             SenderConfig::Http(_) => "http",
             SenderConfig::Simplemq(_) => "simplemq",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
+            SenderConfig::Component(_) => "component",
         }
     }
 
@@ -323,6 +339,7 @@ impl SenderConfig {
             SenderConfig::Http(c) => c,
             SenderConfig::Simplemq(c) => c,
             SenderConfig::SqsEndpoint(c) => c,
+            SenderConfig::Component(c) => c,
         }
     }
 
@@ -336,6 +353,16 @@ impl SenderConfig {
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
             SenderConfig::SqsEndpoint(c) => c.wire_format,
+            SenderConfig::Component(c) => c.wire_format,
+        }
+    }
+
+    /// The transport component this sender is, if it is one (a
+    /// plugin the daemon must load).
+    pub fn component(&self) -> Option<&str> {
+        match self {
+            SenderConfig::Component(c) => Some(&c.component),
+            _ => None,
         }
     }
 }

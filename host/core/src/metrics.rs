@@ -214,6 +214,11 @@ pub struct Metrics {
     /// Attempts by a plugin to set or remove a reserved `x-bridge.*`
     /// header, which the host ignored. Labels: plugin, route.
     pub plugin_reserved_refused: CounterFamily,
+    /// Connections and HTTP requests a transport component tried to a host
+    /// and port its `allow_hosts` does not grant, which the host refused.
+    /// Labels: plugin, part (the receiver or sender), via (`http`,
+    /// `socket`).
+    pub plugin_network_refused: CounterFamily,
     /// Copies a shadow plugin processed beside the live one, by whether it
     /// decided the same (`agree`, `disagree`, `error`, `skipped` when too
     /// many shadow calls were running). Labels: route, plugin, shadow,
@@ -317,6 +322,10 @@ impl Metrics {
         let plugin_reserved_refused = counter(
             "plugin_reserved_header_refused",
             "Attempts by a plugin to set or remove a reserved x-bridge.* header (ignored)",
+        );
+        let plugin_network_refused = counter(
+            "plugin_network_refused",
+            "Connections and HTTP requests of a transport component to a host it was not granted (refused)",
         );
         let plugin_shadow = counter("plugin_shadow", "Shadow plugin verdicts beside the live plugin's, by agreement");
         let tenant_messages = counter("tenant_messages", "Messages stamped with a tenant id, by tenant");
@@ -437,6 +446,7 @@ impl Metrics {
             age_at_egress,
             plugin_calls,
             plugin_reserved_refused,
+            plugin_network_refused,
             plugin_shadow,
             tenant_messages,
             store_op_seconds,

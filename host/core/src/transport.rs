@@ -31,9 +31,30 @@ pub struct Parts<'a> {
     /// The route is `shared_outbox`: a receiver that answers its caller
     /// (HTTP) may answer once the message is durable.
     pub durable_first: bool,
-    /// What the daemon runs that a transport may serve from (the SQS
-    /// endpoint's queues); `None` outside a daemon (the CLI).
-    pub services: Option<&'a (dyn Any + Send + Sync)>,
+    /// What the daemon runs that a transport may use (the SQS endpoint's
+    /// queues, the transport components); empty outside a daemon (the
+    /// CLI).
+    pub services: &'a Services,
+}
+
+/// What the daemon runs that transports may use, found by type: each
+/// transport asks for the one it knows.
+#[derive(Default, Clone)]
+pub struct Services {
+    items: Vec<Arc<dyn Any + Send + Sync>>,
+}
+
+impl Services {
+    /// With `item` added (an item of a type already there is found first).
+    pub fn with<T: Any + Send + Sync>(mut self, item: T) -> Self {
+        self.items.push(Arc::new(item));
+        self
+    }
+
+    /// The item of type `T`, if there is one.
+    pub fn get<T: Any>(&self) -> Option<&T> {
+        self.items.iter().find_map(|item| item.downcast_ref::<T>())
+    }
 }
 
 /// A config problem a transport found: the key below the receiver's or

@@ -15,6 +15,7 @@ pub static TRANSPORTS: &[&dyn Transport] = &[
     &ferry_transport_http::Http,
     &ferry_transport_http::Simplemq,
     &ferry_sqs_endpoint::SqsEndpoint,
+    &ferry_wasm::transport::Component,
 ];
 
 /// The transport of `kind`.

@@ -25,7 +25,7 @@ pub struct SqsEndpoint;
 fn topics<'a>(parts: &'a Parts<'_>) -> Result<&'a Arc<Topics>, String> {
     parts
         .services
-        .and_then(|s| s.downcast_ref::<Arc<Topics>>())
+        .get::<Arc<Topics>>()
         .ok_or_else(|| "type = \"sqs_endpoint\" works in the daemon that runs [endpoints.sqs], not from the CLI".into())
 }
 

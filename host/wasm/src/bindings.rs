@@ -2,9 +2,11 @@
 //! interfaces of the first), and the host state a plugin instance's store
 //! carries.
 
+use std::sync::Arc;
+
 use ferry_envelope::{Envelope, HeaderValue as EnvHeaderValue, Timestamp, names};
 
-use crate::grants::Grants;
+use crate::grants::{AllowHosts, Grants, OnRefused};
 use crate::kv::KvScope;
 use tracing::{debug, error, info, trace, warn};
 use wasmtime::component::{Resource, ResourceTable};
@@ -48,6 +50,39 @@ pub mod mapper {
     });
 }
 
+/// The `transport-receiver` world (1.2.0): a component that exports the
+/// `receiver` interface. A `transport` component (both halves) is
+/// instantiated through this and through [`transport_sender`], once per
+/// part that uses it.
+pub mod transport_receiver {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "transport-receiver",
+        with: {
+            "ferry:plugin/types": super::ferry::plugin::types,
+            "ferry:plugin/host": super::ferry::plugin::host,
+            "ferry:plugin/kv": super::ferry::plugin::kv,
+        },
+    });
+}
+
+/// The `transport-sender` world (1.2.0).
+pub mod transport_sender {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "transport-sender",
+        with: {
+            "ferry:plugin/types": super::ferry::plugin::types,
+            "ferry:plugin/host": super::ferry::plugin::host,
+            "ferry:plugin/kv": super::ferry::plugin::kv,
+            "ferry:plugin/transport-types": super::transport_receiver::ferry::plugin::transport_types,
+        },
+    });
+}
+
+/// The types a transport component exchanges with the host.
+pub use transport_receiver::ferry::plugin::transport_types;
+
 /// The host side of the `message` resource: the envelope being processed.
 /// It stays in the host; the guest reads it through accessor calls.
 pub struct MessageState {
@@ -79,6 +114,67 @@ pub struct HostState {
     /// `x-bridge.ordering-key`: a processor whose route grants them; never
     /// a header mapper).
     pub reserved_grants: Grants,
+    /// `wasi:http`: the context, and the hook that checks each request
+    /// against the grants.
+    pub http: wasmtime_wasi_http::WasiHttpCtx,
+    pub http_grant: HttpGrant,
+}
+
+/// Lets a request through to a host and port `allow_hosts` names, with
+/// its timeouts capped at the call deadline; refuses and counts the rest.
+pub struct HttpGrant {
+    allowed: AllowHosts,
+    on_refused: OnRefused,
+    timeout: std::time::Duration,
+}
+
+impl wasmtime_wasi_http::WasiHttpHooks for HttpGrant {
+    fn send_request(
+        &mut self,
+        request: http::Request<wasmtime_wasi_http::WasiBody>,
+        options: Option<wasmtime_wasi_http::RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (
+                        http::Response<wasmtime_wasi_http::WasiBody>,
+                        Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+                    ),
+                    wasmtime_wasi_http::Error,
+                >,
+            > + Send,
+    > {
+        let _ = fut;
+        let https = request.uri().scheme() == Some(&http::uri::Scheme::HTTPS);
+        let authority = request.uri().authority().map(|a| a.as_str().to_owned()).unwrap_or_default();
+        if !self.allowed.allows_authority(&authority, https) {
+            warn!(%authority, "HTTP request to a host allow_hosts does not grant; refused");
+            (self.on_refused)("http");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
+        }
+        let cap = self.timeout;
+        let capped = |t: Option<std::time::Duration>| Some(t.map_or(cap, |t| t.min(cap)));
+        let options = options.unwrap_or_default();
+        let options = wasmtime_wasi_http::RequestOptions {
+            connect_timeout: capped(options.connect_timeout),
+            first_byte_timeout: capped(options.first_byte_timeout),
+            between_bytes_timeout: capped(options.between_bytes_timeout),
+        };
+        Box::new(async move {
+            let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
+            Ok((
+                response.map(http_body_util::BodyExt::boxed_unsync),
+                Box::new(io) as Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
+            ))
+        })
+    }
+}
+
+impl wasmtime_wasi_http::WasiHttpView for HostState {
+    fn http(&mut self) -> wasmtime_wasi_http::WasiHttpCtxView<'_> {
+        wasmtime_wasi_http::WasiHttpCtxView { ctx: &mut self.http, table: &mut self.table, hooks: &mut self.http_grant }
+    }
 }
 
 impl HostState {
@@ -89,12 +185,27 @@ impl HostState {
         kv: KvScope,
         grants: &Grants,
     ) -> wasmtime::Result<Self> {
+        Self::with_network(plugin, route, memory_limit_bytes, kv, grants, Arc::new(|_| {}), None)
+    }
+
+    /// As [`HostState::new`], telling `on_refused` of each connection or
+    /// request `grants.allow_hosts` refused, with the HTTP timeouts capped
+    /// at `http_timeout` (default: 30 s).
+    pub fn with_network(
+        plugin: &str,
+        route: &str,
+        memory_limit_bytes: usize,
+        kv: KvScope,
+        grants: &Grants,
+        on_refused: OnRefused,
+        http_timeout: Option<std::time::Duration>,
+    ) -> wasmtime::Result<Self> {
         Ok(Self {
             message: MessageState::default(),
             table: ResourceTable::new(),
             // No environment, arguments, directories or network unless the
             // route grants them (see `Grants`).
-            wasi: grants.wasi_ctx()?,
+            wasi: grants.wasi_ctx(&on_refused)?,
             limits: wasmtime::StoreLimitsBuilder::new()
                 .memory_size(memory_limit_bytes)
                 .table_elements(100_000)
@@ -110,6 +221,12 @@ impl HostState {
                 tenant_id: grants.tenant_id,
                 ordering_key: grants.ordering_key,
                 ..Grants::default()
+            },
+            http: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_grant: HttpGrant {
+                allowed: AllowHosts::parse(&grants.allow_hosts),
+                on_refused,
+                timeout: http_timeout.unwrap_or(std::time::Duration::from_secs(30)),
             },
         })
     }

@@ -12,6 +12,8 @@
 //! - [`processor`]: a configured plugin as a route processor — a pool of
 //!   reusable instances, each call bounded by a deadline and a memory cap; a
 //!   trap fails only its message and the instance is replaced.
+//! - [`transport`]: a transport component as a `type = "component"`
+//!   receiver or sender.
 //! - `bindings` (private): the `bindgen!`s of `wit/plugin.wit` and the
 //!   host side of the `message` resource.
 
@@ -21,8 +23,10 @@ pub mod grants;
 pub mod kv;
 pub mod processor;
 pub mod registry;
+pub mod transport;
 
 pub use engine::{PluginEngine, PluginLimits};
 pub use grants::Grants;
 pub use processor::{WasmHeaderMapper, WasmProcessor};
 pub use registry::{LoadedPlugin, PluginError, PluginRegistry, PluginWorld};
+pub use transport::{ComponentReceiver, ComponentSender, ComponentSpec};

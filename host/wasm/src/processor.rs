@@ -299,7 +299,7 @@ impl Pool {
         grants: Grants,
         metrics: Metrics,
     ) -> Result<Arc<Self>, PluginError> {
-        let may_wait = plugin.may_wait || grants.network || grants.dir.is_some();
+        let may_wait = plugin.may_wait || grants.may_wait();
         let call_seconds = metrics
             .plugin_call_seconds
             .get_or_create(&ferry_core::metrics::labels(&[("plugin", &plugin.name), ("route", route)]))
@@ -339,6 +339,7 @@ impl Pool {
             Pre::Processor(pre) => pre.instantiate(&mut store).map(Guest::Processor),
             Pre::Settling(pre) => pre.instantiate(&mut store).map(Guest::Settling),
             Pre::Mapper(pre) => pre.instantiate(&mut store).map(Guest::Mapper),
+            Pre::Transport { .. } => Err(wasmtime::Error::msg("a transport component is no processor")),
         }
         .map_err(|e| fail(format!("{e:#}")))?;
         store.set_epoch_deadline(limits.deadline_ticks());

@@ -11,17 +11,19 @@ use wasmtime::component::{Component, Linker};
 
 use crate::bindings::mapper::HeaderMapperPre;
 use crate::bindings::settling::SettlingProcessorPre;
+use crate::bindings::transport_receiver::TransportReceiverPre;
+use crate::bindings::transport_sender::TransportSenderPre;
 use crate::bindings::{HostState, ProcessorPre};
 use crate::engine::PluginEngine;
 
 /// The plugin package and version this host provides (`wit/plugin.wit`).
 pub const PLUGIN_PACKAGE: &str = "ferry:plugin";
-pub const PLUGIN_VERSION: &str = "1.1.0";
+pub const PLUGIN_VERSION: &str = "1.2.0";
 /// The versions a component may be built against (`MAJOR.MINOR`): the
 /// current minor and the previous one of the same major
 /// (`wit/previous/plugin.wit`). The linker resolves an import of the
 /// previous minor to this host's definitions, which only add to it.
-pub const LOADS: [(u64, u64); 2] = [(1, 1), (1, 0)];
+pub const LOADS: [(u64, u64); 2] = [(1, 2), (1, 1)];
 
 /// Whether a component built against `version` loads here.
 pub fn loads(version: &str) -> bool {
@@ -32,7 +34,7 @@ pub fn loads(version: &str) -> bool {
     }
 }
 
-/// The versions [`LOADS`] names, for messages: `1.1 and 1.0`.
+/// The versions [`LOADS`] names, for messages: `1.2 and 1.1`.
 fn loaded_versions() -> String {
     LOADS.iter().map(|(major, minor)| format!("{major}.{minor}")).collect::<Vec<_>>().join(" and ")
 }
@@ -67,6 +69,12 @@ pub enum PluginWorld {
     SettlingProcessor,
     /// `header-mapper`: `init` + `map-headers`, run per binding.
     HeaderMapper,
+    /// `transport-receiver`: exports `receiver` (since 1.2.0).
+    TransportReceiver,
+    /// `transport-sender`: exports `sender` (since 1.2.0).
+    TransportSender,
+    /// `transport`: exports both.
+    Transport,
 }
 
 impl PluginWorld {
@@ -75,12 +83,25 @@ impl PluginWorld {
             PluginWorld::Processor => "processor",
             PluginWorld::SettlingProcessor => "settling-processor",
             PluginWorld::HeaderMapper => "header-mapper",
+            PluginWorld::TransportReceiver => "transport-receiver",
+            PluginWorld::TransportSender => "transport-sender",
+            PluginWorld::Transport => "transport",
         }
     }
 
     /// Whether it can stand in a route's processor chain.
     pub fn is_processor(self) -> bool {
-        !matches!(self, PluginWorld::HeaderMapper)
+        matches!(self, PluginWorld::Processor | PluginWorld::SettlingProcessor)
+    }
+
+    /// Whether it can be a `type = "component"` receiver.
+    pub fn receives(self) -> bool {
+        matches!(self, PluginWorld::TransportReceiver | PluginWorld::Transport)
+    }
+
+    /// Whether it can be a `type = "component"` sender.
+    pub fn sends(self) -> bool {
+        matches!(self, PluginWorld::TransportSender | PluginWorld::Transport)
     }
 }
 
@@ -89,6 +110,7 @@ pub(crate) enum Pre {
     Processor(ProcessorPre<HostState>),
     Settling(SettlingProcessorPre<HostState>),
     Mapper(HeaderMapperPre<HostState>),
+    Transport { receiver: Option<TransportReceiverPre<HostState>>, sender: Option<TransportSenderPre<HostState>> },
 }
 
 /// A compiled plugin that passed the world check.
@@ -117,7 +139,8 @@ pub struct LoadedPlugin {
 pub const WAITING_IMPORTS: [&str; 4] =
     ["wasi:clocks/monotonic-clock", "wasi:filesystem/", "wasi:sockets/", "wasi:http/"];
 
-/// The plugins of one directory.
+/// The plugins of one directory. A clone shares the compiled plugins.
+#[derive(Clone)]
 pub struct PluginRegistry {
     engine: PluginEngine,
     dir: PathBuf,
@@ -278,6 +301,7 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
     let (world, contract) = check_world(engine, &component).map_err(&wrong)?;
     let mut linker: Linker<HostState> = Linker::new(engine.engine());
     wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
     crate::bindings::Processor::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)
         .map_err(|e| wrong(format!("{e:#}")))?;
     let mismatch =
@@ -287,6 +311,14 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
         PluginWorld::Processor => Pre::Processor(ProcessorPre::new(instance_pre).map_err(mismatch)?),
         PluginWorld::SettlingProcessor => Pre::Settling(SettlingProcessorPre::new(instance_pre).map_err(mismatch)?),
         PluginWorld::HeaderMapper => Pre::Mapper(HeaderMapperPre::new(instance_pre).map_err(mismatch)?),
+        PluginWorld::TransportReceiver | PluginWorld::TransportSender | PluginWorld::Transport => Pre::Transport {
+            receiver: world
+                .receives()
+                .then(|| TransportReceiverPre::new(instance_pre.clone()))
+                .transpose()
+                .map_err(mismatch)?,
+            sender: world.sends().then(|| TransportSenderPre::new(instance_pre)).transpose().map_err(mismatch)?,
+        },
     };
     Ok(LoadedPlugin {
         name,
@@ -338,7 +370,23 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<(PluginWo
         }
     }
     let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
-    let world = if exports.contains(&"map-headers") {
+    // An interface export is named with its package and version
+    // (`ferry:plugin/receiver@1.2.0`).
+    let exports_interface = |name: &str| {
+        exports.iter().any(|e| {
+            e.strip_prefix(PLUGIN_PACKAGE)
+                .and_then(|r| r.strip_prefix('/'))
+                .is_some_and(|r| r.split('@').next() == Some(name))
+        })
+    };
+    let (receiver, sender) = (exports_interface("receiver"), exports_interface("sender"));
+    let world = if receiver && sender {
+        PluginWorld::Transport
+    } else if receiver {
+        PluginWorld::TransportReceiver
+    } else if sender {
+        PluginWorld::TransportSender
+    } else if exports.contains(&"map-headers") {
         PluginWorld::HeaderMapper
     } else if exports.contains(&"settled") {
         PluginWorld::SettlingProcessor
@@ -349,6 +397,8 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<(PluginWo
         PluginWorld::HeaderMapper => &["init", "map-headers"],
         PluginWorld::SettlingProcessor => &["init", "process", "settled"],
         PluginWorld::Processor => &["init", "process"],
+        // Found by their exports.
+        PluginWorld::TransportReceiver | PluginWorld::TransportSender | PluginWorld::Transport => &[],
     };
     for required in required {
         if !exports.contains(required) {
@@ -372,10 +422,10 @@ mod tests {
     #[test]
     fn loads_the_current_and_the_previous_minor_only() {
         assert!(loads(PLUGIN_VERSION));
-        assert!(loads("1.1.7") && loads("1.0.0"));
-        for refused in ["0.1.0", "1.2.0", "2.0.0", "1.1", "1.1.0-rc1", "(unversioned)"] {
+        assert!(loads("1.2.7") && loads("1.1.0"));
+        for refused in ["0.1.0", "1.0.0", "1.3.0", "2.0.0", "1.2", "1.2.0-rc1", "(unversioned)"] {
             assert!(!loads(refused), "{refused}");
         }
-        assert_eq!(loaded_versions(), "1.1 and 1.0");
+        assert_eq!(loaded_versions(), "1.2 and 1.1");
     }
 }

@@ -49,6 +49,8 @@
 //! - [`Message`]: the message, with typed [`HeaderValue`]s and their
 //!   conversions to and from text and JSON.
 //! - [`log`], [`kv`], [`now`]: the host's services.
+//! - [`transport`]: transport components (a receiver, a sender, or both,
+//!   for a system ferry has no transport for), with [`transport::http`].
 //! - [`testing`] (native builds only): the host's double for unit tests.
 //! - [`names`]: reserved header names, shared with the host.
 
@@ -61,6 +63,8 @@ mod header;
 mod message;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod testing;
+#[cfg(not(feature = "previous-contract"))]
+pub mod transport;
 
 pub use bindings::ferry::plugin::host::Level;
 pub use bindings::ferry::plugin::types::{Failure, HeaderValue, RetryAfter, SendOutcome, Verdict};
@@ -166,10 +170,7 @@ pub fn now() -> i64 {
 /// by all its instances, kept across traps and hot reloads, gone when the
 /// daemon stops. See `interface kv` in `wit/plugin.wit` for the limits.
 pub mod kv {
-    /// The stored keys that start with a prefix (contract 1.1).
-    #[cfg(not(feature = "previous-contract"))]
-    pub use crate::kv_api::keys;
-    pub use crate::kv_api::{compare_and_swap, delete, get, increment, set};
+    pub use crate::kv_api::{compare_and_swap, delete, get, increment, keys, set};
 }
 
 /// The glue the `export_*!` macros expand to.

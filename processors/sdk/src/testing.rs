@@ -279,7 +279,6 @@ pub(crate) mod kv {
         KV.with(|s| s.borrow_mut().increment(key, delta))
     }
 
-    #[cfg_attr(feature = "previous-contract", allow(dead_code))]
     pub fn keys(prefix: &str) -> Vec<String> {
         KV.with(|s| s.borrow().keys(prefix))
     }

@@ -12,7 +12,7 @@ use ferry_core::json_wire::{PackingSender, UnpackingReceiver};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::Binding;
-use ferry_core::transport::Parts;
+use ferry_core::transport::{Parts, Services};
 use ferry_wasm::{
     Grants, LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, PluginWorld, WasmHeaderMapper, WasmProcessor,
 };
@@ -34,14 +34,24 @@ impl StartError {
     }
 }
 
-/// Whether any route uses a plugin (a processor or a header mapper).
+/// Whether any route uses a plugin (a processor or a header mapper), or
+/// any receiver or sender is a transport component.
 pub(super) fn uses_plugins(config: &Config) -> bool {
     config.routes.iter().any(|r| !r.processors.is_empty() || r.bindings.iter().any(|b| b.header_mapper.is_some()))
+        || !components(config).is_empty()
 }
 
-/// Every plugin a config names: processors and header mappers.
+/// The transport components of a config's receivers and senders.
+fn components(config: &Config) -> std::collections::BTreeSet<String> {
+    let receivers = config.receivers.values().filter_map(ReceiverConfig::component);
+    let senders = config.senders.values().filter_map(SenderConfig::component);
+    receivers.chain(senders).map(str::to_owned).collect()
+}
+
+/// Every plugin a config names: processors, header mappers and transport
+/// components.
 fn plugin_names(config: &Config) -> std::collections::BTreeSet<String> {
-    config
+    let mut names: std::collections::BTreeSet<String> = config
         .routes
         .iter()
         .flat_map(|r| {
@@ -50,7 +60,9 @@ fn plugin_names(config: &Config) -> std::collections::BTreeSet<String> {
                 .flat_map(|p| std::iter::once(p.plugin.clone()).chain(p.shadow.clone()))
                 .chain(r.bindings.iter().filter_map(|b| b.header_mapper.clone()))
         })
-        .collect()
+        .collect();
+    names.extend(components(config));
+    names
 }
 
 pub(super) fn plugin_limits(config: &Config) -> PluginLimits {
@@ -182,6 +194,7 @@ fn grants(g: &GrantsConfig) -> Grants {
         env: g.env.iter().filter_map(|name| std::env::var(name).ok().map(|v| (name.clone(), v))).collect(),
         dir: g.dir.as_ref().map(PathBuf::from),
         network: g.network,
+        allow_hosts: Vec::new(),
         tenant_id: g.tenant_id,
         ordering_key: g.ordering_key,
     }
@@ -305,14 +318,26 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
 /// receivers and senders (`None` where no endpoint runs: the CLI).
 pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Topics>>;
 
-/// What a transport gets to build a part: the daemon's services are the
-/// endpoint's queues.
-fn parts<'a>(metrics: &'a Metrics, queues: &'a EndpointQueues, route: Option<&RouteConfig>) -> Parts<'a> {
+/// What transports may use: the endpoint's queues (where one runs) and the
+/// transport components the config names (when it names any).
+pub(super) fn services(queues: &EndpointQueues, registry: Option<&PluginRegistry>) -> Services {
+    let mut services = Services::default();
+    if let Some(q) = queues {
+        services = services.with(q.clone());
+    }
+    if let Some(registry) = registry {
+        services = services.with(ferry_wasm::transport::Components::new(registry));
+    }
+    services
+}
+
+/// What a transport gets to build a part.
+fn parts<'a>(metrics: &'a Metrics, services: &'a Services, route: Option<&RouteConfig>) -> Parts<'a> {
     Parts {
         metrics,
         max_in_flight: route.map_or(0, |r| r.max_in_flight),
         durable_first: route.is_some_and(|r| r.delivery_mode == ferry_config::DeliveryMode::SharedOutbox),
-        services: queues.as_ref().map(|q| q as &(dyn std::any::Any + Send + Sync)),
+        services,
     }
 }
 
@@ -320,11 +345,11 @@ pub(super) fn start_sender(
     name: &str,
     s: &SenderConfig,
     metrics: &Metrics,
-    queues: &EndpointQueues,
+    services: &Services,
 ) -> Result<Arc<dyn Sender>, StartError> {
     let key = format!("senders.{name}");
     let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
-    let sender = transport.sender(name, s, &parts(metrics, queues, None)).map_err(|e| StartError::new(&key, e))?;
+    let sender = transport.sender(name, s, &parts(metrics, services, None)).map_err(|e| StartError::new(&key, e))?;
     Ok(match s.wire_format() {
         WireFormat::Json if !transport.sender_writes_wire_format() => Arc::new(PackingSender::new(sender)),
         _ => sender,
@@ -336,12 +361,12 @@ pub(super) fn new_receiver(
     r: &ReceiverConfig,
     route: &RouteConfig,
     metrics: &Metrics,
-    queues: &EndpointQueues,
+    services: &Services,
 ) -> Result<Arc<dyn Receiver>, StartError> {
     let key = format!("receivers.{name}");
     let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
     let receiver =
-        transport.receiver(name, r, &parts(metrics, queues, Some(route))).map_err(|e| StartError::new(&key, e))?;
+        transport.receiver(name, r, &parts(metrics, services, Some(route))).map_err(|e| StartError::new(&key, e))?;
     Ok(match r.wire_format() {
         WireFormat::Json if !transport.receiver_reads_wire_format() => {
             Arc::new(UnpackingReceiver::new(receiver, name, metrics.clone()))
@@ -412,7 +437,8 @@ impl<'a> StandaloneBindings<'a> {
                     .senders
                     .get(&b.sender)
                     .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-                self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics, &None)?);
+                let services = services(&None, registry);
+                self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics, &services)?);
             }
         }
         make_bindings(route, mappers, |name| self.senders.get(name).cloned())

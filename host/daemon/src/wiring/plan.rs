@@ -17,7 +17,7 @@ use tracing::warn;
 
 use super::parts::{
     EndpointQueues, StartError, binding_mappers, build_chain, build_mappers, chain_plugins, load_plugins,
-    make_bindings, new_engine, new_receiver, plugin_limits, shadow_plugins, start_sender, uses_plugins,
+    make_bindings, new_engine, new_receiver, plugin_limits, services, shadow_plugins, start_sender, uses_plugins,
 };
 use crate::admin::Readiness;
 
@@ -145,6 +145,7 @@ pub(super) async fn prepare(
         plugins.engine = old_plugins.engine.clone();
     }
     let registry = plugins.registry.as_ref();
+    let services = services(queues, registry);
     let mut kept = BTreeSet::new();
     let mut swaps = Vec::new();
     let mut to_build = Vec::new();
@@ -190,7 +191,7 @@ pub(super) async fn prepare(
     for (name, s) in &config.senders {
         let sender = match old_senders.get(name) {
             Some(old) if old.config == *s => old.sender.clone(),
-            _ => match start_sender(name, s, metrics, queues) {
+            _ => match start_sender(name, s, metrics, &services) {
                 Ok(sender) => {
                     started.push(sender.clone());
                     sender
@@ -215,7 +216,7 @@ pub(super) async fn prepare(
         let route = Route {
             id: route_config.id.clone(),
             source_id: route_config.receiver.clone(),
-            receiver: new_receiver(&route_config.receiver, receiver_config, route_config, metrics, queues)?,
+            receiver: new_receiver(&route_config.receiver, receiver_config, route_config, metrics, &services)?,
             processors: chain.into(),
             bindings,
             policy: RoutePolicy::from_config(route_config),
