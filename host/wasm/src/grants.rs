@@ -61,7 +61,10 @@ impl Grants {
         }
         if self.network {
             builder.inherit_network().allow_ip_name_lookup(true).allow_tcp(true).allow_udp(true);
-        } else if !self.allow_hosts.is_empty() {
+        } else {
+            // TCP goes through the check even with nothing granted, so that
+            // every refused connection is counted; a listener is never
+            // granted (`TcpListen` fails the check).
             let allowed: Arc<Vec<SocketAddr>> = Arc::new(
                 AllowHosts::parse(&self.allow_hosts)
                     .entries
@@ -71,21 +74,22 @@ impl Grants {
                     .collect(),
             );
             let on_refused = on_refused.clone();
-            builder.allow_ip_name_lookup(true).allow_tcp(true).allow_udp(false).socket_addr_check(move |addr, used| {
-                let ok = match used {
-                    // The local end of an outgoing connection.
-                    SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
-                    SocketAddrUse::TcpConnect => allowed.contains(&addr),
-                    _ => false,
-                };
-                if !ok {
-                    tracing::warn!(%addr, use_ = ?used, "socket use not granted by allow_hosts; refused");
-                    on_refused("socket");
-                }
-                Box::pin(async move { ok })
-            });
-        } else {
-            builder.allow_ip_name_lookup(false).allow_tcp(false).allow_udp(false);
+            let lookups = !self.allow_hosts.is_empty();
+            builder.allow_ip_name_lookup(lookups).allow_tcp(true).allow_udp(false).socket_addr_check(
+                move |addr, used| {
+                    let ok = match used {
+                        // The local end of an outgoing connection.
+                        SocketAddrUse::TcpBind => addr.ip().is_unspecified() && addr.port() == 0,
+                        SocketAddrUse::TcpConnect => allowed.contains(&addr),
+                        _ => false,
+                    };
+                    if !ok {
+                        tracing::warn!(%addr, use_ = ?used, "socket use not granted by allow_hosts; refused");
+                        on_refused("socket");
+                    }
+                    Box::pin(async move { ok })
+                },
+            );
         }
         Ok(builder.build())
     }
