@@ -101,6 +101,21 @@ pub trait TypedTransport: Send + Sync + 'static {
         Ok(())
     }
 
+    /// `ferry validate`: what can be checked of the part with the daemon's
+    /// services and without connecting (a transport component: its plugin
+    /// is loaded, exports the half, and its `open` accepts the config).
+    /// Blocking; by default nothing.
+    fn validate_receiver(&self, name: &str, config: &Self::ReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
+        let _ = (name, config, parts);
+        Ok(())
+    }
+
+    /// As [`TypedTransport::validate_receiver`], for a sender.
+    fn validate_sender(&self, name: &str, config: &Self::SenderConfig, parts: &Parts<'_>) -> Result<(), String> {
+        let _ = (name, config, parts);
+        Ok(())
+    }
+
     /// The receiver `name`; nothing connects until it runs.
     fn receiver(
         &self,
@@ -186,6 +201,8 @@ pub trait Transport: Send + Sync {
     fn kind(&self) -> &'static str;
     fn check_receiver(&self, config: &ReceiverConfig) -> Result<(), KeyProblem>;
     fn check_sender(&self, config: &SenderConfig) -> Result<(), KeyProblem>;
+    fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String>;
+    fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
     fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String>;
     fn receiver_reads_wire_format(&self) -> bool;
@@ -232,6 +249,14 @@ impl<T: TypedTransport> Transport for T {
     fn check_sender(&self, config: &SenderConfig) -> Result<(), KeyProblem> {
         let c = sender_of::<T>(config).map_err(|e| KeyProblem::new("type", e))?;
         TypedTransport::check_sender(self, c)
+    }
+
+    fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
+        TypedTransport::validate_receiver(self, name, receiver_of::<T>(config)?, parts)
+    }
+
+    fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String> {
+        TypedTransport::validate_sender(self, name, sender_of::<T>(config)?, parts)
     }
 
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {

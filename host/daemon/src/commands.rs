@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::watchdog::Watchdog;
-use crate::wiring::{Bridge, ReloadRequest, build_processors, check_urls};
+use crate::wiring::{Bridge, ReloadRequest, check_urls, validate_plugins};
 
 /// `ferry validate`: config, plugins and each processor's `init`, without
 /// connecting to any broker. Prints `ok` or `<key path>: <why>`.
@@ -23,7 +23,7 @@ pub fn validate(path: &Path) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = check_urls(&config).and_then(|()| build_processors(&config, &Metrics::new()).map(|_| ())) {
+    if let Err(e) = check_urls(&config).and_then(|()| validate_plugins(&config, &Metrics::new())) {
         eprintln!("{}: {e}", path.display());
         return ExitCode::from(2);
     }

@@ -658,6 +658,23 @@ impl TypedTransport for Component {
         Ok(Arc::new(receiver))
     }
 
+    fn validate_receiver(&self, name: &str, c: &ComponentReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
+        let spec =
+            spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
+        ComponentReceiver::new(spec, c.max_messages, Duration::from_millis(u64::from(c.wait_ms)))
+            .map_err(|e| e.to_string())?
+            .inner
+            .part
+            .open_receiver()
+            .map(drop)
+    }
+
+    fn validate_sender(&self, name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<(), String> {
+        let spec =
+            spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
+        ComponentSender::new(spec).map_err(|e| e.to_string())?.part.open_sender().map(drop)
+    }
+
     fn sender(&self, name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
         let spec =
             spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;

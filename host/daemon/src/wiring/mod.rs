@@ -20,4 +20,5 @@ mod plan;
 pub use bridge::{Bridge, ReloadRequest};
 pub use parts::{
     Processors, RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, leasing, store_engine,
+    validate_plugins,
 };

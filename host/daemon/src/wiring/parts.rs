@@ -288,10 +288,40 @@ pub struct Processors {
 pub fn build_processors(config: &Config, metrics: &Metrics) -> Result<Processors, StartError> {
     let engine = new_engine(config)?;
     let registry = load_plugins(config, &engine, None)?;
+    processors_of(config, registry.as_ref(), metrics)
+}
+
+/// `ferry validate`: [`build_processors`], and every transport's check of
+/// its parts with the plugins loaded (a transport component is opened
+/// with its config, off any network but what `open` itself reaches).
+/// Blocking.
+pub fn validate_plugins(config: &Config, metrics: &Metrics) -> Result<(), StartError> {
+    let engine = new_engine(config)?;
+    let registry = load_plugins(config, &engine, None)?;
+    processors_of(config, registry.as_ref(), metrics)?;
+    let services = services(&None, registry.as_ref());
+    for (name, r) in &config.receivers {
+        let key = format!("receivers.{name}");
+        let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+        transport.validate_receiver(name, r, &parts(metrics, &services, None)).map_err(|e| StartError::new(key, e))?;
+    }
+    for (name, s) in &config.senders {
+        let key = format!("senders.{name}");
+        let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+        transport.validate_sender(name, s, &parts(metrics, &services, None)).map_err(|e| StartError::new(key, e))?;
+    }
+    Ok(())
+}
+
+fn processors_of(
+    config: &Config,
+    registry: Option<&PluginRegistry>,
+    metrics: &Metrics,
+) -> Result<Processors, StartError> {
     let mut built = Processors { chains: Vec::new(), mappers: Vec::new() };
     for (i, r) in config.routes.iter().enumerate() {
-        built.mappers.push(build_mappers(registry.as_ref(), i, r, metrics)?);
-        built.chains.push(build_chain(registry.as_ref(), i, r, metrics)?);
+        built.mappers.push(build_mappers(registry, i, r, metrics)?);
+        built.chains.push(build_chain(registry, i, r, metrics)?);
     }
     Ok(built)
 }
