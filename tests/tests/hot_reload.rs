@@ -252,3 +252,80 @@ async fn compiled_components_are_cached_so_a_restart_does_not_compile_again() {
     third.wait_for_line(&["plugin loaded", "plugin=filter", "from_cache=false"], WAIT);
     assert_eq!(third.terminate().code(), Some(0));
 }
+
+/// A transport component changed on disk restarts the route it receives
+/// and sends for (drained first), and the messages put on the queue before,
+/// during and after the swap all arrive.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_transport_component_restarts_its_route_and_loses_nothing() {
+    use ferry_tests::simplemq::FakeSimpleMq;
+
+    let smq = FakeSimpleMq::start(Duration::from_secs(2)).await;
+    let (from, to) = (unique("hr-from"), unique("hr-to"));
+    smq.create_queue(&from, "key");
+    smq.create_queue(&to, "key");
+    let admin = format!("127.0.0.1:{}", free_port());
+    let ws = Workspace::with_plugins(&["simplemq"]);
+    let api = smq.url();
+    let host = api.trim_start_matches("http://");
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            r#"
+[receivers.q]
+type = "component"
+component = "simplemq"
+allow_hosts = ["{host}"]
+wait_ms = 50
+config = {{ queue = "{from}", api_key = "key", api_url = "{api}", extend_every_secs = 1 }}
+
+[senders.out]
+type = "component"
+component = "simplemq"
+allow_hosts = ["{host}"]
+config = {{ queue = "{to}", api_key = "key", api_url = "{api}" }}
+
+[[routes]]
+id = "q2q"
+receiver = "q"
+[[routes.bindings]]
+sender = "out"
+"#
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    let put = |range: std::ops::Range<u32>| {
+        for i in range {
+            smq.put(&from, &base64(&i.to_string()));
+        }
+    };
+    put(0..10);
+    let arrived = |n: usize| smq.messages(&to).len() >= n;
+    ferry_tests::eventually("the first messages through", || arrived(10)).await;
+
+    put(10..20);
+    write_over(&ws.path().join("plugins/simplemq.wasm"), &rebuilt("simplemq"));
+    ferry_tests::eventually("the reload applied", || {
+        counter(&admin, "ferry_reloads_total", "outcome=\"applied\"") >= 1.0
+    })
+    .await;
+    put(20..30);
+    ferry_tests::eventually("every message through", || {
+        let got: BTreeSet<String> = smq.messages(&to).iter().map(|m| decoded(&m.content)).collect();
+        got == (0..30).map(|i| i.to_string()).collect()
+    })
+    .await;
+    ferry_tests::eventually("the source queue emptied", || smq.messages(&from).is_empty()).await;
+    assert_eq!(daemon.count_log("route started"), 2, "the route was restarted once, for the new component");
+    assert_eq!(daemon.terminate().code(), Some(0));
+}
+
+fn base64(text: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(text)
+}
+
+fn decoded(content: &str) -> String {
+    use base64::Engine as _;
+    String::from_utf8_lossy(&base64::engine::general_purpose::STANDARD.decode(content).expect("base64")).into_owned()
+}

@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ferry_config::{Config, DeliveryMode, RouteConfig, SenderConfig};
+use ferry_config::{Config, DeliveryMode, ReceiverConfig, RouteConfig, SenderConfig};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::{Mode, Outbox, Route, RoutePolicy};
@@ -24,18 +24,40 @@ use crate::admin::Readiness;
 /// What a route is made of, but for its processors' code; a reload
 /// restarts a route when this changes: its own settings, its receiver's,
 /// its senders', the `[plugins]` limits or the bytes of a header mapper.
-pub(super) fn fingerprint(config: &Config, route: &RouteConfig, mappers: &[Option<Arc<LoadedPlugin>>]) -> String {
-    let senders: Vec<_> = route.bindings.iter().map(|b| (&b.sender, config.senders.get(&b.sender))).collect();
+pub(super) fn fingerprint(
+    config: &Config,
+    route: &RouteConfig,
+    mappers: &[Option<Arc<LoadedPlugin>>],
+    registry: Option<&PluginRegistry>,
+) -> String {
+    let senders: Vec<_> = route
+        .bindings
+        .iter()
+        .map(|b| {
+            let s = config.senders.get(&b.sender);
+            (&b.sender, s, component_digest(registry, s.and_then(SenderConfig::component)))
+        })
+        .collect();
+    let receiver = config.receivers.get(&route.receiver);
     let mapper_digests: Vec<_> = mappers.iter().flatten().map(|p| (&p.name, p.digest)).collect();
     let uses = !route.processors.is_empty() || !mapper_digests.is_empty();
     serde_json::json!({
         "route": route,
-        "receiver": config.receivers.get(&route.receiver),
+        "receiver": receiver,
+        // A transport component's code: a changed one restarts the routes
+        // it receives or sends for (drained first, like any restart).
+        "receiver_component": component_digest(registry, receiver.and_then(ReceiverConfig::component)),
         "senders": senders,
         "plugins": uses.then_some((config.plugins.call_timeout_ms, config.plugins.memory_limit_mib)),
         "mappers": mapper_digests,
     })
     .to_string()
+}
+
+/// The digest of the transport component `name` as loaded, if it is one.
+fn component_digest(registry: Option<&PluginRegistry>, name: Option<&str>) -> Option<String> {
+    let plugin = registry?.get(name?).ok()?;
+    Some(format!("{:016x}", plugin.digest))
 }
 
 /// The code of a route's processors: when only this changed, a reload
@@ -49,6 +71,9 @@ fn chain_digest(plugins: &[Arc<LoadedPlugin>]) -> String {
 #[derive(Clone)]
 pub(super) struct RunningSender {
     pub config: SenderConfig,
+    /// Its transport component's digest, if it is one (a changed
+    /// component makes a new sender).
+    pub component: Option<String>,
     pub sender: Arc<dyn Sender>,
 }
 
@@ -151,7 +176,7 @@ pub(super) async fn prepare(
     let mut to_build = Vec::new();
     for (i, route) in config.routes.iter().enumerate() {
         let key = RouteKey {
-            fingerprint: fingerprint(config, route, &binding_mappers(registry, i, route)?),
+            fingerprint: fingerprint(config, route, &binding_mappers(registry, i, route)?, registry),
             chain: chain_digest(&[chain_plugins(registry, i, route)?, shadow_plugins(registry, i, route)?].concat()),
         };
         match running.get(&route.id) {
@@ -190,7 +215,9 @@ pub(super) async fn prepare(
     let mut started = Vec::new();
     for (name, s) in &config.senders {
         let sender = match old_senders.get(name) {
-            Some(old) if old.config == *s => old.sender.clone(),
+            Some(old) if old.config == *s && old.component == component_digest(registry, s.component()) => {
+                old.sender.clone()
+            }
             _ => match start_sender(name, s, metrics, &services) {
                 Ok(sender) => {
                     started.push(sender.clone());
@@ -204,7 +231,10 @@ pub(super) async fn prepare(
                 }
             },
         };
-        senders.insert(name.clone(), RunningSender { config: s.clone(), sender });
+        senders.insert(
+            name.clone(),
+            RunningSender { config: s.clone(), component: component_digest(registry, s.component()), sender },
+        );
     }
 
     let mut routes = Vec::new();
