@@ -36,11 +36,13 @@ plugin-python:
     @scripts/provision python-plugins
     cd processors/python/redact && PATH="$PATH:{{venv}}/bin" componentize-py -d ../../../wit -w processor componentize app -o ../../../plugins/redact.wasm
 
-# The JavaScript example (processors/js/enrich) with componentize-js from npm.
+# The JavaScript examples with componentize-js from npm: the enrich processor (processors/js/enrich) and the http-queue transport (processors/js/http-queue), whose own tests run first.
 plugin-js:
     @scripts/provision node
     cd processors/js/enrich && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } && npm run --silent build
     cp processors/js/enrich/enrich.wasm plugins/enrich.wasm
+    cd processors/js/http-queue && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } && npm test --silent && npm run --silent build
+    cp processors/js/http-queue/http-queue.wasm plugins/http-queue.wasm
 
 # The C example (processors/c/size-guard): clang for wasm32 with wasi-libc,
 # wit-bindgen c and wasm-tools, installed when missing. Where they cannot

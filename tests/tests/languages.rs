@@ -143,3 +143,61 @@ config = { when = [{ header = "size", op = "gt", value = 2 }] }
     let why = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && why.contains("unknown key `colour`"), "{why}");
 }
+
+/// The JavaScript transport component (processors/js/http-queue) on both
+/// ends of a route, against the fake SimpleMQ (an HTTP polling queue):
+/// what one queue holds arrives on the other, byte for byte, and leaves the
+/// first; a message whose id would climb out of its URL is left alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_transport_receives_and_sends_through_the_daemon() {
+    use base64::Engine as _;
+    use ferry_tests::simplemq::FakeSimpleMq;
+
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let smq = FakeSimpleMq::start(Duration::from_secs(5)).await;
+    let (from, to) = (unique("js-from"), unique("js-to"));
+    smq.create_queue(&from, "key");
+    smq.create_queue(&to, "key");
+    let api = smq.url();
+    let host = api.trim_start_matches("http://");
+    let ws = Workspace::with_plugins(&["http-queue"]);
+    ws.config(&format!(
+        r#"
+[receivers.q]
+type = "component"
+component = "http-queue"
+allow_hosts = ["{host}"]
+wait_ms = 50
+config = {{ url = "{api}/v1/queues/{from}/messages", token = "key" }}
+
+[senders.out]
+type = "component"
+component = "http-queue"
+allow_hosts = ["{host}"]
+config = {{ url = "{api}/v1/queues/{to}/messages", token = "key" }}
+
+[[routes]]
+id = "js-queue"
+receiver = "q"
+[[routes.bindings]]
+sender = "out"
+"#
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    let climber = smq.put_with_id(&from, "..", &b64.encode("stays"));
+    let bodies: Vec<Vec<u8>> = vec![b"plain".to_vec(), vec![0, 255, 16, 0], "ünïcode".as_bytes().to_vec()];
+    for body in &bodies {
+        smq.put(&from, &b64.encode(body));
+    }
+    ferry_tests::eventually("three messages on the other queue", || smq.messages(&to).len() >= 3).await;
+    let mut got: Vec<Vec<u8>> = smq.messages(&to).iter().map(|m| b64.decode(&m.content).expect("base64")).collect();
+    let mut want = bodies.clone();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "byte for byte");
+    ferry_tests::eventually("only the climber left on the first queue", || {
+        smq.messages(&from).iter().map(|m| m.id.clone()).collect::<Vec<_>>() == [climber.clone()]
+    })
+    .await;
+    assert!(daemon.terminate().success());
+}
