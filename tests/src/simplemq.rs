@@ -254,6 +254,17 @@ impl FakeSimpleMq {
         let inner = self.shared.inner.lock().expect("fake simplemq");
         inner.calls.get(&(op.to_owned(), status)).copied().unwrap_or(0)
     }
+
+    /// Waits (3 minutes at most) for the first receive a daemon made: its
+    /// receiver runs. A debug daemon compiles a fresh JavaScript component
+    /// for tens of seconds before it starts its routes.
+    pub async fn wait_for_a_receive(&self, daemon: &crate::daemon::Daemon) {
+        let started = std::time::Instant::now();
+        while self.calls("receive", 200) == 0 {
+            assert!(started.elapsed() < Duration::from_secs(180), "the receiver never polled:\n{}", daemon.log_text());
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
 }
 
 /// A message's content as a producer writes it: the JSON document, base64.

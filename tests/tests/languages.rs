@@ -184,6 +184,7 @@ sender = "out"
 "#
     ));
     let daemon = Daemon::start(&ws, 0);
+    smq.wait_for_a_receive(&daemon).await;
     let climber = smq.put_with_id(&from, "..", &b64.encode("stays"));
     let bodies: Vec<Vec<u8>> = vec![b"plain".to_vec(), vec![0, 255, 16, 0], "ünïcode".as_bytes().to_vec()];
     for body in &bodies {

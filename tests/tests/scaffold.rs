@@ -1,6 +1,8 @@
 //! `ferry plugins new` (issue 18, part 2): for each language, scaffold a
 //! project, run its own first test, build it with its one command, load it
 //! with `ferry plugins check`, and run messages through it in the daemon.
+//! The same for a transport component (`--kind transport`, issue 35) in
+//! Rust and JavaScript, on both ends of a route over the fake SimpleMQ.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,9 +52,9 @@ fn python_tools() -> PathBuf {
 
 /// Scaffolds `name` in `lang`, runs its test and build, and returns the
 /// component it built.
-fn scaffold(ws: &Workspace, name: &str, lang: &str) -> PathBuf {
+fn scaffold(ws: &Workspace, name: &str, lang: &str, kind: &str) -> PathBuf {
     let project = ws.path().join(name);
-    let out = ws.ferry(&["plugins", "new", name, "--lang", lang]);
+    let out = ws.ferry(&["plugins", "new", name, "--lang", lang, "--kind", kind]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "plugins new: {said}{}", String::from_utf8_lossy(&out.stderr));
     assert!(said.contains(&format!("wrote {name}")), "{said}");
@@ -81,7 +83,7 @@ fn scaffold(ws: &Workspace, name: &str, lang: &str) -> PathBuf {
     let out = ws.ferry(&["plugins", "check", wasm.to_str().expect("utf-8 path")]);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "plugins check: {said}");
-    assert!(said.contains(&format!("ok: plugin {name:?}, world ferry:plugin/processor@")), "{said}");
+    assert!(said.contains(&format!("ok: plugin {name:?}, world ferry:plugin/{kind}@")), "{said}");
     wasm
 }
 
@@ -90,7 +92,7 @@ fn scaffold(ws: &Workspace, name: &str, lang: &str) -> PathBuf {
 async fn through_the_daemon(lang: &str) {
     let name = format!("stamp-{lang}");
     let ws = Workspace::with_plugins(&[]);
-    let wasm = scaffold(&ws, &name, lang);
+    let wasm = scaffold(&ws, &name, lang, "processor");
     std::fs::copy(&wasm, ws.path().join("plugins").join(format!("{name}.wasm"))).expect("install");
     let (src, dst) = (unique("scaffold/src"), unique("scaffold/dst"));
     let processors = format!(
@@ -124,6 +126,69 @@ async fn a_python_scaffold_builds_tests_loads_and_runs() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_javascript_scaffold_builds_tests_loads_and_runs() {
     through_the_daemon("js").await;
+}
+
+/// Scaffolds and builds a `lang` transport, then runs it as the receiver
+/// of one queue and the sender to another: the messages cross, byte for
+/// byte, and leave the first queue.
+async fn transport_through_the_daemon(lang: &str) {
+    use base64::Engine as _;
+    use ferry_tests::simplemq::FakeSimpleMq;
+
+    let name = format!("queue-{lang}");
+    let ws = Workspace::with_plugins(&[]);
+    let wasm = scaffold(&ws, &name, lang, "transport");
+    std::fs::copy(&wasm, ws.path().join("plugins").join(format!("{name}.wasm"))).expect("install");
+    let smq = FakeSimpleMq::start(Duration::from_secs(5)).await;
+    let (from, to) = (unique("scaffold-from"), unique("scaffold-to"));
+    smq.create_queue(&from, "key");
+    smq.create_queue(&to, "key");
+    let api = smq.url();
+    let host = api.trim_start_matches("http://");
+    ws.config(&format!(
+        r#"
+[receivers.q]
+type = "component"
+component = "{name}"
+allow_hosts = ["{host}"]
+wait_ms = 50
+config = {{ url = "{api}/v1/queues/{from}/messages", token = "key" }}
+
+[senders.out]
+type = "component"
+component = "{name}"
+allow_hosts = ["{host}"]
+config = {{ url = "{api}/v1/queues/{to}/messages", token = "key" }}
+
+[[routes]]
+id = "scaffolded"
+receiver = "q"
+[[routes.bindings]]
+sender = "out"
+"#
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    smq.wait_for_a_receive(&daemon).await;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    for body in ["one", "two"] {
+        smq.put(&from, &b64.encode(body));
+    }
+    ferry_tests::eventually("both messages on the other queue", || smq.messages(&to).len() >= 2).await;
+    let mut got: Vec<Vec<u8>> = smq.messages(&to).iter().map(|m| b64.decode(&m.content).expect("base64")).collect();
+    got.sort();
+    assert_eq!(got, [b"one".to_vec(), b"two".to_vec()]);
+    ferry_tests::eventually("the first queue emptied", || smq.messages(&from).is_empty()).await;
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rust_transport_scaffold_builds_tests_loads_and_runs() {
+    transport_through_the_daemon("rust").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_javascript_transport_scaffold_builds_tests_loads_and_runs() {
+    transport_through_the_daemon("js").await;
 }
 
 #[test]

@@ -180,6 +180,9 @@ enum PluginsCommand {
         name: String,
         #[arg(long, value_enum)]
         lang: ferry_daemon::scaffold::Lang,
+        /// A processor, or a transport component (receiver and sender).
+        #[arg(long, value_enum, default_value = "processor")]
+        kind: ferry_daemon::scaffold::Kind,
         /// Where to write it (default: ./NAME); must be empty or absent.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -267,8 +270,8 @@ fn main() -> ExitCode {
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),
-        Command::Plugins(PluginsCommand::New { name, lang, dir, sdk }) => {
-            ferry_daemon::scaffold::new(&name, lang, dir.as_deref(), sdk.as_deref())
+        Command::Plugins(PluginsCommand::New { name, lang, kind, dir, sdk }) => {
+            ferry_daemon::scaffold::new(&name, lang, kind, dir.as_deref(), sdk.as_deref())
         }
         Command::Plugins(PluginsCommand::Wit) => ferry_daemon::scaffold::wit(),
         Command::Plugins(PluginsCommand::Compile { cache_dir, files }) => {

@@ -1,7 +1,11 @@
-//! `ferry plugins new NAME --lang rust|python|js`: a plugin project that
-//! builds to a component with one command and has a first test; and `ferry
-//! plugins wit`: the contract, for toolchains that generate their own
-//! bindings.
+//! `ferry plugins new NAME --lang rust|python|js [--kind
+//! processor|transport]`: a plugin project that builds to a component with
+//! one command and has a first test; and `ferry plugins wit`: the
+//! contract, for toolchains that generate their own bindings.
+//!
+//! A transport project (Rust or JavaScript) is a receiver and a sender for
+//! an HTTP polling queue, to change into the user's protocol; the
+//! JavaScript one is the `processors/js/http-queue` example itself, renamed.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -18,6 +22,15 @@ pub enum Lang {
     Rust,
     Python,
     Js,
+}
+
+/// What `ferry plugins new` scaffolds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// A processor (world `processor`).
+    Processor,
+    /// A transport component: receiver and sender (world `transport`).
+    Transport,
 }
 
 struct Template {
@@ -39,6 +52,25 @@ const RUST: &[Template] = &[
     file("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
     script("build", include_str!("../templates/rust/build")),
     file(".gitignore", include_str!("../templates/rust/gitignore")),
+];
+
+const RUST_TRANSPORT: &[Template] = &[
+    file("Cargo.toml", include_str!("../templates/rust-transport/Cargo.toml")),
+    file("src/lib.rs", include_str!("../templates/rust-transport/src/lib.rs")),
+    script("build", include_str!("../templates/rust/build")),
+    file(".gitignore", include_str!("../templates/rust/gitignore")),
+];
+
+/// The JavaScript transport example, its name made the project's.
+const EXAMPLE_TRANSPORT: &str = "http-queue";
+
+const JS_TRANSPORT: &[Template] = &[
+    file("package.json", include_str!("../templates/js-transport/package.json")),
+    file("{{name}}.js", include_str!("../../../processors/js/http-queue/http-queue.js")),
+    file("queue.js", include_str!("../../../processors/js/http-queue/queue.js")),
+    file("queue.test.js", include_str!("../../../processors/js/http-queue/queue.test.js")),
+    file("wit/plugin.wit", WIT),
+    file(".gitignore", include_str!("../templates/js/gitignore")),
 ];
 
 const PYTHON: &[Template] = &[
@@ -68,22 +100,29 @@ fn valid_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
-/// The files of a `lang` project for plugin `name`, with their text.
-fn render(lang: Lang, name: &str, sdk: &Path) -> Vec<(&'static str, String, bool)> {
-    let templates = match lang {
-        Lang::Rust => RUST,
-        Lang::Python => PYTHON,
-        Lang::Js => JS,
-    };
+/// The templates of a `kind` project in `lang`.
+fn templates(lang: Lang, kind: Kind) -> Result<&'static [Template], String> {
+    match (kind, lang) {
+        (Kind::Processor, Lang::Rust) => Ok(RUST),
+        (Kind::Processor, Lang::Python) => Ok(PYTHON),
+        (Kind::Processor, Lang::Js) => Ok(JS),
+        (Kind::Transport, Lang::Rust) => Ok(RUST_TRANSPORT),
+        (Kind::Transport, Lang::Js) => Ok(JS_TRANSPORT),
+        (Kind::Transport, Lang::Python) => {
+            Err("no transport template in Python yet: use --lang rust or --lang js".to_owned())
+        }
+    }
+}
+
+/// The files of a `lang` project of `kind` for plugin `name`: paths and
+/// texts, and whether each is a script.
+fn render(lang: Lang, kind: Kind, name: &str, sdk: &Path) -> Result<Vec<(String, String, bool)>, String> {
     let sdk = sdk.display().to_string();
-    templates
-        .iter()
-        .map(|t| {
-            let text =
-                t.text.replace("{{name}}", name).replace("{{crate}}", &name.replace('-', "_")).replace("{{sdk}}", &sdk);
-            (t.path, text, t.executable)
-        })
-        .collect()
+    let fill = |text: &str| {
+        let text = if kind == Kind::Transport { text.replace(EXAMPLE_TRANSPORT, name) } else { text.to_owned() };
+        text.replace("{{name}}", name).replace("{{crate}}", &name.replace('-', "_")).replace("{{sdk}}", &sdk)
+    };
+    Ok(templates(lang, kind)?.iter().map(|t| (fill(t.path), fill(t.text), t.executable)).collect())
 }
 
 /// The SDK a Rust project depends on: `--sdk`, else the checkout ferry was
@@ -95,7 +134,7 @@ fn sdk_dir(given: Option<&Path>) -> Result<PathBuf, String> {
     })
 }
 
-fn write(dir: &Path, files: &[(&'static str, String, bool)]) -> std::io::Result<()> {
+fn write(dir: &Path, files: &[(String, String, bool)]) -> std::io::Result<()> {
     for (path, text, executable) in files {
         let path = dir.join(path);
         if let Some(parent) = path.parent() {
@@ -111,8 +150,8 @@ fn write(dir: &Path, files: &[(&'static str, String, bool)]) -> std::io::Result<
 }
 
 /// `ferry plugins new`. Exit 0, or 2 with the reason.
-pub fn new(name: &str, lang: Lang, dir: Option<&Path>, sdk: Option<&Path>) -> ExitCode {
-    match create(name, lang, dir, sdk) {
+pub fn new(name: &str, lang: Lang, kind: Kind, dir: Option<&Path>, sdk: Option<&Path>) -> ExitCode {
+    match create(name, lang, kind, dir, sdk) {
         Ok(text) => {
             print!("{text}");
             ExitCode::SUCCESS
@@ -124,7 +163,7 @@ pub fn new(name: &str, lang: Lang, dir: Option<&Path>, sdk: Option<&Path>) -> Ex
     }
 }
 
-fn create(name: &str, lang: Lang, dir: Option<&Path>, sdk: Option<&Path>) -> Result<String, String> {
+fn create(name: &str, lang: Lang, kind: Kind, dir: Option<&Path>, sdk: Option<&Path>) -> Result<String, String> {
     if !valid_name(name) {
         return Err(format!(
             "{name:?} cannot be a plugin name: use lower-case letters, digits and `-`, starting with a letter"
@@ -135,24 +174,37 @@ fn create(name: &str, lang: Lang, dir: Option<&Path>, sdk: Option<&Path>) -> Res
         return Err(format!("{} exists and is not empty", dir.display()));
     }
     let sdk = if lang == Lang::Rust { sdk_dir(sdk)? } else { PathBuf::new() };
-    let files = render(lang, name, &sdk);
+    let files = render(lang, kind, name, &sdk)?;
     write(&dir, &files).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
     let (test, build, needs) = match lang {
         Lang::Rust => ("cargo test", "./build", "the wasm32-wasip2 target (./build adds it with rustup)"),
         Lang::Python => ("./test", "./build", "componentize-py (pip install componentize-py)"),
         Lang::Js => ("npm install && npm test", "npm run build", "Node.js 20 or later"),
     };
-    let listed: Vec<&str> = files.iter().map(|(p, _, _)| *p).collect();
+    let listed: Vec<&str> = files.iter().map(|(p, _, _)| p.as_str()).collect();
     let d = dir.display();
+    let use_it = match kind {
+        Kind::Processor => format!(
+            "and name it in a route:\n\
+             \x20      [[routes.processors]]\n\
+             \x20      plugin = \"{name}\"\n\
+             \x20      config = {{ header = \"processed-by\" }}\n"
+        ),
+        Kind::Transport => format!(
+            "and name it as a receiver or a sender:\n\
+             \x20      [receivers.queue]\n\
+             \x20      type = \"component\"\n\
+             \x20      component = \"{name}\"\n\
+             \x20      allow_hosts = [\"queue.internal:443\"]\n\
+             \x20      config = {{ url = \"https://queue.internal/v1/queues/orders/messages\" }}\n"
+        ),
+    };
     Ok(format!(
         "wrote {d}: {}\n\
          needs {needs}\n\
          test:  cd {d} && {test}\n\
          build: cd {d} && {build}   (writes {name}.wasm)\n\
-         use:   ferry plugins check {d}/{name}.wasm, copy it into plugins.dir, and name it in a route:\n\
-         \x20      [[routes.processors]]\n\
-         \x20      plugin = \"{name}\"\n\
-         \x20      config = {{ header = \"processed-by\" }}\n",
+         use:   ferry plugins check {d}/{name}.wasm, copy it into plugins.dir, {use_it}",
         listed.join(", ")
     ))
 }
@@ -180,11 +232,21 @@ mod tests {
     #[test]
     fn every_placeholder_is_filled() {
         for lang in [Lang::Rust, Lang::Python, Lang::Js] {
-            for (path, text, _) in render(lang, "my-stamp", Path::new("/sdk")) {
-                assert!(!text.contains("{{"), "{lang:?} {path} keeps a placeholder");
+            for kind in [Kind::Processor, Kind::Transport] {
+                let Ok(files) = render(lang, kind, "my-stamp", Path::new("/sdk")) else { continue };
+                for (path, text, _) in files {
+                    assert!(
+                        !text.contains("{{") && !path.contains("{{"),
+                        "{lang:?} {kind:?} {path} keeps a placeholder"
+                    );
+                    assert!(!text.contains(EXAMPLE_TRANSPORT), "{lang:?} {kind:?} {path} keeps the example's name");
+                }
             }
         }
-        let rust = render(Lang::Rust, "my-stamp", Path::new("/sdk"));
+        let js = render(Lang::Js, Kind::Transport, "my-queue", Path::new("/sdk")).expect("js transport");
+        assert!(js.iter().any(|(p, _, _)| p == "my-queue.js"), "the entry point is named after the plugin");
+        assert!(render(Lang::Python, Kind::Transport, "q", Path::new("/sdk")).expect_err("none").contains("Python"));
+        let rust = render(Lang::Rust, Kind::Processor, "my-stamp", Path::new("/sdk")).expect("rust");
         let build = &rust.iter().find(|(p, _, _)| *p == "build").expect("build").1;
         assert!(build.contains("release/my_stamp.wasm"), "{build}");
     }
@@ -194,8 +256,10 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ferry-scaffold-{}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("dir");
         std::fs::write(dir.join("keep"), "x").expect("file");
-        assert!(create("Bad", Lang::Js, Some(&dir), None).expect_err("refused").contains("plugin name"));
-        assert!(create("ok", Lang::Js, Some(&dir), None).expect_err("refused").contains("not empty"));
+        assert!(
+            create("Bad", Lang::Js, Kind::Processor, Some(&dir), None).expect_err("refused").contains("plugin name")
+        );
+        assert!(create("ok", Lang::Js, Kind::Processor, Some(&dir), None).expect_err("refused").contains("not empty"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
