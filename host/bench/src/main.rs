@@ -39,18 +39,24 @@
 //!    through its HTTP sender, against a raw HTTP client/server pair with
 //!    the same client and server (see [`http`]).
 //!
+//! 7. Transport components: SimpleMQ queue -> queue through the native
+//!    adapter and through the SimpleMQ component on the same fake server
+//!    (see [`component`]).
+//!
 //! Every route row runs `FERRY_BENCH_REPEAT` times (default 3) and prints
 //! the median rate, p50/p99 latency where each message can be timed, and
 //! ferry's CPU per message and peak RSS from `/proc` (see [`measure`]).
 //!
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
-//! (default 20000), `FERRY_BENCH_HTTP_MESSAGES` (default 20000);
-//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http` picks groups,
+//! (default 20000), `FERRY_BENCH_HTTP_MESSAGES` (default 20000), `FERRY_BENCH_COMPONENT_MESSAGES`
+//! (default 3000);
+//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http,component` picks groups,
 //! `FERRY_BENCH_PLUGINS=filter,tenant` the plugins of the plugin-call rows;
 //! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
 
+mod component;
 mod engines;
 mod http;
 mod measure;
@@ -941,5 +947,8 @@ async fn main() {
     }
     if wanted("http") {
         http::rows(env_or("FERRY_BENCH_HTTP_MESSAGES", 20_000)).await;
+    }
+    if wanted("component") {
+        component::rows(env_or("FERRY_BENCH_COMPONENT_MESSAGES", 3_000)).await;
     }
 }
