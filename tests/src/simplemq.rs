@@ -255,6 +255,37 @@ impl FakeSimpleMq {
         inner.calls.get(&(op.to_owned(), status)).copied().unwrap_or(0)
     }
 
+    /// A config with one route from queue `from` to queue `to` here, both
+    /// ends the transport component `component` speaking the HTTP polling
+    /// queue protocol (processors/js/http-queue, the `--kind transport`
+    /// scaffolds), granted this fake's address and nothing else.
+    pub fn http_queue_route(&self, component: &str, from: &str, to: &str) -> String {
+        let api = self.url();
+        let host = api.trim_start_matches("http://");
+        format!(
+            r#"
+[receivers.q]
+type = "component"
+component = "{component}"
+allow_hosts = ["{host}"]
+wait_ms = 50
+config = {{ url = "{api}/v1/queues/{from}/messages", token = "key" }}
+
+[senders.out]
+type = "component"
+component = "{component}"
+allow_hosts = ["{host}"]
+config = {{ url = "{api}/v1/queues/{to}/messages", token = "key" }}
+
+[[routes]]
+id = "queue"
+receiver = "q"
+[[routes.bindings]]
+sender = "out"
+"#
+        )
+    }
+
     /// Waits (3 minutes at most) for the first receive a daemon made: its
     /// receiver runs. A debug daemon compiles a fresh JavaScript component
     /// for tens of seconds before it starts its routes.

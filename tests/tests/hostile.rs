@@ -785,3 +785,27 @@ async fn the_sqs_endpoint_refuses_message_attributes_that_are_not_a_map() {
     assert_eq!(body["Attributes"]["ApproximateNumberOfMessages"], "0", "nothing was stored: {body}");
     assert!(daemon.terminate().success());
 }
+
+/// A transport component is a publisher like any other: the reserved
+/// headers its receiver hands over, as envelope headers or inside a JSON
+/// wire-format payload, are stripped at the route (the hostile fixture in
+/// `forge` mode hands one message over and again after each release, with
+/// its redelivery count, so a forged generated-id would dead-letter it).
+#[tokio::test(flavor = "multi_thread")]
+async fn transport_components_cannot_forge_reserved_headers() {
+    for wire in [false, true] {
+        let f = Forgery::start().await;
+        let (headers, payload) =
+            if wire { (Vec::new(), f.document().to_string()) } else { (f.headers(), "hello".into()) };
+        let table: Vec<String> = headers.iter().map(|(k, v)| format!("\"{k}\" = \"{v}\"")).collect();
+        let receiver = format!(
+            "type = \"component\"\ncomponent = \"hostile-transport\"\nwait_ms = 50\n{}config = {{ mode = \"forge\", headers = {{ {} }}, payload = '{payload}' }}\n",
+            if wire { "wire_format = \"json\"\n" } else { "" },
+            table.join(", "),
+        );
+        let ws = Workspace::with_plugins(&["hostile-transport"]);
+        ws.config(&f.config(&receiver, ""));
+        let daemon = f.daemon(&ws).await;
+        f.check(&ws, daemon, if wire { "component, JSON wire format" } else { "component envelope headers" }).await;
+    }
+}

@@ -158,31 +158,8 @@ async fn a_javascript_transport_receives_and_sends_through_the_daemon() {
     let (from, to) = (unique("js-from"), unique("js-to"));
     smq.create_queue(&from, "key");
     smq.create_queue(&to, "key");
-    let api = smq.url();
-    let host = api.trim_start_matches("http://");
     let ws = Workspace::with_plugins(&["http-queue"]);
-    ws.config(&format!(
-        r#"
-[receivers.q]
-type = "component"
-component = "http-queue"
-allow_hosts = ["{host}"]
-wait_ms = 50
-config = {{ url = "{api}/v1/queues/{from}/messages", token = "key" }}
-
-[senders.out]
-type = "component"
-component = "http-queue"
-allow_hosts = ["{host}"]
-config = {{ url = "{api}/v1/queues/{to}/messages", token = "key" }}
-
-[[routes]]
-id = "js-queue"
-receiver = "q"
-[[routes.bindings]]
-sender = "out"
-"#
-    ));
+    ws.config(&smq.http_queue_route("http-queue", &from, &to));
     let daemon = Daemon::start(&ws, 0);
     smq.wait_for_a_receive(&daemon).await;
     let climber = smq.put_with_id(&from, "..", &b64.encode("stays"));

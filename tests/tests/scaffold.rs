@@ -143,30 +143,7 @@ async fn transport_through_the_daemon(lang: &str) {
     let (from, to) = (unique("scaffold-from"), unique("scaffold-to"));
     smq.create_queue(&from, "key");
     smq.create_queue(&to, "key");
-    let api = smq.url();
-    let host = api.trim_start_matches("http://");
-    ws.config(&format!(
-        r#"
-[receivers.q]
-type = "component"
-component = "{name}"
-allow_hosts = ["{host}"]
-wait_ms = 50
-config = {{ url = "{api}/v1/queues/{from}/messages", token = "key" }}
-
-[senders.out]
-type = "component"
-component = "{name}"
-allow_hosts = ["{host}"]
-config = {{ url = "{api}/v1/queues/{to}/messages", token = "key" }}
-
-[[routes]]
-id = "scaffolded"
-receiver = "q"
-[[routes.bindings]]
-sender = "out"
-"#
-    ));
+    ws.config(&smq.http_queue_route(&name, &from, &to));
     let daemon = Daemon::start(&ws, 0);
     smq.wait_for_a_receive(&daemon).await;
     let b64 = base64::engine::general_purpose::STANDARD;

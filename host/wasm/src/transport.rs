@@ -56,8 +56,9 @@ use crate::registry::{LoadedPlugin, PluginError, Pre};
 /// How long past its deadline the host waits for a call before it gives
 /// the instance up.
 const GRACE: Duration = Duration::from_secs(1);
-/// Idle sender instances kept; more are dropped after use.
-const MAX_IDLE_SENDERS: usize = 16;
+/// Idle instances kept (senders, and settlers of a receiver whose tokens
+/// settle anywhere); more are dropped after use.
+const MAX_IDLE: usize = 16;
 /// The longest delay a component may ask for (`release`, `retry-after`).
 const MAX_DELAY: Duration = Duration::from_secs(3600);
 
@@ -308,10 +309,15 @@ struct ReceiverInner {
     part: Arc<Part>,
     max_messages: u32,
     wait: Duration,
-    /// The one instance; calls take turns (poll, settle and extend all go
-    /// to the instance that received, as a component with a connection of
-    /// its own needs).
+    /// The polling instance. Settle and extend take turns with `poll` on
+    /// it (a component with a connection of its own needs the instance
+    /// that received), unless the component said `settle-anywhere`.
     instance: tokio::sync::Mutex<Option<ReceiverInstance>>,
+    /// Idle instances that settle and extend beside the polling one, for a
+    /// component whose tokens settle anywhere.
+    settlers: Mutex<Vec<ReceiverInstance>>,
+    /// What the last `open` of the polling instance said.
+    info: Mutex<Option<(Option<u64>, bool)>>,
     /// Tokens of the messages the route holds, for `extend`.
     in_flight: Mutex<BTreeMap<u64, String>>,
     next: AtomicUsize,
@@ -333,6 +339,8 @@ impl ComponentReceiver {
                 max_messages: max_messages.max(1),
                 wait,
                 instance: tokio::sync::Mutex::new(None),
+                settlers: Mutex::new(Vec::new()),
+                info: Mutex::new(None),
                 in_flight: Mutex::new(BTreeMap::new()),
                 next: AtomicUsize::new(0),
             }),
@@ -348,14 +356,38 @@ impl ReceiverInner {
     ) -> Result<T, CallFailed> {
         let mut slot = self.instance.lock().await;
         let (instance, answer) = self.part.call(slot.take(), Part::open_receiver, call).await?;
+        let info = &instance.guest.1;
+        if let Ok(mut said) = self.info.lock() {
+            *said = Some((info.extend_every_ms, info.settle_anywhere));
+        }
         *slot = Some(instance);
         Ok(answer)
     }
 
+    /// One settle or extend call: on an idle settler (or a fresh one) when
+    /// the component's tokens settle anywhere, else on the polling
+    /// instance.
+    async fn call_settler<T: Send + 'static>(
+        &self,
+        call: impl FnOnce(&mut ReceiverInstance) -> wasmtime::Result<T> + Send + 'static,
+    ) -> Result<T, CallFailed> {
+        let anywhere = self.info.lock().ok().and_then(|i| *i).is_some_and(|(_, anywhere)| anywhere);
+        if !anywhere {
+            return self.call(call).await;
+        }
+        let idle = self.settlers.lock().ok().and_then(|mut s| s.pop());
+        let (instance, answer) = self.part.call(idle, Part::open_receiver, call).await?;
+        if let Ok(mut idle) = self.settlers.lock()
+            && idle.len() < MAX_IDLE
+        {
+            idle.push(instance);
+        }
+        Ok(answer)
+    }
+
     /// How often the open instance wants `extend`.
-    async fn extend_every(&self) -> Option<Duration> {
-        let slot = self.instance.lock().await;
-        let ms = slot.as_ref()?.guest.1.extend_every_ms?;
+    fn extend_every(&self) -> Option<Duration> {
+        let ms = self.info.lock().ok().and_then(|i| *i)?.0?;
         Some(Duration::from_millis(ms.max(100)))
     }
 
@@ -364,7 +396,7 @@ impl ReceiverInner {
             held.remove(&key);
         }
         let answer = self
-            .call(move |i| i.guest.0.ferry_plugin_receiver().call_settle(&mut i.store, &token, &settlement))
+            .call_settler(move |i| i.guest.0.ferry_plugin_receiver().call_settle(&mut i.store, &token, &settlement))
             .await
             .map_err(|e| TransportError::transient(format!("component {}: settle {e}", self.part.name())))?;
         answer
@@ -378,7 +410,8 @@ impl ReceiverInner {
             if tokens.is_empty() {
                 continue;
             }
-            match self.call(move |i| i.guest.0.ferry_plugin_receiver().call_extend(&mut i.store, &tokens)).await {
+            match self.call_settler(move |i| i.guest.0.ferry_plugin_receiver().call_extend(&mut i.store, &tokens)).await
+            {
                 Ok(Ok(())) => {}
                 Ok(Err(refusal)) => warn!(part = %self.part.spec.part, %refusal, "component extend refused"),
                 Err(e) => warn!(part = %self.part.spec.part, error = %e, "component extend failed"),
@@ -427,7 +460,7 @@ impl Receiver for ComponentReceiver {
             };
             failures = 0;
             inner.part.connected("receiver", true);
-            if !keeping && let Some(every) = inner.extend_every().await {
+            if !keeping && let Some(every) = inner.extend_every() {
                 keeping = true;
                 tokio::spawn(inner.clone().keep(every, keeper.child_token()));
             }
@@ -529,7 +562,7 @@ impl ComponentSender {
 
     fn give_back(&self, instance: Instance<TransportSender>) {
         if let Ok(mut idle) = self.idle.lock()
-            && idle.len() < MAX_IDLE_SENDERS
+            && idle.len() < MAX_IDLE
         {
             idle.push(instance);
         }

@@ -33,7 +33,8 @@ function opened(settings) {
 export const receiver = {
   open(config) {
     receiving = configure(config);
-    return { extendEveryMs: undefined };
+    // A token is the message id: any instance can delete it.
+    return { extendEveryMs: undefined, settleAnywhere: true };
   },
 
   async poll(max, _waitMs) {

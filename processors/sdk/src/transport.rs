@@ -28,9 +28,10 @@ use crate::Plugin;
 /// The receiving half (world `transport-receiver`).
 pub trait Receiver: Plugin {
     /// What the host needs to know of this receiver, asked once after
-    /// `init`: by default, no `extend` calls.
+    /// `init`: by default, no `extend` calls, and tokens settled only by
+    /// the instance that received them.
     fn info(&self) -> ReceiverInfo {
-        ReceiverInfo { extend_every_ms: None }
+        ReceiverInfo { extend_every_ms: None, settle_anywhere: false }
     }
 
     /// Up to `max` messages, waiting at most `wait_ms` for the first. An

@@ -211,7 +211,8 @@ impl SimplemqReceiver {
 
 impl transport::Receiver for SimplemqReceiver {
     fn info(&self) -> ReceiverInfo {
-        ReceiverInfo { extend_every_ms: Some(self.0.extend_every_secs.saturating_mul(1000)) }
+        // A token is the message id: any instance can delete or extend it.
+        ReceiverInfo { extend_every_ms: Some(self.0.extend_every_secs.saturating_mul(1000)), settle_anywhere: true }
     }
 
     fn poll(&self, max: u32, _wait_ms: u32) -> Result<Vec<Received>, String> {

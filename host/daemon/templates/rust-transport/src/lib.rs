@@ -24,7 +24,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use ferry_plugin_sdk::transport::{self, Outbound, Received, SendResult, Settlement};
+use ferry_plugin_sdk::transport::{self, Outbound, Received, ReceiverInfo, SendResult, Settlement};
 use ferry_plugin_sdk::{HeaderValue, Plugin, RetryAfter};
 use serde::Deserialize;
 
@@ -123,6 +123,12 @@ fn request(method: &str, url: &str, _: &[(&str, &str)], _: &[u8]) -> Result<(u16
 }
 
 impl transport::Receiver for Queue {
+    fn info(&self) -> ReceiverInfo {
+        // A token is the message id: any instance can settle it, so the
+        // host settles beside the polling instance.
+        ReceiverInfo { extend_every_ms: None, settle_anywhere: true }
+    }
+
     fn poll(&self, max: u32, _wait_ms: u32) -> Result<Vec<Received>, String> {
         let mut taken = Vec::new();
         while taken.len() < max as usize {
