@@ -7,6 +7,7 @@ use std::sync::Arc;
 use ferry_envelope::{Envelope, HeaderValue as EnvHeaderValue, Timestamp, names};
 
 use crate::grants::{AllowHosts, Grants, OnRefused};
+use crate::http_client::PooledClient;
 use crate::kv::KvScope;
 use tracing::{debug, error, info, trace, warn};
 use wasmtime::component::{Resource, ResourceTable};
@@ -126,6 +127,19 @@ pub struct HttpGrant {
     allowed: AllowHosts,
     on_refused: OnRefused,
     timeout: std::time::Duration,
+    /// The part's pooled client (transport components); without one, a
+    /// connection per request (nothing else is granted a host).
+    client: Option<Arc<PooledClient>>,
+}
+
+/// What a transport component's instances share for the network.
+#[derive(Clone)]
+pub struct Network {
+    /// Told of each connection or request the grants refused.
+    pub on_refused: OnRefused,
+    /// The cap of every HTTP timeout (the call deadline).
+    pub timeout: std::time::Duration,
+    pub client: Arc<PooledClient>,
 }
 
 impl wasmtime_wasi_http::WasiHttpHooks for HttpGrant {
@@ -161,6 +175,16 @@ impl wasmtime_wasi_http::WasiHttpHooks for HttpGrant {
             first_byte_timeout: capped(options.first_byte_timeout),
             between_bytes_timeout: capped(options.between_bytes_timeout),
         };
+        if let Some(client) = self.client.clone() {
+            let first_byte = options.first_byte_timeout.unwrap_or(cap);
+            let between_bytes = options.between_bytes_timeout.unwrap_or(cap);
+            return Box::new(async move {
+                let response = client.send(request, first_byte, between_bytes).await?;
+                let done: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send> =
+                    Box::new(async { Ok(()) });
+                Ok((response, done))
+            });
+        }
         Box::new(async move {
             let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
             Ok((
@@ -185,21 +209,21 @@ impl HostState {
         kv: KvScope,
         grants: &Grants,
     ) -> wasmtime::Result<Self> {
-        Self::with_network(plugin, route, memory_limit_bytes, kv, grants, Arc::new(|_| {}), None)
+        Self::with_network(plugin, route, memory_limit_bytes, kv, grants, None)
     }
 
-    /// As [`HostState::new`], telling `on_refused` of each connection or
-    /// request `grants.allow_hosts` refused, with the HTTP timeouts capped
-    /// at `http_timeout` (default: 30 s).
+    /// As [`HostState::new`], for a transport component: `network` is told
+    /// of each connection or request `grants.allow_hosts` refused, caps the
+    /// HTTP timeouts, and sends through the part's pooled client.
     pub fn with_network(
         plugin: &str,
         route: &str,
         memory_limit_bytes: usize,
         kv: KvScope,
         grants: &Grants,
-        on_refused: OnRefused,
-        http_timeout: Option<std::time::Duration>,
+        network: Option<&Network>,
     ) -> wasmtime::Result<Self> {
+        let on_refused: OnRefused = network.map_or_else(|| Arc::new(|_| {}) as OnRefused, |n| n.on_refused.clone());
         Ok(Self {
             message: MessageState::default(),
             table: ResourceTable::new(),
@@ -226,7 +250,8 @@ impl HostState {
             http_grant: HttpGrant {
                 allowed: AllowHosts::parse(&grants.allow_hosts),
                 on_refused,
-                timeout: http_timeout.unwrap_or(std::time::Duration::from_secs(30)),
+                timeout: network.map_or(std::time::Duration::from_secs(30), |n| n.timeout),
+                client: network.map(|n| n.client.clone()),
             },
         })
     }

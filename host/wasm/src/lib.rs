@@ -20,6 +20,7 @@
 mod bindings;
 pub mod engine;
 pub mod grants;
+mod http_client;
 pub mod kv;
 pub mod processor;
 pub mod registry;

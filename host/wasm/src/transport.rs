@@ -48,9 +48,10 @@ use wasmtime::Store;
 use crate::bindings::transport_receiver::TransportReceiver;
 use crate::bindings::transport_sender::TransportSender;
 use crate::bindings::transport_types as wit;
-use crate::bindings::{HostState, from_wit, to_wit};
+use crate::bindings::{HostState, Network, from_wit, to_wit};
 use crate::engine::{PluginEngine, PluginLimits};
 use crate::grants::{Grants, OnRefused};
+use crate::http_client::PooledClient;
 use crate::registry::{LoadedPlugin, PluginError, Pre};
 
 /// How long past its deadline the host waits for a call before it gives
@@ -122,7 +123,9 @@ struct Part {
     limits: PluginLimits,
     /// Calls the host gave up on whose threads have not returned yet.
     abandoned: Arc<AtomicUsize>,
-    on_refused: OnRefused,
+    /// What its instances share for the network (refusals counted, HTTP
+    /// timeouts capped, the pooled client).
+    network: Network,
 }
 
 /// A call on the blocking pool, as the host last saw it.
@@ -146,13 +149,15 @@ impl Drop for Running {
 }
 
 impl Part {
-    fn new(spec: ComponentSpec) -> Arc<Self> {
+    fn new(spec: ComponentSpec) -> Result<Arc<Self>, PluginError> {
         let limits = PluginLimits { call_timeout: spec.call_timeout, ..spec.engine.limits };
         let (metrics, plugin, part) = (spec.metrics.clone(), spec.plugin.name.clone(), spec.part.clone());
         let on_refused: OnRefused = Arc::new(move |via| {
             Metrics::inc(&metrics.plugin_network_refused, &[("plugin", &plugin), ("part", &part), ("via", via)]);
         });
-        Arc::new(Self { spec, limits, abandoned: Arc::new(AtomicUsize::new(0)), on_refused })
+        let client = PooledClient::new(limits.call_timeout).map_err(PluginError::Refused)?;
+        let network = Network { on_refused, timeout: limits.call_timeout, client: Arc::new(client) };
+        Ok(Arc::new(Self { spec, limits, abandoned: Arc::new(AtomicUsize::new(0)), network }))
     }
 
     fn name(&self) -> &str {
@@ -170,8 +175,7 @@ impl Part {
             self.limits.memory_limit_bytes,
             kv,
             &grants,
-            self.on_refused.clone(),
-            Some(self.limits.call_timeout),
+            Some(&self.network),
         )
         .map_err(|e| format!("cannot grant what the config asks for: {e:#}"))?;
         let mut store = Store::new(self.spec.engine.engine(), state);
@@ -335,7 +339,7 @@ impl ComponentReceiver {
         }
         Ok(Self {
             inner: Arc::new(ReceiverInner {
-                part: Part::new(spec),
+                part: Part::new(spec)?,
                 max_messages: max_messages.max(1),
                 wait,
                 instance: tokio::sync::Mutex::new(None),
@@ -556,7 +560,7 @@ impl ComponentSender {
                 spec.plugin.world.name()
             )));
         }
-        let sender = Arc::new(Self { part: Part::new(spec), idle: Mutex::new(Vec::new()) });
+        let sender = Arc::new(Self { part: Part::new(spec)?, idle: Mutex::new(Vec::new()) });
         Ok(sender)
     }
 
