@@ -64,6 +64,7 @@ pub mod transport_receiver {
             "ferry:plugin/host": super::ferry::plugin::host,
             "ferry:plugin/kv": super::ferry::plugin::kv,
         },
+        exports: { default: async },
     });
 }
 
@@ -78,6 +79,7 @@ pub mod transport_sender {
             "ferry:plugin/kv": super::ferry::plugin::kv,
             "ferry:plugin/transport-types": super::transport_receiver::ferry::plugin::transport_types,
         },
+        exports: { default: async },
     });
 }
 
@@ -119,6 +121,9 @@ pub struct HostState {
     /// against the grants.
     pub http: wasmtime_wasi_http::WasiHttpCtx,
     pub http_grant: HttpGrant,
+    /// When the call in progress must end (transport components, whose
+    /// epoch callback reads it).
+    pub call_deadline: Option<std::time::Instant>,
 }
 
 /// Lets a request through to a host and port `allow_hosts` names, with
@@ -253,6 +258,7 @@ impl HostState {
                 timeout: network.map_or(std::time::Duration::from_secs(30), |n| n.timeout),
                 client: network.map(|n| n.client.clone()),
             },
+            call_deadline: None,
         })
     }
 

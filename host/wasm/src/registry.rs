@@ -300,8 +300,15 @@ fn load_bytes(engine: &PluginEngine, path: &Path, bytes: &[u8]) -> Result<Loaded
         .any(|(import, _)| WAITING_IMPORTS.iter().any(|w| import.starts_with(w)));
     let (world, contract) = check_world(engine, &component).map_err(&wrong)?;
     let mut linker: Linker<HostState> = Linker::new(engine.engine());
-    wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+    // Transport components are called asynchronously (on the async
+    // workers, their WASI waits awaited there); processors synchronously.
+    if world.receives() || world.sends() {
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+    } else {
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+        wasmtime_wasi_http::p2::add_only_http_to_linker_sync(&mut linker).map_err(|e| wrong(format!("{e:#}")))?;
+    }
     crate::bindings::Processor::add_to_linker::<HostState, wasmtime::component::HasSelf<HostState>>(&mut linker, |s| s)
         .map_err(|e| wrong(format!("{e:#}")))?;
     let mismatch =

@@ -2,16 +2,15 @@
 //! protocol is a WebAssembly component (`ferry:plugin` 1.2.0, the worlds
 //! `transport-receiver`, `transport-sender` and `transport`).
 //!
-//! Every call into a component runs on tokio's blocking pool (it may wait
-//! on the network through WASI) under two bounds: the epoch deadline
-//! interrupts code that computes for longer than `call_timeout_ms`, and the
-//! host stops waiting for a call that has not returned a second after that
-//! (a component blocked in a WASI wait the epoch cannot interrupt). HTTP
-//! requests have their timeouts capped at the deadline too. A call that
-//! traps or misses its deadline loses its instance; the next call opens a
-//! fresh one with the same config. While an abandoned call still holds its
-//! thread, no new call starts: the part reports itself stuck instead of
-//! piling up threads.
+//! Every call into a component is async (wasmtime's `call_async`, WASI and
+//! `wasi:http` awaited): it runs on the async worker of the task that
+//! asked, yields to the executor at every epoch tick (10 ms) so that a
+//! component computing never holds a worker, and is bounded twice: the
+//! epoch traps code that computes past `call_timeout_ms`, and the host
+//! drops a call that has not returned a second after that (one waiting in
+//! WASI). HTTP requests have their timeouts capped at the deadline too. A
+//! call that traps or misses its deadline loses its instance; the next
+//! call opens a fresh one with the same config.
 //!
 //! What happens to messages when a call fails:
 //! - `poll`: nothing was handed over; the source still has them and
@@ -25,6 +24,8 @@
 //! sent anywhere.
 
 use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -43,7 +44,7 @@ use ferry_core::wire::{Admitted, View};
 use ferry_envelope::{Envelope, Timestamp, names};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
-use wasmtime::Store;
+use wasmtime::{Store, UpdateDeadline};
 
 use crate::bindings::transport_receiver::TransportReceiver;
 use crate::bindings::transport_sender::TransportSender;
@@ -85,8 +86,6 @@ enum CallFailed {
     Trap(String),
     /// It missed its deadline; the instance is gone.
     Deadline,
-    /// An earlier call that missed its deadline still holds its thread.
-    Stuck,
 }
 
 impl std::fmt::Display for CallFailed {
@@ -95,7 +94,6 @@ impl std::fmt::Display for CallFailed {
             CallFailed::Open(e) => write!(f, "cannot open: {e}"),
             CallFailed::Trap(e) => write!(f, "trapped: {e}"),
             CallFailed::Deadline => f.write_str("missed its call deadline"),
-            CallFailed::Stuck => f.write_str("an earlier call that missed its deadline has not returned yet"),
         }
     }
 }
@@ -105,7 +103,7 @@ impl CallFailed {
         match self {
             CallFailed::Open(_) => "open_failed",
             CallFailed::Trap(_) => "trap",
-            CallFailed::Deadline | CallFailed::Stuck => "deadline",
+            CallFailed::Deadline => "deadline",
         }
     }
 }
@@ -116,36 +114,54 @@ struct Instance<G> {
     guest: G,
 }
 
-/// The shared half of a component receiver or sender: its spec, and the
-/// count of calls still running on the blocking pool.
+/// A call's future, borrowing the instance it runs on.
+type CallFuture<'a, T> = Pin<Box<dyn Future<Output = wasmtime::Result<T>> + Send + 'a>>;
+
+/// The export an instance is used by, made by `open` with the config.
+trait Guest: Sized + Send + 'static {
+    fn open(part: &Part, store: &mut Store<HostState>) -> impl Future<Output = Result<Self, String>> + Send;
+}
+
+impl Guest for (TransportReceiver, wit::ReceiverInfo) {
+    async fn open(part: &Part, store: &mut Store<HostState>) -> Result<Self, String> {
+        let Pre::Transport { receiver: Some(pre), .. } = &part.spec.plugin.pre else {
+            return Err(format!("{} is a {}, not a transport receiver", part.name(), part.spec.plugin.world.name()));
+        };
+        let guest = pre.instantiate_async(&mut *store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        let info = guest
+            .ferry_plugin_receiver()
+            .call_open(&mut *store, &part.spec.config_json)
+            .await
+            .map_err(|e| format!("open trapped: {e:#}"))?
+            .map_err(|refusal| format!("open refused the config: {refusal}"))?;
+        Ok((guest, info))
+    }
+}
+
+impl Guest for TransportSender {
+    async fn open(part: &Part, store: &mut Store<HostState>) -> Result<Self, String> {
+        let Pre::Transport { sender: Some(pre), .. } = &part.spec.plugin.pre else {
+            return Err(format!("{} is a {}, not a transport sender", part.name(), part.spec.plugin.world.name()));
+        };
+        let guest = pre.instantiate_async(&mut *store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        guest
+            .ferry_plugin_sender()
+            .call_open(&mut *store, &part.spec.config_json)
+            .await
+            .map_err(|e| format!("open trapped: {e:#}"))?
+            .map_err(|refusal| format!("open refused the config: {refusal}"))?;
+        Ok(guest)
+    }
+}
+
+/// The shared half of a component receiver or sender: its spec, limits
+/// and network.
 struct Part {
     spec: ComponentSpec,
     limits: PluginLimits,
-    /// Calls the host gave up on whose threads have not returned yet.
-    abandoned: Arc<AtomicUsize>,
     /// What its instances share for the network (refusals counted, HTTP
     /// timeouts capped, the pooled client).
     network: Network,
-}
-
-/// A call on the blocking pool, as the host last saw it.
-const RUNNING: u8 = 0;
-const DONE: u8 = 1;
-const ABANDONED: u8 = 2;
-
-/// Lives in a call's closure on the blocking pool: when the host gave the
-/// call up, its end takes it off the count of abandoned calls.
-struct Running {
-    state: Arc<std::sync::atomic::AtomicU8>,
-    abandoned: Arc<AtomicUsize>,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        if self.state.compare_exchange(RUNNING, DONE, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-            self.abandoned.fetch_sub(1, Ordering::SeqCst);
-        }
-    }
 }
 
 impl Part {
@@ -157,76 +173,80 @@ impl Part {
         });
         let client = PooledClient::new(limits.call_timeout).map_err(PluginError::Refused)?;
         let network = Network { on_refused, timeout: limits.call_timeout, client: Arc::new(client) };
-        Ok(Arc::new(Self { spec, limits, abandoned: Arc::new(AtomicUsize::new(0)), network }))
+        Ok(Arc::new(Self { spec, limits, network }))
     }
 
     fn name(&self) -> &str {
         &self.spec.plugin.name
     }
 
-    /// A new store for an instance, with the network `allow_hosts` grants.
-    /// Looks the granted names up: blocking.
-    fn store(&self) -> Result<Store<HostState>, String> {
-        let grants = Grants { allow_hosts: self.spec.allow_hosts.clone(), ..Grants::default() };
-        let kv = self.spec.engine.kv().scope(self.name(), &self.spec.part);
-        let state = HostState::with_network(
-            self.name(),
-            &self.spec.part,
-            self.limits.memory_limit_bytes,
-            kv,
-            &grants,
-            Some(&self.network),
-        )
-        .map_err(|e| format!("cannot grant what the config asks for: {e:#}"))?;
+    /// A new store for an instance, with the network `allow_hosts` grants
+    /// (the granted names are looked up off the async workers). Its wasm
+    /// yields to the executor at every epoch tick and traps once the
+    /// call's deadline (set by [`arm`]) has passed.
+    async fn store(self: &Arc<Self>) -> Result<Store<HostState>, String> {
+        let part = self.clone();
+        let state = tokio::task::spawn_blocking(move || {
+            let grants = Grants { allow_hosts: part.spec.allow_hosts.clone(), ..Grants::default() };
+            let kv = part.spec.engine.kv().scope(part.name(), &part.spec.part);
+            HostState::with_network(
+                part.name(),
+                &part.spec.part,
+                part.limits.memory_limit_bytes,
+                kv,
+                &grants,
+                Some(&part.network),
+            )
+            .map_err(|e| format!("cannot grant what the config asks for: {e:#}"))
+        })
+        .await
+        .map_err(|e| format!("the host task failed: {e}"))??;
         let mut store = Store::new(self.spec.engine.engine(), state);
         store.limiter(|s| s.limiter());
-        store.set_epoch_deadline(self.limits.deadline_ticks());
+        store.epoch_deadline_callback(|store| {
+            let passed = store.data().call_deadline.is_none_or(|deadline| Instant::now() >= deadline);
+            Ok(if passed { UpdateDeadline::Interrupt } else { UpdateDeadline::Yield(1) })
+        });
+        store.set_epoch_deadline(1);
         Ok(store)
     }
 
-    /// Runs `call` on `instance` (or on one `open` makes) on the blocking
-    /// pool, bounded as the module docs say. The instance comes back with
-    /// the answer; a failed call drops it.
-    async fn call<G: Send + 'static, T: Send + 'static>(
+    /// Runs `call` on `instance` (or on one `open` makes), bounded as the
+    /// module docs say. The instance comes back with the answer; a failed
+    /// call drops it.
+    async fn call<G: Guest, T: Send + 'static>(
         self: &Arc<Self>,
         instance: Option<Instance<G>>,
-        open: fn(&Part) -> Result<Instance<G>, String>,
-        call: impl FnOnce(&mut Instance<G>) -> wasmtime::Result<T> + Send + 'static,
+        call: impl for<'a> FnOnce(&'a mut Instance<G>) -> CallFuture<'a, T> + Send,
     ) -> Result<(Instance<G>, T), CallFailed> {
-        if self.abandoned.load(Ordering::SeqCst) > 0 {
-            return Err(CallFailed::Stuck);
-        }
-        let part = self.clone();
-        let state = Arc::new(std::sync::atomic::AtomicU8::new(RUNNING));
-        let running = Running { state: state.clone(), abandoned: self.abandoned.clone() };
-        let ticks = self.limits.deadline_ticks();
-        let task = tokio::task::spawn_blocking(move || {
-            let _running = running;
+        let deadline = Instant::now() + self.limits.call_timeout;
+        let work = async {
             let mut instance = match instance {
-                Some(i) => i,
-                None => open(&part).map_err(CallFailed::Open)?,
+                Some(mut i) => {
+                    arm(&mut i.store, deadline);
+                    i
+                }
+                None => {
+                    let mut store = self.store().await.map_err(CallFailed::Open)?;
+                    arm(&mut store, deadline);
+                    let guest = G::open(self, &mut store).await.map_err(CallFailed::Open)?;
+                    Instance { store, guest }
+                }
             };
-            instance.store.set_epoch_deadline(ticks);
-            match call(&mut instance) {
+            match call(&mut instance).await {
                 Ok(answer) => Ok((instance, answer)),
                 Err(e) if matches!(e.downcast_ref::<wasmtime::Trap>(), Some(wasmtime::Trap::Interrupt)) => {
                     Err(CallFailed::Deadline)
                 }
                 Err(e) => Err(CallFailed::Trap(format!("{e:#}").lines().next().unwrap_or("trap").to_owned())),
             }
-        });
-        let result = match tokio::time::timeout(self.limits.call_timeout + GRACE, task).await {
-            Ok(Ok(result)) => result,
-            Ok(Err(join)) => Err(CallFailed::Trap(format!("the host task failed: {join}"))),
-            Err(_) => {
-                // Counted before it is marked, so that a call ending just
-                // now takes off only what was added.
-                self.abandoned.fetch_add(1, Ordering::SeqCst);
-                if state.compare_exchange(RUNNING, ABANDONED, Ordering::SeqCst, Ordering::SeqCst).is_err() {
-                    self.abandoned.fetch_sub(1, Ordering::SeqCst);
-                }
-                Err(CallFailed::Deadline)
-            }
+        };
+        // The epoch traps computing past the deadline; this bounds a call
+        // waiting in WASI (an HTTP answer, a socket) as well. Dropping the
+        // call drops its instance.
+        let result = match tokio::time::timeout(self.limits.call_timeout + GRACE, work).await {
+            Ok(result) => result,
+            Err(_) => Err(CallFailed::Deadline),
         };
         if let Err(e) = &result {
             let labels = [("plugin", self.name()), ("route", self.spec.part.as_str()), ("outcome", e.label())];
@@ -236,38 +256,32 @@ impl Part {
         result
     }
 
-    fn open_receiver(&self) -> Result<Instance<(TransportReceiver, wit::ReceiverInfo)>, String> {
-        let Pre::Transport { receiver: Some(pre), .. } = &self.spec.plugin.pre else {
-            return Err(format!("{} is a {}, not a transport receiver", self.name(), self.spec.plugin.world.name()));
+    /// Opens one instance and drops it (`ferry validate`). Blocking: on a
+    /// runtime of its own outside one.
+    fn open_once<G: Guest>(self: &Arc<Self>) -> Result<(), String> {
+        let open = async {
+            self.call(None, |_: &mut Instance<G>| Box::pin(async { Ok(()) })).await.map(drop).map_err(|e| e.to_string())
         };
-        let mut store = self.store()?;
-        let guest = pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate: {e:#}"))?;
-        let info = guest
-            .ferry_plugin_receiver()
-            .call_open(&mut store, &self.spec.config_json)
-            .map_err(|e| format!("open trapped: {e:#}"))?
-            .map_err(|refusal| format!("open refused the config: {refusal}"))?;
-        Ok(Instance { store, guest: (guest, info) })
-    }
-
-    fn open_sender(&self) -> Result<Instance<TransportSender>, String> {
-        let Pre::Transport { sender: Some(pre), .. } = &self.spec.plugin.pre else {
-            return Err(format!("{} is a {}, not a transport sender", self.name(), self.spec.plugin.world.name()));
-        };
-        let mut store = self.store()?;
-        let guest = pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate: {e:#}"))?;
-        guest
-            .ferry_plugin_sender()
-            .call_open(&mut store, &self.spec.config_json)
-            .map_err(|e| format!("open trapped: {e:#}"))?
-            .map_err(|refusal| format!("open refused the config: {refusal}"))?;
-        Ok(Instance { store, guest })
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => tokio::task::block_in_place(|| handle.block_on(open)),
+            Err(_) => tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("no runtime to open it on: {e}"))?
+                .block_on(open),
+        }
     }
 
     fn connected(&self, role: &str, up: bool) {
         let gauge = labels(&[("kind", "component"), ("role", role), ("name", &self.spec.part)]);
         self.spec.metrics.connected.get_or_create(&gauge).set(i64::from(up));
     }
+}
+
+/// Sets the deadline of the call about to run on `store`.
+fn arm(store: &mut Store<HostState>, deadline: Instant) {
+    store.data_mut().call_deadline = Some(deadline);
+    store.set_epoch_deadline(1);
 }
 
 /// The envelope a component hands over, as the host's. The identity is
@@ -356,10 +370,10 @@ impl ReceiverInner {
     /// One call on the receiver's instance, opening it when there is none.
     async fn call<T: Send + 'static>(
         &self,
-        call: impl FnOnce(&mut ReceiverInstance) -> wasmtime::Result<T> + Send + 'static,
+        call: impl for<'a> FnOnce(&'a mut ReceiverInstance) -> CallFuture<'a, T> + Send,
     ) -> Result<T, CallFailed> {
         let mut slot = self.instance.lock().await;
-        let (instance, answer) = self.part.call(slot.take(), Part::open_receiver, call).await?;
+        let (instance, answer) = self.part.call(slot.take(), call).await?;
         let info = &instance.guest.1;
         if let Ok(mut said) = self.info.lock() {
             *said = Some((info.extend_every_ms, info.settle_anywhere));
@@ -373,14 +387,14 @@ impl ReceiverInner {
     /// instance.
     async fn call_settler<T: Send + 'static>(
         &self,
-        call: impl FnOnce(&mut ReceiverInstance) -> wasmtime::Result<T> + Send + 'static,
+        call: impl for<'a> FnOnce(&'a mut ReceiverInstance) -> CallFuture<'a, T> + Send,
     ) -> Result<T, CallFailed> {
         let anywhere = self.info.lock().ok().and_then(|i| *i).is_some_and(|(_, anywhere)| anywhere);
         if !anywhere {
             return self.call(call).await;
         }
         let idle = self.settlers.lock().ok().and_then(|mut s| s.pop());
-        let (instance, answer) = self.part.call(idle, Part::open_receiver, call).await?;
+        let (instance, answer) = self.part.call(idle, call).await?;
         if let Ok(mut idle) = self.settlers.lock()
             && idle.len() < MAX_IDLE
         {
@@ -400,7 +414,11 @@ impl ReceiverInner {
             held.remove(&key);
         }
         let answer = self
-            .call_settler(move |i| i.guest.0.ferry_plugin_receiver().call_settle(&mut i.store, &token, &settlement))
+            .call_settler(move |i| {
+                Box::pin(async move {
+                    i.guest.0.ferry_plugin_receiver().call_settle(&mut i.store, &token, &settlement).await
+                })
+            })
             .await
             .map_err(|e| TransportError::transient(format!("component {}: settle {e}", self.part.name())))?;
         answer
@@ -414,8 +432,12 @@ impl ReceiverInner {
             if tokens.is_empty() {
                 continue;
             }
-            match self.call_settler(move |i| i.guest.0.ferry_plugin_receiver().call_extend(&mut i.store, &tokens)).await
-            {
+            let extended = self
+                .call_settler(move |i| {
+                    Box::pin(async move { i.guest.0.ferry_plugin_receiver().call_extend(&mut i.store, &tokens).await })
+                })
+                .await;
+            match extended {
                 Ok(Ok(())) => {}
                 Ok(Err(refusal)) => warn!(part = %self.part.spec.part, %refusal, "component extend refused"),
                 Err(e) => warn!(part = %self.part.spec.part, error = %e, "component extend failed"),
@@ -426,7 +448,9 @@ impl ReceiverInner {
     async fn poll(&self, max: u32) -> Result<Vec<wit::Received>, TransportError> {
         let wait_ms = u32::try_from(self.wait.as_millis()).unwrap_or(u32::MAX);
         let answer = self
-            .call(move |i| i.guest.0.ferry_plugin_receiver().call_poll(&mut i.store, max, wait_ms))
+            .call(move |i| {
+                Box::pin(async move { i.guest.0.ferry_plugin_receiver().call_poll(&mut i.store, max, wait_ms).await })
+            })
             .await
             .map_err(|e| TransportError::transient(format!("component {}: poll {e}", self.part.name())))?;
         answer.map_err(|e| TransportError::transient(format!("component {}: poll: {e}", self.part.name())))
@@ -581,7 +605,9 @@ impl Sender for ComponentSender {
         let idle = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let answer = self
             .part
-            .call(idle, Part::open_sender, move |i| i.guest.ferry_plugin_sender().call_send(&mut i.store, &batch))
+            .call(idle, move |i| {
+                Box::pin(async move { i.guest.ferry_plugin_sender().call_send(&mut i.store, &batch).await })
+            })
             .await;
         let (instance, mut results) = match answer {
             Ok(answer) => answer,
@@ -702,14 +728,13 @@ impl TypedTransport for Component {
             .map_err(|e| e.to_string())?
             .inner
             .part
-            .open_receiver()
-            .map(drop)
+            .open_once::<(TransportReceiver, wit::ReceiverInfo)>()
     }
 
     fn validate_sender(&self, name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<(), String> {
         let spec =
             spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
-        ComponentSender::new(spec).map_err(|e| e.to_string())?.part.open_sender().map(drop)
+        ComponentSender::new(spec).map_err(|e| e.to_string())?.part.open_once::<TransportSender>()
     }
 
     fn sender(&self, name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {

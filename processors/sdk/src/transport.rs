@@ -130,14 +130,26 @@ pub mod http {
         request.set_authority(Some(authority)).map_err(|()| format!("bad authority {authority:?}"))?;
         request.set_path_with_query(Some(path)).map_err(|()| format!("bad path {path:?}"))?;
         let outgoing = request.body().map_err(|()| "no request body".to_owned())?;
-        let future = outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?;
-        {
-            let stream = outgoing.write().map_err(|()| "no request body stream".to_owned())?;
-            for chunk in body.chunks(4096) {
-                stream.blocking_write_and_flush(chunk).map_err(|e| format!("writing the body: {e:?}"))?;
+        let write = |outgoing: OutgoingBody| -> Result<(), String> {
+            {
+                let stream = outgoing.write().map_err(|()| "no request body stream".to_owned())?;
+                for chunk in body.chunks(4096) {
+                    stream.blocking_write_and_flush(chunk).map_err(|e| format!("writing the body: {e:?}"))?;
+                }
             }
-        }
-        OutgoingBody::finish(outgoing, None).map_err(|e| format!("{e:?}"))?;
+            OutgoingBody::finish(outgoing, None).map_err(|e| format!("{e:?}"))
+        };
+        // A body of one write is written before the request goes: the host
+        // buffers one write, and the head and body then leave together.
+        // A longer one is streamed once the request is under way.
+        let future = if body.len() <= 4096 {
+            write(outgoing)?;
+            outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?
+        } else {
+            let future = outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?;
+            write(outgoing)?;
+            future
+        };
         future.subscribe().block();
         let response = match future.get() {
             Some(Ok(Ok(response))) => response,
