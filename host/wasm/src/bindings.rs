@@ -172,30 +172,22 @@ impl wasmtime_wasi_http::WasiHttpHooks for HttpGrant {
             (self.on_refused)("http");
             return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         }
-        let cap = self.timeout;
-        let capped = |t: Option<std::time::Duration>| Some(t.map_or(cap, |t| t.min(cap)));
-        let options = options.unwrap_or_default();
-        let options = wasmtime_wasi_http::RequestOptions {
-            connect_timeout: capped(options.connect_timeout),
-            first_byte_timeout: capped(options.first_byte_timeout),
-            between_bytes_timeout: capped(options.between_bytes_timeout),
+        // Only a transport component's part has a client, and only a
+        // transport component is granted hosts: nothing else gets here.
+        let Some(client) = self.client.clone() else {
+            (self.on_refused)("http");
+            return Box::new(async { Err(wasmtime_wasi_http::Error::HttpRequestDenied) });
         };
-        if let Some(client) = self.client.clone() {
-            let first_byte = options.first_byte_timeout.unwrap_or(cap);
-            let between_bytes = options.between_bytes_timeout.unwrap_or(cap);
-            return Box::new(async move {
-                let response = client.send(request, first_byte, between_bytes).await?;
-                let done: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send> =
-                    Box::new(async { Ok(()) });
-                Ok((response, done))
-            });
-        }
+        // The connect timeout is the part's cap, set on its connector.
+        let cap = self.timeout;
+        let options = options.unwrap_or_default();
+        let first_byte = options.first_byte_timeout.map_or(cap, |t| t.min(cap));
+        let between_bytes = options.between_bytes_timeout.map_or(cap, |t| t.min(cap));
         Box::new(async move {
-            let (response, io) = wasmtime_wasi_http::default_send_request(request, Some(options)).await?;
-            Ok((
-                response.map(http_body_util::BodyExt::boxed_unsync),
-                Box::new(io) as Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send>,
-            ))
+            let response = client.send(request, first_byte, between_bytes).await?;
+            let done: Box<dyn Future<Output = Result<(), wasmtime_wasi_http::Error>> + Send> =
+                Box::new(async { Ok(()) });
+            Ok((response, done))
         })
     }
 }

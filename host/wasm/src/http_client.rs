@@ -38,9 +38,9 @@ impl PooledClient {
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
         let roots = rustls::RootCertStore { roots: webpki_roots::TLS_SERVER_ROOTS.into() };
-        // The provider named, not the process default: two are linked in
-        // (ring, and aws-lc-rs through the AWS SDK), so there is none.
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        // aws-lc-rs, the provider the rest of ferry's TLS uses, named
+        // rather than taken as the process default.
+        let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let tls = rustls::ClientConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
             .map_err(|e| format!("TLS for wasi:http: {e}"))?
