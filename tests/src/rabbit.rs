@@ -265,15 +265,23 @@ impl PrivateRabbit {
     }
 
     /// Starts one with extra `rabbitmq.conf` lines (e.g. a TLS listener).
+    /// A node that does not come up is given up and another started on
+    /// other ports (its distribution port, the one above, may have been
+    /// taken meanwhile: CI saw a first start time out once).
     pub async fn start_with(conf: &str) -> Self {
-        let port = Self::free_port();
-        let dir = tempfile::tempdir().expect("tempdir");
-        std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
-        std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
-        let node = format!("{}@localhost", crate::unique("ferrytest"));
-        let mut r = Self { port, node, dir, child: None };
-        r.restart().await;
-        r
+        for attempt in 1..=3 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
+            std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
+            let node = format!("{}@localhost", crate::unique("ferrytest"));
+            let mut r = Self { port: Self::free_port(), node, dir, child: None };
+            if r.boot().await {
+                return r;
+            }
+            eprintln!("private RabbitMQ {} did not start on port {} (attempt {attempt} of 3)", r.node, r.port);
+            r.stop().await;
+        }
+        panic!("no private RabbitMQ started in three attempts");
     }
 
     /// A free port clear of the range rabbitmqctl takes (35672-35682) and
@@ -318,6 +326,14 @@ impl PrivateRabbit {
 
     /// (Re)starts the node on the same port and data directory.
     pub async fn restart(&mut self) {
+        if !self.boot().await {
+            panic!("private RabbitMQ {} did not start again on port {}", self.node, self.port);
+        }
+    }
+
+    /// Stops the node if it runs, starts it, and waits (60 s at most)
+    /// until it takes connections: whether it does.
+    async fn boot(&mut self) -> bool {
         self.stop().await;
         let child = self
             .command("rabbitmq-server")
@@ -341,11 +357,11 @@ impl PrivateRabbit {
                 .status()
                 .is_ok_and(|s| s.success());
             if ready && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+                return true;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
-        panic!("private RabbitMQ {} did not start on port {}", self.node, self.port);
+        false
     }
 
     /// Stops the node cleanly (`rabbitmqctl stop`, which flushes queues to
