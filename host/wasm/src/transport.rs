@@ -676,6 +676,21 @@ fn spec(
     })
 }
 
+/// The receiver `name` of config `c` (what `receiver` runs and `validate`
+/// opens once).
+fn component_receiver(name: &str, c: &ComponentReceiverConfig, parts: &Parts<'_>) -> Result<ComponentReceiver, String> {
+    let spec =
+        spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
+    ComponentReceiver::new(spec, c.max_messages, Duration::from_millis(u64::from(c.wait_ms))).map_err(|e| e.to_string())
+}
+
+/// The sender `name` of config `c`.
+fn component_sender(name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<Arc<ComponentSender>, String> {
+    let spec =
+        spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
+    ComponentSender::new(spec).map_err(|e| e.to_string())
+}
+
 /// A fixture message for a component receiver: the envelope it hands the
 /// host, written out (`id`, `subject`, typed `headers`, `payload` or
 /// `payload_base64`). `ferry test` does not run the component.
@@ -714,33 +729,19 @@ impl TypedTransport for Component {
         c: &ComponentReceiverConfig,
         parts: &Parts<'_>,
     ) -> Result<Arc<dyn Receiver>, String> {
-        let spec =
-            spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
-        let receiver = ComponentReceiver::new(spec, c.max_messages, Duration::from_millis(u64::from(c.wait_ms)))
-            .map_err(|e| e.to_string())?;
-        Ok(Arc::new(receiver))
+        Ok(Arc::new(component_receiver(name, c, parts)?))
     }
 
     fn validate_receiver(&self, name: &str, c: &ComponentReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
-        let spec =
-            spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
-        ComponentReceiver::new(spec, c.max_messages, Duration::from_millis(u64::from(c.wait_ms)))
-            .map_err(|e| e.to_string())?
-            .inner
-            .part
-            .open_once::<(TransportReceiver, wit::ReceiverInfo)>()
+        component_receiver(name, c, parts)?.inner.part.open_once::<(TransportReceiver, wit::ReceiverInfo)>()
     }
 
     fn validate_sender(&self, name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<(), String> {
-        let spec =
-            spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
-        ComponentSender::new(spec).map_err(|e| e.to_string())?.part.open_once::<TransportSender>()
+        component_sender(name, c, parts)?.part.open_once::<TransportSender>()
     }
 
     fn sender(&self, name: &str, c: &ComponentSenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
-        let spec =
-            spec(components(parts)?, name, &c.component, &c.config, &c.allow_hosts, c.call_timeout_ms, parts.metrics)?;
-        Ok(ComponentSender::new(spec).map_err(|e| e.to_string())?)
+        Ok(component_sender(name, c, parts)?)
     }
 
     async fn probe_receiver(&self, _: &str, c: &ComponentReceiverConfig) -> Result<String, TransportError> {
