@@ -135,6 +135,12 @@ impl PluginEngine {
         config.epoch_interruption(true);
         // A deep recursion traps on this stack limit instead of crashing.
         config.max_wasm_stack(1 << 20);
+        // `FERRY_WASM_PERFMAP=1`: compiled plugin code is named in
+        // /tmp/perf-PID.map, so `perf report` shows the functions of a
+        // component instead of `[unknown]` (README, Benchmarks).
+        if std::env::var_os("FERRY_WASM_PERFMAP").is_some() {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config)?;
         let weak = engine.weak();
         std::thread::Builder::new().name("ferry-epoch".into()).spawn(move || {

@@ -104,32 +104,36 @@ pub mod http {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
-        let fields = Fields::new();
-        for (name, value) in headers {
-            fields.append(name, value.as_bytes()).map_err(|e| format!("header {name}: {e:?}"))?;
-        }
+        // Every resource call crosses into the host, so a request makes as
+        // few as it can: the headers in one list, no method set for GET
+        // (the default), and no body resource for an empty body.
+        let mut entries: Vec<(String, Vec<u8>)> =
+            headers.iter().map(|(n, v)| ((*n).to_owned(), v.as_bytes().to_vec())).collect();
         // A declared length, not a chunked body: a server that answers
         // before reading a chunked body to its end may close the
         // connection under the request (hyper's "incomplete message").
-        if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-length")) {
-            let length = body.len().to_string();
-            fields.append("content-length", length.as_bytes()).map_err(|e| format!("content-length: {e:?}"))?;
+        let bodiless = matches!(method, "GET" | "HEAD" | "DELETE" | "OPTIONS");
+        let declares = headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("content-length"));
+        if !declares && (!body.is_empty() || !bodiless) {
+            entries.push(("content-length".to_owned(), body.len().to_string().into_bytes()));
         }
+        let fields = Fields::from_list(&entries).map_err(|e| format!("headers: {e:?}"))?;
         let request = OutgoingRequest::new(fields);
         let method = match method {
-            "GET" => Method::Get,
-            "POST" => Method::Post,
-            "PUT" => Method::Put,
-            "DELETE" => Method::Delete,
-            "HEAD" => Method::Head,
-            "PATCH" => Method::Patch,
-            other => Method::Other(other.to_owned()),
+            "GET" => None,
+            "POST" => Some(Method::Post),
+            "PUT" => Some(Method::Put),
+            "DELETE" => Some(Method::Delete),
+            "HEAD" => Some(Method::Head),
+            "PATCH" => Some(Method::Patch),
+            other => Some(Method::Other(other.to_owned())),
         };
-        request.set_method(&method).map_err(|()| "bad method".to_owned())?;
+        if let Some(method) = method {
+            request.set_method(&method).map_err(|()| "bad method".to_owned())?;
+        }
         request.set_scheme(Some(&scheme)).map_err(|()| "bad scheme".to_owned())?;
         request.set_authority(Some(authority)).map_err(|()| format!("bad authority {authority:?}"))?;
         request.set_path_with_query(Some(path)).map_err(|()| format!("bad path {path:?}"))?;
-        let outgoing = request.body().map_err(|()| "no request body".to_owned())?;
         let write = |outgoing: OutgoingBody| -> Result<(), String> {
             {
                 let stream = outgoing.write().map_err(|()| "no request body stream".to_owned())?;
@@ -142,10 +146,14 @@ pub mod http {
         // A body of one write is written before the request goes: the host
         // buffers one write, and the head and body then leave together.
         // A longer one is streamed once the request is under way.
-        let future = if body.len() <= 4096 {
+        let future = if body.is_empty() {
+            outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?
+        } else if body.len() <= 4096 {
+            let outgoing = request.body().map_err(|()| "no request body".to_owned())?;
             write(outgoing)?;
             outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?
         } else {
+            let outgoing = request.body().map_err(|()| "no request body".to_owned())?;
             let future = outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?;
             write(outgoing)?;
             future
@@ -157,17 +165,21 @@ pub mod http {
             Some(Err(())) | None => return Err("no answer".to_owned()),
         };
         let status = response.status();
-        let headers = response
+        let headers: Vec<(String, String)> = response
             .headers()
             .entries()
             .into_iter()
             .map(|(n, v)| (n.to_ascii_lowercase(), String::from_utf8_lossy(&v).into_owned()))
             .collect();
+        // With a declared length, the body is read to it, not to one more
+        // read that says the stream ended.
+        let declared: Option<usize> =
+            headers.iter().find(|(n, _)| n == "content-length").and_then(|(_, v)| v.trim().parse().ok());
         let incoming = response.consume().map_err(|()| "no answer body".to_owned())?;
         let mut body = Vec::new();
-        {
+        if declared != Some(0) {
             let stream = incoming.stream().map_err(|()| "no answer body stream".to_owned())?;
-            loop {
+            while declared.is_none_or(|n| body.len() < n) {
                 match stream.blocking_read(64 * 1024) {
                     Ok(chunk) => {
                         body.extend_from_slice(&chunk);
