@@ -146,17 +146,19 @@ pub mod http {
         // A body of one write is written before the request goes: the host
         // buffers one write, and the head and body then leave together.
         // A longer one is streamed once the request is under way.
+        let send = |request| outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"));
         let future = if body.is_empty() {
-            outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?
-        } else if body.len() <= 4096 {
-            let outgoing = request.body().map_err(|()| "no request body".to_owned())?;
-            write(outgoing)?;
-            outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?
+            send(request)?
         } else {
             let outgoing = request.body().map_err(|()| "no request body".to_owned())?;
-            let future = outgoing_handler::handle(request, None).map_err(|e| format!("{e:?}"))?;
-            write(outgoing)?;
-            future
+            if body.len() <= 4096 {
+                write(outgoing)?;
+                send(request)?
+            } else {
+                let future = send(request)?;
+                write(outgoing)?;
+                future
+            }
         };
         future.subscribe().block();
         let response = match future.get() {
