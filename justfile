@@ -121,10 +121,10 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
 # The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.
 chaos: mosquitto rabbitmq postgres
     @scripts/provision fuse
-    FERRY_STRESS_MESSAGES=200000 cargo test -p ferry-store --test stress -- --nocapture
-    FERRY_POWERCUT_MESSAGES=20000 FERRY_POWERCUT_CUTS=50 cargo test -p ferry-tests --test power_cut -- --nocapture
+    FERRY_STRESS_MESSAGES=200000 cargo test -p ferry-store --test suite stress:: -- --nocapture
+    FERRY_POWERCUT_MESSAGES=20000 FERRY_POWERCUT_CUTS=50 cargo test -p ferry-tests --test suite power_cut:: -- --nocapture
     cargo build --release -p ferry-daemon
-    FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=100 cargo test --release -p ferry-tests --test chaos -- --nocapture
+    FERRY_CHAOS_MESSAGES=20000 FERRY_CHAOS_KILLS=100 cargo test --release -p ferry-tests --test suite chaos:: -- --nocapture
 
 # Fuzz every decoder that reads remote bytes with cargo-fuzz (nightly), `secs`
 # seconds each; what finds new coverage is added to the committed corpora in

@@ -1,6 +1,8 @@
 //! Runs the real `ferry` binary.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -26,6 +28,9 @@ pub struct Workspace {
     pub dir: tempfile::TempDir,
     /// Extra environment for every `ferry` this workspace runs.
     env: Vec<(String, String)>,
+    /// The admin address of the daemon running here, which the CLI
+    /// commands run here reach (`FERRY_ADMIN`).
+    running: Arc<Mutex<Option<String>>>,
 }
 
 impl Workspace {
@@ -37,7 +42,7 @@ impl Workspace {
             std::fs::copy(crate::plugin_file(name), dir.path().join("plugins").join(format!("{name}.wasm")))
                 .expect("copy plugin");
         }
-        Self { dir, env: Vec::new() }
+        Self { dir, env: Vec::new(), running: Arc::default() }
     }
 
     /// Sets environment variables for every `ferry` run here (configs may
@@ -58,14 +63,23 @@ impl Workspace {
         p
     }
 
-    /// Runs `ferry <args>` to completion in this directory.
+    /// Runs `ferry <args>` to completion in this directory; `ferry dlq`,
+    /// `outbox` and `tap` reach the daemon running here, if one is.
     pub fn ferry(&self, args: &[&str]) -> Output {
-        Command::new(ferry_binary())
+        self.command(args).output().expect("ferry runs")
+    }
+
+    /// `ferry <args>` in this directory, with this workspace's environment
+    /// and the admin address of the daemon running here (`FERRY_ADMIN`).
+    pub fn command(&self, args: &[&str]) -> Command {
+        let admin = self.running.lock().ok().and_then(|r| r.clone());
+        let mut command = Command::new(ferry_binary());
+        command
             .args(args)
             .current_dir(self.path())
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .output()
-            .expect("ferry runs")
+            .envs(admin.map(|a| ("FERRY_ADMIN", a)));
+        command
     }
 
     /// The dead letters in this workspace's store, read with
@@ -78,22 +92,44 @@ impl Workspace {
     }
 }
 
+/// A listener address for a config: loopback, a port the system picks.
+/// The daemon announces what it got ([`Daemon::listener`]).
+pub const ANY_PORT: &str = "127.0.0.1:0";
+
 /// `config` with an admin server on `admin` (`host:port`).
 pub fn with_admin(admin: &str, config: String) -> String {
     format!("[admin]\nlisten = \"{admin}\"\n{config}")
 }
 
 /// A running daemon; its log lines are kept for assertions.
+///
+/// Every daemon runs with `--admin-listen 127.0.0.1:0` (unless the test
+/// passes its own): the addresses it announces on stdout are read into
+/// [`Daemon::listener`], and readiness is its `/readyz`, never log text.
 pub struct Daemon {
     child: Option<Child>,
     pub log: Arc<Mutex<Vec<String>>>,
+    /// What the daemon announced it listens on, by (kind, name).
+    bound: Arc<Mutex<BTreeMap<(String, String), SocketAddr>>>,
+    /// The admin token of the workspace's config, if it sets one.
+    token: Option<String>,
+    /// The workspace's view of the running daemon (cleared on exit).
+    running: Arc<Mutex<Option<String>>>,
 }
 
+/// How long a daemon may take to announce its admin server and to become
+/// ready. Generous: a debug daemon on a busy 2-core machine takes over
+/// 30 s to compile the 12 MB JavaScript example when its cache is cold
+/// (seen in CI). A start that works returns as soon as it is ready.
+const START_TIMEOUT: Duration = Duration::from_secs(120);
+
 impl Daemon {
-    /// Starts `ferry run -c ferry.toml` in `ws` and waits until every
-    /// receiver and sender named in `expect_connected` logged a connection.
-    pub fn start(ws: &Workspace, expect_connected: usize) -> Self {
-        Self::start_with_args(ws, &[], expect_connected)
+    /// Starts `ferry run -c ferry.toml` in `ws` and, when `expect_ready` is
+    /// more than 0, waits until its `/readyz` answers 200 (every receiver
+    /// and sender connected, every route running); with 0 only until its
+    /// admin server listens (the parts may be meant never to connect).
+    pub fn start(ws: &Workspace, expect_ready: usize) -> Self {
+        Self::start_with_args(ws, &[], expect_ready)
     }
 
     /// The daemon's process id (for CPU and memory readings).
@@ -102,18 +138,40 @@ impl Daemon {
     }
 
     /// As [`Daemon::start`], with more arguments for `ferry run`.
-    pub fn start_with_args(ws: &Workspace, args: &[&str], expect_connected: usize) -> Self {
+    pub fn start_with_args(ws: &Workspace, args: &[&str], expect_ready: usize) -> Self {
+        let daemon = Self::spawn(ws, args, true);
+        let admin = daemon.admin();
+        if expect_ready > 0 {
+            daemon.wait_ready(&admin, START_TIMEOUT);
+        }
+        daemon
+    }
+
+    /// A daemon with no admin server unless its config has one (for what
+    /// a daemon without one does), started once `connected` parts logged
+    /// their connection: the one readiness wait that reads log text, as
+    /// without an admin server there is no `/readyz`.
+    pub fn start_without_admin(ws: &Workspace, connected: usize) -> Self {
+        let daemon = Self::spawn(ws, &[], false);
+        daemon.wait_for_log("connected", connected, START_TIMEOUT);
+        daemon
+    }
+
+    fn spawn(ws: &Workspace, args: &[&str], admin: bool) -> Self {
+        let own_admin = !admin || args.iter().any(|a| a.starts_with("--admin-listen"));
         let mut child = Command::new(ferry_binary())
             .args(["run", "-c", "ferry.toml", "--log-level", "info"])
+            .args(if own_admin { &[][..] } else { &["--admin-listen", "127.0.0.1:0"][..] })
             .args(args)
             .current_dir(ws.path())
             .env("NO_COLOR", "1")
             .envs(crate::sqs::aws_env())
             .envs(ws.env.iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("ferry starts");
+        crate::leftovers::record(child.id());
         let log = Arc::new(Mutex::new(Vec::new()));
         let stderr = child.stderr.take().expect("stderr");
         let sink = log.clone();
@@ -127,12 +185,124 @@ impl Daemon {
                 }
             }
         });
-        let daemon = Self { child: Some(child), log };
-        // Generous: a debug daemon on a busy 2-core machine takes over 30 s
-        // to compile the 12 MB JavaScript example when its cache is cold
-        // (seen in CI). A start that works returns as soon as it connected.
-        daemon.wait_for_log("connected", expect_connected, Duration::from_secs(120));
+        let bound = Arc::new(Mutex::new(BTreeMap::new()));
+        let stdout = child.stdout.take().expect("stdout");
+        let announced = bound.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
+                let l = &v["listening"];
+                if let (Some(kind), Some(name), Some(Ok(addr))) =
+                    (l["kind"].as_str(), l["name"].as_str(), l["addr"].as_str().map(str::parse::<SocketAddr>))
+                    && let Ok(mut b) = announced.lock()
+                {
+                    b.insert((kind.to_owned(), name.to_owned()), addr);
+                }
+            }
+        });
+        let token = ferry_config::load(&ws.path().join("ferry.toml")).ok().and_then(|c| c.admin.token);
+        Self { child: Some(child), log, bound, token, running: ws.running.clone() }
+    }
+
+    /// `host:port` of the admin server, waiting (up to the start timeout)
+    /// for the daemon to announce it.
+    pub fn admin(&self) -> String {
+        let addr = self.listener("admin", "admin").to_string();
+        if let Ok(mut r) = self.running.lock() {
+            *r = Some(addr.clone());
+        }
+        addr
+    }
+
+    /// Where the listener `kind`/`name` is bound (`http` and a receiver's
+    /// name, `sqs_endpoint`/`sqs`, `admin`/`admin`), waiting up to the start
+    /// timeout for the daemon to announce it. Panics, with the log, when the
+    /// daemon exits or the time runs out first.
+    pub fn listener(&self, kind: &str, name: &str) -> SocketAddr {
+        let key = (kind.to_owned(), name.to_owned());
+        let started = Instant::now();
+        loop {
+            if let Some(addr) = self.bound.lock().ok().and_then(|b| b.get(&key).copied()) {
+                return addr;
+            }
+            assert!(!self.exited(), "ferry exited before it listened on {kind} {name}:\n{}", self.log_text());
+            assert!(
+                started.elapsed() < START_TIMEOUT,
+                "ferry did not listen on {kind} {name} within {START_TIMEOUT:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A daemon some of whose parts are meant never to connect (a target
+    /// that is down), so that `/readyz` stays 503: started once each of
+    /// `parts` (role, name) reports itself connected.
+    pub fn start_with_connected(ws: &Workspace, parts: &[(&str, &str)]) -> Self {
+        let daemon = Self::start(ws, 0);
+        for (role, name) in parts {
+            daemon.wait_connected(role, name, START_TIMEOUT);
+        }
         daemon
+    }
+
+    /// Waits until the part `role` `name` reports itself connected
+    /// (`ferry_transport_connected{…,role,name} 1`).
+    pub fn wait_connected(&self, role: &str, name: &str, timeout: Duration) {
+        let admin = self.admin();
+        let labels = format!("role=\"{role}\",name=\"{name}\"");
+        let started = Instant::now();
+        while started.elapsed() < timeout {
+            let metrics = crate::http::request(&admin, "GET", "/metrics", self.token.as_deref());
+            if let Ok((200, text)) = metrics
+                && crate::http::sample(&text, "ferry_transport_connected", &labels) == Some(1.0)
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("{role} {name} did not connect within {timeout:?}:\n{}", self.log_text());
+    }
+
+    /// Whether the process has exited (a zombie not yet waited for counts).
+    fn exited(&self) -> bool {
+        let Some(child) = self.child.as_ref() else { return true };
+        match std::fs::read_to_string(format!("/proc/{}/stat", child.id())) {
+            // The state follows the command name, which is in parentheses.
+            Ok(stat) => stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z')),
+            Err(_) => true,
+        }
+    }
+
+    /// This daemon stopped: the workspace's CLI calls no longer go to it.
+    fn forget(&self) {
+        let own = self.bound.lock().ok().and_then(|b| b.get(&("admin".to_owned(), "admin".to_owned())).copied());
+        if let (Ok(mut running), Some(own)) = (self.running.lock(), own)
+            && running.as_deref() == Some(own.to_string().as_str())
+        {
+            *running = None;
+        }
+    }
+
+    /// `http://host:port` of the HTTP receiver `name`.
+    pub fn http_url(&self, name: &str) -> String {
+        format!("http://{}", self.listener("http", name))
+    }
+
+    /// Waits until `/readyz` answers 200; panics with its last answer and
+    /// the log when `timeout` passes first.
+    pub fn wait_ready(&self, admin: &str, timeout: Duration) {
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < timeout {
+            match crate::http::request(admin, "GET", "/readyz", self.token.as_deref()) {
+                Ok((200, _)) => return,
+                Ok((status, body)) => last = format!("{status} {body}"),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("ferry was not ready within {timeout:?}; /readyz: {last}\n{}", self.log_text());
     }
 
     /// Waits until `needle` appears in at least `count` log lines.
@@ -194,10 +364,13 @@ impl Daemon {
         let started = Instant::now();
         loop {
             if let Ok(Some(status)) = child.try_wait() {
+                crate::leftovers::forget(child.id());
                 return status;
             }
             if started.elapsed() > Duration::from_secs(30) {
                 let _ = child.kill();
+                let _ = child.wait();
+                crate::leftovers::forget(child.id());
                 panic!("ferry did not exit within 30 s of SIGTERM");
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -209,15 +382,18 @@ impl Daemon {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            crate::leftovers::forget(child.id());
         }
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
+        self.forget();
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            crate::leftovers::forget(child.id());
         }
     }
 }

@@ -6,7 +6,12 @@
 //! - [`mqtt`]: a plain MQTT 5 test client (publish with properties,
 //!   subscribe and collect) and a private Mosquitto that a test can stop
 //!   and restart.
-//! - [`daemon`]: runs the `ferry` binary on a config and stops it.
+//! - [`daemon`]: runs the `ferry` binary on a config, reads the addresses
+//!   it listens on, waits for its `/readyz`, and stops it.
+//! - [`leftovers`]: PID files of the children a run starts, so the next
+//!   run stops what a killed one left.
+//! - [`ports`]: ports without a race (a refusing port, a broker's port and
+//!   a check of who listens on it).
 //! - [`http`]: a minimal HTTP GET for the admin endpoints.
 //! - [`receiver`]: a transport receiver running in the background.
 //! - [`tls`]: a throwaway CA and server certificate for TLS tests.
@@ -26,8 +31,10 @@ pub mod amqp10_peer;
 pub mod amqp_raw;
 pub mod daemon;
 pub mod http;
+pub mod leftovers;
 pub mod mqtt;
 pub mod pg;
+pub mod ports;
 pub mod powercut;
 pub mod python;
 pub mod rabbit;
@@ -45,6 +52,12 @@ use std::path::PathBuf;
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
+
+/// How long a "nothing more happens" check watches (a retry that must not
+/// come, a route that must stay at its limit): what has not happened in
+/// this time is taken as not happening. The one wait that is not on an
+/// event; every other wait is [`eventually`] or a harness wait on one.
+pub const QUIET: std::time::Duration = std::time::Duration::from_millis(700);
 
 /// Polls `f` every 50 ms until it holds; panics naming `what` after 15 s.
 pub async fn eventually(what: &str, f: impl Fn() -> bool) {

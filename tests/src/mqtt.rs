@@ -1,6 +1,5 @@
 //! MQTT 5 helpers for tests.
 
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -167,11 +166,6 @@ pub fn topic(p: &Publish) -> String {
     String::from_utf8_lossy(&p.topic).into_owned()
 }
 
-/// A free TCP port on loopback.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
-}
-
 /// A private Mosquitto on its own port, for tests that stop a broker.
 pub struct PrivateMosquitto {
     pub port: u16,
@@ -189,13 +183,21 @@ impl PrivateMosquitto {
     /// Starts one with extra `mosquitto.conf` lines.
     pub async fn start_with(extra_conf: &str) -> Self {
         let mut m = Self {
-            port: free_port(),
+            port: crate::ports::broker_port(),
             extra_conf: extra_conf.to_owned(),
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
         };
-        m.restart().await;
-        m
+        // The port was free when chosen; another process may have taken it
+        // since, and then another one is tried.
+        for _ in 0..5 {
+            if m.try_start().await {
+                return m;
+            }
+            m.stop();
+            m.port = crate::ports::broker_port();
+        }
+        panic!("private mosquitto did not start on any of five ports");
     }
 
     pub fn url(&self) -> String {
@@ -218,6 +220,13 @@ impl PrivateMosquitto {
 
     /// (Re)starts it on the same port.
     pub async fn restart(&mut self) {
+        if !self.try_start().await {
+            panic!("private mosquitto did not listen on port {} again (taken by another process?)", self.port);
+        }
+    }
+
+    /// Starts it on its port; whether it listens there.
+    async fn try_start(&mut self) -> bool {
         self.stop();
         let conf = self.dir.path().join("mosquitto.conf");
         std::fs::write(
@@ -232,14 +241,19 @@ impl PrivateMosquitto {
             .stderr(Stdio::null())
             .spawn()
             .expect("mosquitto starts (is it installed?)");
+        let pid = child.id();
+        crate::leftovers::record(pid);
         self.child = Some(child);
-        for _ in 0..100 {
-            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
-                return;
+        for _ in 0..200 {
+            if crate::ports::listens(pid, self.port) {
+                return true;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            if self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_)))) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
-        panic!("private mosquitto did not start on port {}", self.port);
+        false
     }
 
     /// Stops it (SIGKILL) and waits for the port to close.
@@ -247,6 +261,7 @@ impl PrivateMosquitto {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            crate::leftovers::forget(child.id());
         }
     }
 }

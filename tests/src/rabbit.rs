@@ -274,7 +274,7 @@ impl PrivateRabbit {
             std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
             std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
             let node = format!("{}@localhost", crate::unique("ferrytest"));
-            let mut r = Self { port: Self::free_port(), node, dir, child: None };
+            let mut r = Self { port: Self::node_port(), node, dir, child: None };
             if r.boot().await {
                 return r;
             }
@@ -284,11 +284,13 @@ impl PrivateRabbit {
         panic!("no private RabbitMQ started in three attempts");
     }
 
-    /// A free port clear of the range rabbitmqctl takes (35672-35682) and
-    /// with room for the distribution port above it.
-    pub fn free_port() -> u16 {
+    /// A port for a node (or one of its listeners), clear of the range
+    /// rabbitmqctl takes (35672-35682) and with room for the distribution
+    /// port above it; [`crate::ports::broker_port`], so a start checks that
+    /// the node is what listens there.
+    pub fn node_port() -> u16 {
         loop {
-            let port = crate::mqtt::free_port();
+            let port = crate::ports::broker_port();
             if !(35_000..36_000).contains(&port) && port < 64_000 {
                 return port;
             }
@@ -356,7 +358,13 @@ impl PrivateRabbit {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success());
-            if ready && std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            // The node itself must be what listens: another process may
+            // have taken the port since it was chosen.
+            let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok().and_then(|p| p.trim().parse().ok());
+            if let (true, Some(pid)) = (ready, pid)
+                && crate::ports::listens(pid, self.port)
+            {
+                crate::leftovers::record(pid);
                 return true;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
@@ -383,6 +391,7 @@ impl PrivateRabbit {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             let _ = Command::new("kill").arg("-KILL").arg(pid.to_string()).status();
+            crate::leftovers::forget(pid.unsigned_abs());
         }
         let _ = child.kill();
         let _ = child.wait();
@@ -395,6 +404,9 @@ impl Drop for PrivateRabbit {
         let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok();
         if let Some(pid) = pid {
             let _ = Command::new("kill").arg("-KILL").arg(pid.trim()).status();
+            if let Ok(pid) = pid.trim().parse() {
+                crate::leftovers::forget(pid);
+            }
         }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

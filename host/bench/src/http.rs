@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{TestMqtt, broker_url, free_port};
+use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::unique;
 use ferry_tests::webhook::WebhookTarget;
 use rumqttc::v5::mqttbytes::QoS;
@@ -66,7 +66,7 @@ async fn raw_run(n: usize) -> Run {
 }
 
 async fn http_to_mqtt_run(n: usize) -> Run {
-    let listen = format!("127.0.0.1:{}", free_port());
+    let listen = ferry_tests::daemon::ANY_PORT;
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
         r#"
@@ -90,9 +90,9 @@ address = "{dst}"
         dst = unique("bench/http"),
     ));
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 1));
-    tokio::task::block_in_place(|| daemon.wait_for_line(&["listening", &listen], Duration::from_secs(30)));
+    let url = tokio::task::block_in_place(|| daemon.http_url("web"));
     let ferry = DaemonWindow::start(&daemon);
-    let rate = post_all(&format!("http://{listen}/"), n).await;
+    let rate = post_all(&format!("{url}/"), n).await;
     let run = ferry.run(rate, n);
     let _ = tokio::task::block_in_place(|| daemon.terminate());
     run

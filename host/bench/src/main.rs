@@ -474,11 +474,10 @@ async fn endpoint_round(client: &aws_sdk_sqs::Client, n: usize, daemon: Option<&
 /// A daemon serving `[endpoints.sqs]`, on `store` (more config before it),
 /// and an SDK client for it.
 fn endpoint_daemon(store: &str) -> (Workspace, Daemon, aws_sdk_sqs::Client) {
-    let listen = format!("127.0.0.1:{}", ferry_tests::mqtt::free_port());
     let ws = Workspace::with_plugins(&[]);
-    ws.config(&format!("{store}[endpoints.sqs]\nlisten = \"{listen}\"\n"));
+    ws.config(&format!("{store}[endpoints.sqs]\nlisten = \"{}\"\n", ferry_tests::daemon::ANY_PORT));
     let daemon = Daemon::start(&ws, 0);
-    daemon.wait_for_line(&["SQS endpoint listening"], Duration::from_secs(60));
+    let listen = daemon.listener("sqs_endpoint", "sqs");
     let client = ferry_tests::sqs::client_for(&format!("http://{listen}"));
     (ws, daemon, client)
 }

@@ -41,6 +41,17 @@ impl ConfigError {
     }
 }
 
+impl Config {
+    /// The config with its admin server on `listen` (`ferry run
+    /// --admin-listen`), validated again: the same rules apply as to the
+    /// key in the file.
+    pub fn with_admin_listen(mut self, listen: &str) -> Result<Self, ConfigError> {
+        self.admin.listen = Some(listen.to_owned());
+        validate::validate(&self)?;
+        Ok(self)
+    }
+}
+
 /// Reads, substitutes, parses and validates a config file.
 pub fn load(path: &Path) -> Result<Config, ConfigError> {
     load_with_secrets(path).map(|(config, _)| config)

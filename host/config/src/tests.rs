@@ -428,6 +428,16 @@ fn an_admin_server_beyond_loopback_needs_a_token_or_read_only() {
 }
 
 #[test]
+fn an_admin_listen_from_the_command_line_is_checked_as_the_key_is() {
+    let config = parse_with_env(VALID, &no_env).expect("valid");
+    let any_port = config.clone().with_admin_listen("127.0.0.1:0").expect("loopback, port 0");
+    assert_eq!(any_port.admin.listen.as_deref(), Some("127.0.0.1:0"));
+    let open = config.clone().with_admin_listen("0.0.0.0:0").expect_err("no token");
+    assert_eq!(open.path, "admin.listen");
+    assert_eq!(config.with_admin_listen("nowhere").expect_err("not an address").path, "admin.listen");
+}
+
+#[test]
 fn simplemq_queue_names_follow_the_api() {
     assert!(crate::simplemq_queue_name_ok("my-own-queue-00"));
     assert!(!crate::simplemq_queue_name_ok("abc"));

@@ -13,6 +13,7 @@
 //! - [`dlq`]: the dead-letter store port.
 //! - [`outbox`]: the outbox store port (`shared_outbox` delivery).
 //! - [`ledger`]: redelivery counts for sources that do not keep one.
+//! - [`listeners`]: the addresses the daemon's listeners are bound to.
 //! - [`metrics`]: the counters ferry exports, in Prometheus form.
 //! - [`records`]: keyed records ferry keeps of its own (the SQS endpoint).
 //! - [`redact`]: passwords out of logged URLs.
@@ -35,6 +36,7 @@ pub mod fidelity;
 pub mod headers;
 pub mod json_wire;
 pub mod ledger;
+pub mod listeners;
 pub mod metrics;
 pub mod outbox;
 pub mod ports;

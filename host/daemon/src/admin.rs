@@ -2,7 +2,8 @@
 //! OpenMetrics text), `GET /healthz` (200 unless the [watchdog](crate::watchdog)
 //! finds the daemon stalled: then 503, with a JSON body saying why) and
 //! `GET /readyz` (every receiver and sender connected, every route running;
-//! otherwise 503 with a JSON body naming what is not ready), and the store
+//! otherwise 503 with a JSON body naming what is not ready; either way the
+//! body lists the bound listeners), and the store
 //! for the `ferry dlq` / `ferry outbox` commands while the daemon runs:
 //! `GET /dlq?route=&limit=`, `GET /dlq/{id}`, `POST /dlq/replay?ids=&route=&dry_run=`,
 //! `POST /dlq/purge?ids=&route=`, `GET /outbox/stats`, and live messages of
@@ -25,6 +26,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use ferry_config::Config;
+use ferry_core::listeners::Listeners;
 use ferry_core::metrics::Metrics;
 use ferry_store::Store;
 use serde::Deserialize;
@@ -45,6 +47,13 @@ pub struct Readiness {
 
 /// Readiness as the running bridge sees it; a reload replaces it.
 pub type SharedReadiness = Arc<RwLock<Readiness>>;
+
+/// What `/readyz` reports: what must be up, and the bound listeners.
+#[derive(Clone)]
+pub struct ReadyView {
+    pub readiness: SharedReadiness,
+    pub listeners: Listeners,
+}
 
 /// What the dead-letter endpoints work on: the daemon's open store and its
 /// current config (replays go through the running routes' bindings).
@@ -74,7 +83,7 @@ pub struct AdminAccess {
 struct AdminState {
     watchdog: Arc<Watchdog>,
     metrics: Metrics,
-    readiness: SharedReadiness,
+    ready: ReadyView,
     store: StoreAccess,
     access: AdminAccess,
 }
@@ -90,13 +99,15 @@ pub async fn serve(
     listen: SocketAddr,
     watchdog: Arc<Watchdog>,
     metrics: Metrics,
-    readiness: SharedReadiness,
+    view: ReadyView,
     store: StoreAccess,
     access: AdminAccess,
     shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
-    let state = AdminState { watchdog, metrics, readiness, store, access };
+    let listen = listener.local_addr()?;
+    view.listeners.record("admin", "admin", listen);
+    let state = AdminState { watchdog, metrics, ready: view, store, access };
     let changes = Router::new()
         .route("/dlq/replay", post(dlq_replay))
         .route("/dlq/purge", post(dlq_purge))
@@ -183,7 +194,7 @@ async fn health(State(state): State<AdminState>) -> Response {
 
 async fn ready(State(state): State<AdminState>) -> Response {
     let m = &state.metrics;
-    let readiness = match state.readiness.read() {
+    let readiness = match state.ready.readiness.read() {
         Ok(r) => r.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
     };
@@ -203,7 +214,7 @@ async fn ready(State(state): State<AdminState>) -> Response {
     }
     let ready = not_ready.is_empty();
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let body = serde_json::json!({ "ready": ready, "not_ready": not_ready });
+    let body = serde_json::json!({ "ready": ready, "not_ready": not_ready, "listeners": state.ready.listeners.all() });
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 

@@ -163,8 +163,11 @@ fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
 /// `ferry run`: runs until SIGTERM/SIGINT, then stops receiving, finishes
 /// or releases in-flight messages and exits 0. SIGHUP reloads plugins, and
 /// with `watch` the config file too (see [`Bridge`]'s reload).
-pub async fn run(path: &Path, watch: bool) -> ExitCode {
-    let config = match ferry_config::load(path) {
+pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCode {
+    let config = match ferry_config::load(path).and_then(|c| match admin_listen {
+        Some(listen) => c.with_admin_listen(listen),
+        None => Ok(c),
+    }) {
         Ok(c) => c,
         Err(e) => {
             error!(config = %path.display(), error = %e, "invalid configuration");
@@ -219,7 +222,7 @@ pub async fn run(path: &Path, watch: bool) -> ExitCode {
             addr,
             watchdog.clone(),
             bridge.metrics.clone(),
-            bridge.readiness.clone(),
+            crate::admin::ReadyView { readiness: bridge.readiness.clone(), listeners: bridge.listeners.clone() },
             bridge.store_access(),
             crate::admin::AdminAccess {
                 token: admin_token.map(Into::into),

@@ -74,9 +74,13 @@ pub(crate) struct Admin {
 }
 
 impl Admin {
-    /// The admin server a config names (`admin.listen`), if any.
+    /// The admin server of the running daemon: `FERRY_ADMIN` (`host:port`)
+    /// when set — the address a daemon announced, when its `admin.listen`
+    /// (or `ferry run --admin-listen`) has port 0 — else the config's
+    /// `admin.listen`, if any. The token is the config's either way.
     pub(crate) fn of(config: &ferry_config::Config) -> Option<Self> {
-        let listen = config.admin.listen.as_ref()?;
+        let announced = std::env::var("FERRY_ADMIN").ok().filter(|a| !a.is_empty());
+        let listen = announced.or_else(|| config.admin.listen.clone())?;
         Some(Admin { base: format!("http://{listen}"), token: config.admin.token.clone() })
     }
 

@@ -41,6 +41,11 @@ enum Command {
         /// changed are drained and restarted, the others keep running.
         #[arg(long)]
         watch: bool,
+        /// Serve the admin server on this address instead of `[admin]
+        /// listen` (checked the same way); port 0 picks a free port, which
+        /// is announced on stdout as every listener's is.
+        #[arg(long, value_name = "ADDR")]
+        admin_listen: Option<String>,
     },
     /// Check a config file and the plugins it uses; exit 0 when valid.
     Validate {
@@ -288,7 +293,7 @@ fn main() -> ExitCode {
             block_on(ferry_daemon::dlq::purge(&config, &ids, route.as_deref()))
         }
         Command::Outbox(OutboxCommand::Stats { config }) => block_on(ferry_daemon::dlq::outbox_stats(&config)),
-        Command::Run { config, watch } => {
+        Command::Run { config, watch, admin_listen } => {
             // Plugins are compiled by a child `ferry plugins compile`, which
             // keeps the compiler's memory out of the daemon.
             if let Ok(program) = std::env::current_exe() {
@@ -303,7 +308,7 @@ fn main() -> ExitCode {
                 }
             };
             let code = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config, watch)),
+                Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config, watch, admin_listen.as_deref())),
                 Err(e) => {
                     eprintln!("cannot start the runtime: {e}");
                     ExitCode::FAILURE

@@ -278,7 +278,12 @@ pub struct EndpointSender {
 }
 
 impl EndpointSender {
+    /// The endpoint's queues are in this process: the sender is connected
+    /// from the start, as `/readyz` wants every sender to be (as the HTTP
+    /// sender, which has no connection of its own either).
     pub fn new(name: &str, config: SqsEndpointSenderConfig, engine: Arc<Engine>, metrics: Metrics) -> Self {
+        let gauge = labels(&[("kind", "sqs_endpoint"), ("role", "sender"), ("name", name)]);
+        metrics.connected.get_or_create(&gauge).set(1);
         Self { name: name.to_owned(), config, engine, metrics }
     }
 }

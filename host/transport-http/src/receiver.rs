@@ -23,6 +23,7 @@ use bytes::Bytes;
 use ferry_config::{HttpReceiverConfig, WireFormat};
 use ferry_core::TransportError;
 use ferry_core::json_wire::{self, Decoded, Unpacked};
+use ferry_core::listeners::Listeners;
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
@@ -65,13 +66,22 @@ struct State {
     /// 200 for `direct_hold` routes, 202 for `shared_outbox` ones.
     accepted: StatusCode,
     /// Where the listener is bound, once it is (port 0 picks one).
-    bound: std::sync::OnceLock<SocketAddr>,
+    bound: std::sync::Mutex<Option<SocketAddr>>,
+    /// Where the daemon records the bound address (`ferry run`).
+    listeners: Option<Listeners>,
 }
 
 impl HttpReceiver {
     /// `durable_before_delivery`: the route acknowledges once its outbox
     /// holds the message (`shared_outbox`), so success is 202, not 200.
-    pub fn new(name: &str, config: HttpReceiverConfig, durable_before_delivery: bool, metrics: Metrics) -> Self {
+    /// The bound address is recorded in `listeners` when given.
+    pub fn new(
+        name: &str,
+        config: HttpReceiverConfig,
+        durable_before_delivery: bool,
+        metrics: Metrics,
+        listeners: Option<Listeners>,
+    ) -> Self {
         let accepted = if durable_before_delivery { StatusCode::ACCEPTED } else { StatusCode::OK };
         Self {
             state: Arc::new(State {
@@ -79,14 +89,31 @@ impl HttpReceiver {
                 config,
                 metrics,
                 accepted,
-                bound: std::sync::OnceLock::new(),
+                bound: std::sync::Mutex::new(None),
+                listeners,
             }),
         }
     }
 
     /// The address the receiver listens on, once it does.
     pub fn local_addr(&self) -> Option<SocketAddr> {
-        self.state.bound.get().copied()
+        *self.state.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl State {
+    /// Binds the configured address; with port 0, a receiver that runs
+    /// again (its route restarted) first tries the port it had, so its
+    /// callers keep their URL.
+    async fn bind(&self) -> std::io::Result<TcpListener> {
+        let kept = *self.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let any_port = self.config.listen.parse::<SocketAddr>().is_ok_and(|a| a.port() == 0);
+        if let (true, Some(addr)) = (any_port, kept)
+            && let Ok(listener) = TcpListener::bind(addr).await
+        {
+            return Ok(listener);
+        }
+        TcpListener::bind(&self.config.listen).await
     }
 }
 
@@ -97,7 +124,7 @@ impl Receiver for HttpReceiver {
         let receiver = state.name.as_str();
         let gauge = labels(&[("kind", "http"), ("role", "receiver"), ("name", receiver)]);
         let listener = loop {
-            match TcpListener::bind(&state.config.listen).await {
+            match state.bind().await {
                 Ok(l) => break l,
                 Err(e) => {
                     warn!(receiver, listen = %state.config.listen, error = %e, "cannot listen; retrying in 1 s");
@@ -108,7 +135,10 @@ impl Receiver for HttpReceiver {
             }
         };
         let addr = listener.local_addr().map_err(|e| TransportError::permanent(e.to_string()))?;
-        let _ = state.bound.set(addr);
+        *state.bound.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(addr);
+        if let Some(listeners) = &state.listeners {
+            listeners.record("http", receiver, addr);
+        }
         info!(receiver, listen = %addr, path = %state.config.path, "listening");
         state.metrics.connections.get_or_create(&gauge).inc();
         state.metrics.connected.get_or_create(&gauge).set(1);

@@ -53,7 +53,8 @@ impl TypedTransport for Http {
         config: &HttpReceiverConfig,
         parts: &Parts<'_>,
     ) -> Result<Arc<dyn Receiver>, String> {
-        Ok(Arc::new(HttpReceiver::new(name, config.clone(), parts.durable_first, parts.metrics.clone())))
+        let listeners = parts.services.get::<ferry_core::listeners::Listeners>().cloned();
+        Ok(Arc::new(HttpReceiver::new(name, config.clone(), parts.durable_first, parts.metrics.clone(), listeners)))
     }
 
     fn sender(&self, name: &str, config: &HttpSenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {

@@ -67,6 +67,9 @@ pub struct Bridge {
     sqs_endpoint: Option<super::endpoint::SqsEndpoint>,
     /// Its queues, for the routes (a reload builds with them too).
     endpoint_queues: EndpointQueues,
+    /// The addresses of the listeners (port 0 picks one): announced on
+    /// stdout and listed by `/readyz`.
+    pub listeners: ferry_core::listeners::Listeners,
 }
 
 impl Bridge {
@@ -84,12 +87,15 @@ impl Bridge {
         let store = ferry_store::open(&engine, options).await.map_err(|e| StartError::new(key, e))?;
         info!(store = store.kind(), "store open");
         let leasing = leasing(&config);
+        let listeners = ferry_core::listeners::Listeners::announcing();
         let sqs_endpoint = match &config.endpoints.sqs {
-            Some(c) => Some(super::endpoint::SqsEndpoint::prepare(c, &config, store.clone(), &metrics).await?),
+            Some(c) => {
+                Some(super::endpoint::SqsEndpoint::prepare(c, &config, store.clone(), &metrics, &listeners).await?)
+            }
             None => None,
         };
         let endpoint_queues = sqs_endpoint.as_ref().map(super::endpoint::SqsEndpoint::topics);
-        let shared = Shared { store: &store, leasing: &leasing, queues: &endpoint_queues };
+        let shared = Shared { store: &store, leasing: &leasing, queues: &endpoint_queues, listeners: &listeners };
         let prepared =
             prepare(&config, &metrics, &shared, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
         warn_orphaned_records(&config, store.as_ref());
@@ -115,6 +121,7 @@ impl Bridge {
             ended_rx,
             sqs_endpoint,
             endpoint_queues,
+            listeners,
         })
     }
 
@@ -243,7 +250,12 @@ impl Bridge {
         }
         let running: BTreeMap<String, RouteKey> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
-        let shared = Shared { store: &self.store, leasing: &self.leasing, queues: &self.endpoint_queues };
+        let shared = Shared {
+            store: &self.store,
+            leasing: &self.leasing,
+            queues: &self.endpoint_queues,
+            listeners: &self.listeners,
+        };
         let prepared = prepare(&config, &self.metrics, &shared, &running, &self.senders, &self.plugins).await;
         let prepared = match prepared {
             Ok(p) => p,

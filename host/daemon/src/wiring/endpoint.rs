@@ -41,6 +41,7 @@ impl SqsEndpoint {
         whole: &Config,
         store: Arc<dyn Store>,
         metrics: &Metrics,
+        listeners: &ferry_core::listeners::Listeners,
     ) -> Result<Self, StartError> {
         let identity = Identity { region: config.region.clone(), account: config.account.clone() };
         let engine = match store.shared_db() {
@@ -73,6 +74,9 @@ impl SqsEndpoint {
         let listener = tokio::net::TcpListener::bind(&config.listen)
             .await
             .map_err(|e| StartError::new("endpoints.sqs.listen", format!("cannot listen on {}: {e}", config.listen)))?;
+        if let Ok(addr) = listener.local_addr() {
+            listeners.record("sqs_endpoint", "sqs", addr);
+        }
         let auth = (config.auth == EndpointAuth::Verify)
             .then(|| config.access_keys.iter().map(|k| (k.id.clone(), k.secret.clone())).collect());
         let options = ServerOptions { advertised_url: config.advertised_url.clone(), metrics: metrics.clone(), auth };

@@ -299,7 +299,7 @@ pub fn validate_plugins(config: &Config, metrics: &Metrics) -> Result<(), StartE
     let engine = new_engine(config)?;
     let registry = load_plugins(config, &engine, None)?;
     processors_of(config, registry.as_ref(), metrics)?;
-    let services = services(&None, registry.as_ref());
+    let services = services(&None, registry.as_ref(), None);
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
         let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
@@ -348,10 +348,18 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
 /// receivers and senders (`None` where no endpoint runs: the CLI).
 pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Topics>>;
 
-/// What transports may use: the endpoint's queues (where one runs) and the
-/// transport components the config names (when it names any).
-pub(super) fn services(queues: &EndpointQueues, registry: Option<&PluginRegistry>) -> Services {
+/// What transports may use: the endpoint's queues (where one runs), the
+/// transport components the config names (when it names any), and where a
+/// listener records its address (`ferry run`).
+pub(super) fn services(
+    queues: &EndpointQueues,
+    registry: Option<&PluginRegistry>,
+    listeners: Option<&ferry_core::listeners::Listeners>,
+) -> Services {
     let mut services = Services::default();
+    if let Some(l) = listeners {
+        services = services.with(l.clone());
+    }
     if let Some(q) = queues {
         services = services.with(q.clone());
     }
@@ -467,7 +475,7 @@ impl<'a> StandaloneBindings<'a> {
                     .senders
                     .get(&b.sender)
                     .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-                let services = services(&None, registry);
+                let services = services(&None, registry, None);
                 self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics, &services)?);
             }
         }

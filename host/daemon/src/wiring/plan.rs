@@ -136,12 +136,15 @@ pub(super) struct Prepared {
 }
 
 /// What every route of a bridge shares, whatever the config: the store,
-/// this process's name on leases, and the SQS endpoint's queues.
+/// this process's name on leases, the SQS endpoint's queues, and where
+/// listeners record their addresses.
 #[derive(Clone, Copy)]
 pub(super) struct Shared<'a> {
     pub store: &'a Arc<dyn Store>,
     pub leasing: &'a ferry_core::route::Leasing,
     pub queues: &'a EndpointQueues,
+    /// Where listeners record their bound addresses.
+    pub listeners: &'a ferry_core::listeners::Listeners,
 }
 
 /// Builds what `config` needs beyond what is running: `running` maps the
@@ -156,7 +159,7 @@ pub(super) async fn prepare(
     old_senders: &SenderMap,
     old_plugins: &PluginState,
 ) -> Result<Prepared, StartError> {
-    let Shared { store, leasing, queues } = *shared;
+    let Shared { store, leasing, queues, listeners } = *shared;
     let mut plugins = PluginState::default();
     if uses_plugins(config) {
         let engine = match &old_plugins.engine {
@@ -170,7 +173,7 @@ pub(super) async fn prepare(
         plugins.engine = old_plugins.engine.clone();
     }
     let registry = plugins.registry.as_ref();
-    let services = services(queues, registry);
+    let services = services(queues, registry, Some(listeners));
     let mut kept = BTreeSet::new();
     let mut swaps = Vec::new();
     let mut to_build = Vec::new();

@@ -1,0 +1,38 @@
+//! The black-box suite: the real `ferry` binary against real brokers, one
+//! module per area. One test binary, so the heavy clients (aws-sdk-sqs,
+//! lapin, fe2o3-amqp, rumqttc, tokio-postgres) are compiled and linked once
+//! rather than once per area. Run one area with
+//! `cargo test -p ferry-tests --test suite AREA::`.
+
+mod admin;
+mod amqp;
+mod amqp_restart;
+mod chaos;
+mod cli;
+mod daemon;
+mod dashboard;
+mod dlq;
+mod examples;
+mod explain;
+mod ferry_test;
+mod hostile;
+mod hot_reload;
+mod http;
+mod languages;
+mod outbox;
+mod plugins_cli;
+mod power_cut;
+mod processors;
+mod reload;
+mod route_rules;
+mod scaffold;
+mod scale_out;
+mod shadow;
+mod simplemq;
+mod sqs;
+mod sqs_endpoint;
+mod stall;
+mod tap;
+mod tls;
+mod trace;
+mod transport_components;
