@@ -107,7 +107,10 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
     cargo clippy --workspace --all-targets -- -D warnings
     cd processors && cargo clippy --all-targets -- -D warnings
     cd processors && cargo clippy --target wasm32-wasip2 -- -D warnings
-    cargo build -p ferry-daemon
+    # One build of everything, the ferry binary included (host/daemon/tests
+    # makes cargo build it with the test binaries' features, so nothing is
+    # compiled twice), then the example test files, then the tests.
+    cargo test --workspace --no-run
     {{host_target}}/debug/ferry test examples/tests/*.toml
     cargo test --workspace --no-fail-fast
     cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
