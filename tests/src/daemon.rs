@@ -264,6 +264,27 @@ impl Daemon {
         panic!("{role} {name} did not connect within {timeout:?}:\n{}", self.log_text());
     }
 
+    /// Waits until the samples of `name` whose labels contain `labels` add
+    /// up to at least `at_least` (a counter moves when its event happened:
+    /// `ferry_messages_dead_lettered_total` once the dead letter is stored);
+    /// panics with the last scrape and the log after `timeout`.
+    pub fn wait_for_total(&self, name: &str, labels: &str, at_least: f64, timeout: Duration) {
+        let admin = self.admin();
+        let started = Instant::now();
+        let mut last = String::new();
+        while started.elapsed() < timeout {
+            if let Ok((200, text)) = crate::http::request(&admin, "GET", "/metrics", self.token.as_deref()) {
+                if crate::http::total(&text, name, labels) >= at_least {
+                    return;
+                }
+                last = text;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let lines: Vec<&str> = last.lines().filter(|l| l.starts_with(name)).collect();
+        panic!("{name}{{{labels}}} did not reach {at_least} within {timeout:?}: {lines:?}\n{}", self.log_text());
+    }
+
     /// Whether the process has exited (a zombie not yet waited for counts).
     fn exited(&self) -> bool {
         let Some(child) = self.child.as_ref() else { return true };

@@ -34,6 +34,17 @@ pub fn sample(metrics: &str, name: &str, labels_fragment: &str) -> Option<f64> {
         .and_then(|v| v.parse().ok())
 }
 
+/// The sum of every sample of `name` whose labels contain `labels_fragment`
+/// (a counter over all its reasons, say); 0 when there is none.
+pub fn total(metrics: &str, name: &str, labels_fragment: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels_fragment))
+        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
+        .sum()
+}
+
 /// One sample's value now, 0 when it is not there yet.
 pub fn counter(addr: &str, name: &str, labels_fragment: &str) -> f64 {
     sample(&metrics(addr), name, labels_fragment).unwrap_or(0.0)

@@ -314,7 +314,7 @@ async fn a_target_that_refuses_for_good_sends_the_message_to_the_dlq_and_the_sou
     ws.config(&config(&amqp091_receiver(&src), &sender, &unique("nobody-listens"), ""));
     let daemon = Daemon::start(&ws, 2);
     rabbit.publish("", &src, b"lost?", BasicProperties::default().with_message_id("dlq-1".into())).await;
-    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, WAIT);
     assert!(daemon.terminate().success(), "clean shutdown");
     let dead = ws.dead_letters();
     let entry = dead.first().expect("a dead letter");
@@ -346,7 +346,7 @@ async fn amqp10_outcomes_released_is_retried_and_rejected_without_condition_is_d
     rabbit.publish("", &src, b"release me once", BasicProperties::default().with_message_id("rel-1".into())).await;
     rabbit.publish("", &src, b"reject me", BasicProperties::default().with_message_id("rej-1".into())).await;
 
-    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, WAIT);
     let started = std::time::Instant::now();
     while peer.outcomes_for(b"release me once").len() < 2 && started.elapsed() < WAIT {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -414,7 +414,7 @@ async fn a_generated_id_that_fails_transiently_is_dead_lettered_as_unstable_iden
     rabbit.publish("", &src, b"no id", BasicProperties::default()).await;
     rabbit.publish("", &src, b"stable", BasicProperties::default().with_message_id("stable-1".into())).await;
 
-    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, WAIT);
     // The message with an id gets the full budget: it keeps coming back.
     daemon.wait_for_line(&["message_id=stable-1", "send failed, will retry"], WAIT);
     assert!(daemon.terminate().success(), "clean shutdown");

@@ -38,7 +38,7 @@ async fn dead_letter(src: &str, ids: &[&str]) -> TestMqtt {
 async fn start_with_dead_letters(ws: &Workspace, src: &str, dst: &str, ids: &[&str]) -> (Daemon, TestMqtt, TestMqtt) {
     let daemon = Daemon::start(ws, 2);
     let publisher = dead_letter(src, ids).await;
-    daemon.wait_for_log("message dead-lettered", ids.len(), WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", ids.len() as f64, WAIT);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
     (daemon, publisher, sub)

@@ -75,7 +75,7 @@ address = "{queue}"
     assert_eq!(size, i64::try_from(got.delivery.data.len()).expect("size"));
     assert!(matches!(header("enriched-at"), Some(AMQPValue::Timestamp(t)) if t > 1_700_000_000), "a timestamp");
 
-    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, WAIT);
     assert!(rabbit.get(&queue, Duration::from_millis(500)).await.is_none(), "the non-JSON message is not sent");
     assert_eq!(daemon.terminate().code(), Some(0));
     let dead = ws.dead_letters();

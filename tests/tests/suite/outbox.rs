@@ -181,7 +181,7 @@ address = "{nobody}"
     let admin = daemon.admin();
     let publisher = TestMqtt::connect(&broker_url()).await;
     publisher.publish_with(&topic, "unroutable", &[("mqtt.message-id", "u-1")]).await;
-    daemon.wait_for_log("message dead-lettered", 1, WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, WAIT);
     wait_for_sample(&admin, "ferry_outbox_depth", "route=\"refused\"", 0.0, WAIT);
     assert!(daemon.terminate().success());
     let dead = ws.dead_letters();

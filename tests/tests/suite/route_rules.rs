@@ -420,7 +420,7 @@ async fn a_dlq_replay_goes_through_the_bindings_header_mapper() {
     for id in ["d-0", "d-1"] {
         publisher.publish_with(&format!("{src}/{id}"), id, &[("hostile", "reject"), ("mqtt.message-id", id)]).await;
     }
-    daemon.wait_for_log("message dead-lettered", 2, WAIT);
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 2.0, WAIT);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
     let entries = ws.dead_letters();

@@ -168,7 +168,7 @@ async fn a_failing_target_makes_sqs_redeliver_with_a_growing_count_until_the_dlq
     target.stop();
     sqs::send(&client, &url, "never delivered", HashMap::new()).await;
 
-    daemon.wait_for_log("message dead-lettered", 1, Duration::from_secs(30));
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, Duration::from_secs(30));
     let (_, metrics) = get(&admin, "/metrics").expect("metrics");
     assert!(sample(&metrics, "ferry_messages_retried_total", "route=\"sqs-in\"").unwrap_or(0.0) >= 2.0);
     assert_eq!(sqs::wait_until_empty(&client, &url).await, (0, 0), "deleted after dead-lettering");

@@ -156,7 +156,7 @@ async fn a_store_that_fails_every_persist_retries_then_dead_letters_and_stays_he
     let FaultyOutbox { rabbit, src, dst, admin, ws } = &faulty;
     let properties = BasicProperties::default().with_message_id("m-fail".into());
     rabbit.publish("", src, b"the disk says no", properties).await;
-    daemon.wait_for_log("message dead-lettered", 1, Duration::from_secs(30));
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, Duration::from_secs(30));
     let (status, body) = get(admin, "/healthz").expect("healthz");
     assert_eq!(status, 200, "failing is not stuck: {body}");
     let (_, metrics) = get(admin, "/metrics").expect("metrics");
