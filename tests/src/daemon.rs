@@ -200,7 +200,13 @@ impl Daemon {
                 }
             }
         });
-        let token = ferry_config::load(&ws.path().join("ferry.toml")).ok().and_then(|c| c.admin.token);
+        // The admin token, read as the daemon reads it: `${VAR}` from the
+        // workspace's environment first.
+        let text = std::fs::read_to_string(ws.path().join("ferry.toml")).unwrap_or_default();
+        let lookup = |name: &str| {
+            ws.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok())
+        };
+        let token = ferry_config::parse_with_env(&text, &lookup).ok().and_then(|c| c.admin.token);
         Self { child: Some(child), log, bound, token, running: ws.running.clone() }
     }
 
