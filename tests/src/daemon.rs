@@ -255,19 +255,11 @@ impl Daemon {
     /// Waits until the part `role` `name` reports itself connected
     /// (`ferry_transport_connected{…,role,name} 1`).
     pub fn wait_connected(&self, role: &str, name: &str, timeout: Duration) {
-        let admin = self.admin();
         let labels = format!("role=\"{role}\",name=\"{name}\"");
-        let started = Instant::now();
-        while started.elapsed() < timeout {
-            let metrics = crate::http::request(&admin, "GET", "/metrics", self.token.as_deref());
-            if let Ok((200, text)) = metrics
-                && crate::http::sample(&text, "ferry_transport_connected", &labels) == Some(1.0)
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("{role} {name} did not connect within {timeout:?}:\n{}", self.log_text());
+        let name = "ferry_transport_connected";
+        self.wait_for_metrics(&format!("{name}{{{labels}}} = 1"), name, timeout, |text| {
+            crate::http::sample(text, name, &labels) == Some(1.0)
+        });
     }
 
     /// Waits until the samples of `name` whose labels contain `labels` add
@@ -275,12 +267,21 @@ impl Daemon {
     /// `ferry_messages_dead_lettered_total` once the dead letter is stored);
     /// panics with the last scrape and the log after `timeout`.
     pub fn wait_for_total(&self, name: &str, labels: &str, at_least: f64, timeout: Duration) {
+        self.wait_for_metrics(&format!("{name}{{{labels}}} >= {at_least}"), name, timeout, |text| {
+            crate::http::total(text, name, labels) >= at_least
+        });
+    }
+
+    /// Scrapes `/metrics` (with the config's token) until `holds` is true
+    /// of it; panics naming `what`, with the last scrape's `name` lines and
+    /// the log, after `timeout`.
+    fn wait_for_metrics(&self, what: &str, name: &str, timeout: Duration, holds: impl Fn(&str) -> bool) {
         let admin = self.admin();
         let started = Instant::now();
         let mut last = String::new();
         while started.elapsed() < timeout {
             if let Ok((200, text)) = crate::http::request(&admin, "GET", "/metrics", self.token.as_deref()) {
-                if crate::http::total(&text, name, labels) >= at_least {
+                if holds(&text) {
                     return;
                 }
                 last = text;
@@ -288,17 +289,13 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         }
         let lines: Vec<&str> = last.lines().filter(|l| l.starts_with(name)).collect();
-        panic!("{name}{{{labels}}} did not reach {at_least} within {timeout:?}: {lines:?}\n{}", self.log_text());
+        panic!("{what} not seen within {timeout:?}: {lines:?}\n{}", self.log_text());
     }
 
     /// Whether the process has exited (a zombie not yet waited for counts).
     fn exited(&self) -> bool {
         let Some(child) = self.child.as_ref() else { return true };
-        match std::fs::read_to_string(format!("/proc/{}/stat", child.id())) {
-            // The state follows the command name, which is in parentheses.
-            Ok(stat) => stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z')),
-            Err(_) => true,
-        }
+        crate::leftovers::stat_fields(child.id()).is_none_or(|fields| fields.first().is_none_or(|s| s == "Z"))
     }
 
     /// This daemon stopped: the workspace's CLI calls no longer go to it.

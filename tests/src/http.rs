@@ -26,23 +26,23 @@ pub fn request(addr: &str, method: &str, path: &str, token: Option<&str>) -> std
 /// The value of one sample line (`name{labels} value`) in a metrics text,
 /// matched by its name and a fragment of its labels.
 pub fn sample(metrics: &str, name: &str, labels_fragment: &str) -> Option<f64> {
+    samples(metrics, name, labels_fragment).next()?.parse().ok()
+}
+
+/// The values (as written) of the sample lines of `name` whose labels
+/// contain `labels_fragment`.
+fn samples<'a>(metrics: &'a str, name: &'a str, labels_fragment: &'a str) -> impl Iterator<Item = &'a str> {
     metrics
         .lines()
         .filter(|l| !l.starts_with('#'))
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels_fragment))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
+        .filter(move |l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels_fragment))
+        .filter_map(|l| l.rsplit(' ').next())
 }
 
 /// The sum of every sample of `name` whose labels contain `labels_fragment`
 /// (a counter over all its reasons, say); 0 when there is none.
 pub fn total(metrics: &str, name: &str, labels_fragment: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with('{') && l.contains(labels_fragment))
-        .filter_map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()))
-        .sum()
+    samples(metrics, name, labels_fragment).filter_map(|v| v.parse::<f64>().ok()).sum()
 }
 
 /// One sample's value now, 0 when it is not there yet.

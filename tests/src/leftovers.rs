@@ -18,13 +18,19 @@ fn dir() -> PathBuf {
     std::env::temp_dir().join("ferry-test-pids")
 }
 
-/// The start time of `pid` (clock ticks since boot), if it runs.
-fn started(pid: u32) -> Option<u64> {
+/// The fields of `/proc/<pid>/stat` after the command name (which is in
+/// parentheses and may hold spaces): the state (`R`, `S`, `Z` for a zombie
+/// not yet waited for, ...) first. `None` when there is no such process.
+pub(crate) fn stat_fields(pid: u32) -> Option<Vec<String>> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses: the
-    // start time is the 22nd field, the 20th after the name.
     let (_, rest) = stat.rsplit_once(") ")?;
-    rest.split_whitespace().nth(19)?.parse().ok()
+    Some(rest.split_whitespace().map(str::to_owned).collect())
+}
+
+/// The start time of `pid` (clock ticks since boot), if it runs: the 22nd
+/// field of its stat, the 20th after the name.
+fn started(pid: u32) -> Option<u64> {
+    stat_fields(pid)?.get(19)?.parse().ok()
 }
 
 /// Records `pid`, a child this process started, sweeping leftovers of
