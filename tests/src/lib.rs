@@ -30,6 +30,7 @@
 pub mod amqp10_peer;
 pub mod amqp_raw;
 pub mod daemon;
+pub mod endpoint;
 pub mod http;
 pub mod leftovers;
 pub mod mqtt;
@@ -59,15 +60,86 @@ pub fn unique(prefix: &str) -> String {
 /// event; every other wait is [`eventually`] or a harness wait on one.
 pub const QUIET: std::time::Duration = std::time::Duration::from_millis(700);
 
-/// Polls `f` every 50 ms until it holds; panics naming `what` after 15 s.
-pub async fn eventually(what: &str, f: impl Fn() -> bool) {
-    for _ in 0..300 {
-        if f() {
-            return;
+/// How long [`eventually`] waits before it fails the test.
+pub const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// What a wait's condition answers: whether it holds, and what it saw,
+/// which the failure message shows. `bool` for a plain check;
+/// `Result<T, E>` to say what was seen meanwhile (`Err(depth)`) and hand
+/// back what was waited for (`Ok(messages)` makes [`eventually`] return
+/// the messages).
+pub trait Observation {
+    /// What [`eventually`] returns once the condition holds.
+    type Value;
+    fn holds(&self) -> bool;
+    fn seen(&self) -> String;
+    /// The value of an answer that holds.
+    fn into_value(self) -> Self::Value;
+}
+
+impl Observation for bool {
+    type Value = ();
+    fn holds(&self) -> bool {
+        *self
+    }
+    fn seen(&self) -> String {
+        self.to_string()
+    }
+    fn into_value(self) {}
+}
+
+impl<T: std::fmt::Debug, E: std::fmt::Debug> Observation for Result<T, E> {
+    type Value = T;
+    fn holds(&self) -> bool {
+        self.is_ok()
+    }
+    fn seen(&self) -> String {
+        match self {
+            Ok(v) => format!("{v:?}"),
+            Err(e) => format!("{e:?}"),
+        }
+    }
+    fn into_value(self) -> T {
+        match self {
+            Ok(v) => v,
+            Err(e) => panic!("into_value of an answer that does not hold: {e:?}"),
+        }
+    }
+}
+
+/// Looks at `f` every 50 ms until it holds and returns its value then;
+/// after [`PATIENCE`] panics naming `what` and the last answer. The one
+/// way a test waits for something to happen.
+pub async fn eventually<O: Observation>(what: &str, mut f: impl FnMut() -> O) -> O::Value {
+    eventually_async(what, || std::future::ready(f())).await
+}
+
+/// [`eventually`] for a condition that must await (a query, a request).
+pub async fn eventually_async<O: Observation, F: std::future::Future<Output = O>>(
+    what: &str,
+    f: impl FnMut() -> F,
+) -> O::Value {
+    eventually_within(what, PATIENCE, f).await
+}
+
+/// [`eventually_async`] with a patience of its own, for what takes long by
+/// its nature (a stream of thousands of messages across a broker restart).
+pub async fn eventually_within<O: Observation, F: std::future::Future<Output = O>>(
+    what: &str,
+    patience: std::time::Duration,
+    mut f: impl FnMut() -> F,
+) -> O::Value {
+    let deadline = tokio::time::Instant::now() + patience;
+    loop {
+        let answer = f().await;
+        if answer.holds() {
+            return answer.into_value();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("waited {patience:?} for {what}; last seen: {}", answer.seen());
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    panic!("timed out waiting for {what}");
 }
 
 /// A number from the environment (a test's or benchmark's size), or

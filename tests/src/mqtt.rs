@@ -167,8 +167,15 @@ pub fn topic(p: &Publish) -> String {
 }
 
 /// A private Mosquitto on its own port, for tests that stop a broker.
+/// Stands for a second listener's port in a private broker's extra
+/// configuration; the harness chooses it and checks the broker holds it.
+pub const SECOND_PORT: &str = "{second_port}";
+
 pub struct PrivateMosquitto {
     pub port: u16,
+    /// The second listener's port, when the extra lines name
+    /// [`SECOND_PORT`].
+    pub second_port: Option<u16>,
     extra_conf: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -180,10 +187,14 @@ impl PrivateMosquitto {
         Self::start_with("").await
     }
 
-    /// Starts one with extra `mosquitto.conf` lines.
+    /// Starts one with extra `mosquitto.conf` lines. Where they say
+    /// [`SECOND_PORT`] (a second listener), the harness puts a port of its
+    /// choosing and checks that this broker listens there too.
     pub async fn start_with(extra_conf: &str) -> Self {
+        let second = || extra_conf.contains(SECOND_PORT).then(crate::ports::broker_port);
         let mut m = Self {
             port: crate::ports::broker_port(),
+            second_port: second(),
             extra_conf: extra_conf.to_owned(),
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
@@ -196,6 +207,7 @@ impl PrivateMosquitto {
             }
             m.stop();
             m.port = crate::ports::broker_port();
+            m.second_port = second();
         }
         panic!("private mosquitto did not start on any of five ports");
     }
@@ -231,7 +243,11 @@ impl PrivateMosquitto {
         let conf = self.dir.path().join("mosquitto.conf");
         std::fs::write(
             &conf,
-            format!("listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n{}\n", self.port, self.extra_conf),
+            format!(
+                "listener {} 127.0.0.1\nallow_anonymous true\npersistence false\n{}\n",
+                self.port,
+                self.extra_conf.replace(SECOND_PORT, &self.second_port.unwrap_or_default().to_string())
+            ),
         )
         .expect("write conf");
         let child = Command::new(Self::binary())
@@ -245,7 +261,7 @@ impl PrivateMosquitto {
         crate::leftovers::record(pid);
         self.child = Some(child);
         for _ in 0..200 {
-            if crate::ports::listens(pid, self.port) {
+            if crate::ports::listens(pid, self.port) && self.second_port.is_none_or(|p| crate::ports::listens(pid, p)) {
                 return true;
             }
             if self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_)))) {

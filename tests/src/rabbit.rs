@@ -253,6 +253,9 @@ impl Amqp10Client {
 /// in durable queues survive a restart.
 pub struct PrivateRabbit {
     pub port: u16,
+    /// The second listener's port, when the configuration names
+    /// [`crate::mqtt::SECOND_PORT`] (a TLS listener, say).
+    pub second_port: Option<u16>,
     node: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
@@ -272,9 +275,11 @@ impl PrivateRabbit {
         for attempt in 1..=3 {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
+            let second_port = conf.contains(crate::mqtt::SECOND_PORT).then(Self::node_port);
+            let conf = conf.replace(crate::mqtt::SECOND_PORT, &second_port.unwrap_or_default().to_string());
             std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
             let node = format!("{}@localhost", crate::unique("ferrytest"));
-            let mut r = Self { port: Self::node_port(), node, dir, child: None };
+            let mut r = Self { port: Self::node_port(), second_port, node, dir, child: None };
             if r.boot().await {
                 return r;
             }
@@ -363,6 +368,7 @@ impl PrivateRabbit {
             let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok().and_then(|p| p.trim().parse().ok());
             if let (true, Some(pid)) = (ready, pid)
                 && crate::ports::listens(pid, self.port)
+                && self.second_port.is_none_or(|p| crate::ports::listens(pid, p))
             {
                 crate::leftovers::record(pid);
                 return true;

@@ -25,9 +25,11 @@
 //! never across an await; store commits happen outside it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use ferry_core::clock::Clock;
 use ferry_core::outbox::StoreError;
 use ferry_core::records::{RecordChange, RecordStore};
 use serde::{Deserialize, Serialize};
@@ -126,8 +128,13 @@ struct Queue {
 }
 
 impl QueueMeta {
-    pub(crate) fn new(name: &str, attributes: BTreeMap<String, String>, tags: BTreeMap<String, String>) -> Self {
-        let now = now_ms() / 1000;
+    pub(crate) fn new(
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+        now_ms: i64,
+    ) -> Self {
+        let now = now_ms / 1000;
         Self { name: name.to_owned(), attributes, tags, created_s: now, modified_s: now }
     }
 
@@ -179,6 +186,7 @@ impl QueueMeta {
         &mut self,
         attributes: BTreeMap<String, String>,
         arn_of: &dyn Fn(&str) -> Option<String>,
+        now_ms: i64,
     ) -> Result<(), SqsError> {
         let fifo = self.fifo();
         check_queue_attributes(&attributes, fifo, arn_of)?;
@@ -186,7 +194,7 @@ impl QueueMeta {
             return Err(SqsError::invalid_attribute_value("FifoQueue", "a queue's type cannot be changed."));
         }
         self.attributes.extend(attributes);
-        self.modified_s = now_ms() / 1000;
+        self.modified_s = now_ms / 1000;
         Ok(())
     }
 
@@ -331,10 +339,7 @@ pub(crate) struct Local {
     state: Mutex<State>,
     store: Arc<dyn RecordStore>,
     pub identity: Identity,
-}
-
-pub(crate) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    clock: Clock,
 }
 
 fn message_key(queue: &str, seq: u64) -> String {
@@ -379,7 +384,7 @@ pub(crate) fn parse_receipt(queue: &str, handle: &str) -> Result<(u64, String), 
 
 impl Local {
     /// Loads every queue from the store.
-    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity) -> Result<Self, StoreError> {
+    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity, clock: Clock) -> Result<Self, StoreError> {
         let mut queues = BTreeMap::new();
         for (key, bytes) in store.load(QUEUES).await? {
             let meta: QueueMeta = decode(QUEUES, &key, &bytes)?;
@@ -416,7 +421,7 @@ impl Local {
             let delivery = delivery.unwrap_or(Delivery { visible_at_ms: stored.sent_ms, ..Delivery::default() });
             queue.messages.insert(seq, Message { stored: Arc::new(stored), delivery, committed: true });
         }
-        let now = now_ms();
+        let now = clock.now().as_millis();
         for (key, bytes) in store.load(DEDUP).await? {
             let entry: DedupEntry = decode(DEDUP, &key, &bytes)?;
             match key.rsplit_once('/').and_then(|(name, id)| Some((queues.get_mut(name)?, id))) {
@@ -427,11 +432,15 @@ impl Local {
             }
         }
         store.commit(orphans).await?;
-        Ok(Self { state: Mutex::new(State { queues, next_seq }), store, identity })
+        Ok(Self { state: Mutex::new(State { queues, next_seq }), store, identity, clock })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now().as_millis()
     }
 
     /// Queue names, in order, starting with `prefix`.
@@ -457,7 +466,7 @@ impl Local {
                 existing.meta.same_as(&attributes)?;
                 return Ok(false);
             }
-            let meta = QueueMeta::new(name, attributes, tags);
+            let meta = QueueMeta::new(name, attributes, tags, self.now_ms());
             state.queues.insert(
                 name.to_owned(),
                 Queue {
@@ -500,7 +509,7 @@ impl Local {
         let change = {
             let mut state = self.lock();
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
-            let now = now_ms();
+            let now = self.now_ms();
             if queue.purged_ms.is_some_and(|at| now - at < 60_000) {
                 return Err(SqsError::purge_in_progress(&self.identity.arn(name)));
             }
@@ -520,12 +529,12 @@ impl Local {
     pub fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
         let state = self.lock();
         let queue = state.queues.get(name).ok_or_else(SqsError::no_queue)?;
-        Ok(queue.meta.report(&depth_of(queue, now_ms()), self.identity.arn(name)))
+        Ok(queue.meta.report(&depth_of(queue, self.now_ms()), self.identity.arn(name)))
     }
 
     /// Depth of every queue (the metrics).
     pub fn depths(&self) -> Vec<(String, Depth)> {
-        let now = now_ms();
+        let now = self.now_ms();
         self.lock().queues.iter().map(|(name, q)| (name.clone(), depth_of(q, now))).collect()
     }
 
@@ -534,7 +543,7 @@ impl Local {
             let mut state = self.lock();
             let mut meta = state.queues.get(name).ok_or_else(SqsError::no_queue)?.meta.clone();
             let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
-            meta.set(attributes, &arn_of)?;
+            meta.set(attributes, &arn_of, self.now_ms())?;
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
             queue.meta = meta.clone();
             meta
@@ -574,7 +583,7 @@ impl Local {
     /// Sends messages to one queue; each answer in the order given. The
     /// messages are on disk when this returns `Ok`.
     pub async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let mut results = Vec::with_capacity(messages.len());
         let mut change = RecordChange::default();
         let mut added = Vec::new();
@@ -672,7 +681,7 @@ impl Local {
             }
             let mut wake = deadline;
             if let Some(next) = next_ms {
-                let wait_ms = (next - now_ms()).max(1) as u64;
+                let wait_ms = (next - self.now_ms()).max(1) as u64;
                 wake = wake.min(now + Duration::from_millis(wait_ms));
             }
             tokio::select! {
@@ -690,7 +699,7 @@ impl Local {
         name: &str,
         options: &ReceiveOptions,
     ) -> Result<(Vec<Received>, RecordChange, Option<i64>), SqsError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let mut guard = self.lock();
         let state = &mut *guard;
         // A dead-letter queue deleted after the policy was set (or the queue
@@ -835,7 +844,7 @@ impl Local {
             let mut state = self.lock();
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
             let (seq, nonce) = parse_receipt(name, handle)?;
-            let now = now_ms();
+            let now = self.now_ms();
             let m = queue.messages.get_mut(&seq).ok_or_else(SqsError::not_inflight)?;
             if !m.in_flight(now) || m.delivery.receipt.as_deref() != Some(nonce.as_str()) {
                 return Err(SqsError::not_inflight());
@@ -877,19 +886,51 @@ enum Backend {
 pub struct Engine {
     backend: Backend,
     pub identity: Identity,
+    clock: Clock,
+    receives: AtomicUsize,
+}
+
+/// Takes one from `count` when dropped (a receive that ended or was
+/// cancelled with its connection).
+fn decrement_on_drop(count: &AtomicUsize) -> impl Drop + '_ {
+    struct Sub<'a>(&'a AtomicUsize);
+    impl Drop for Sub<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    Sub(count)
 }
 
 impl Engine {
-    /// The queues of the embedded store, loaded into memory.
-    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity) -> Result<Arc<Self>, StoreError> {
-        let local = Local::open(store, identity.clone()).await?;
-        Ok(Arc::new(Self { backend: Backend::Local(local), identity }))
+    /// The queues of the embedded store, loaded into memory. `clock` is
+    /// where every window (delay, visibility, retention, deduplication)
+    /// reads the time: the wall clock in the daemon, tokio's in tests.
+    pub async fn open(store: Arc<dyn RecordStore>, identity: Identity, clock: Clock) -> Result<Arc<Self>, StoreError> {
+        let local = Local::open(store, identity.clone(), clock).await?;
+        Ok(Arc::new(Self { backend: Backend::Local(local), identity, clock, receives: AtomicUsize::new(0) }))
     }
 
     /// The queues in a shared store's tables, which every instance on that
     /// store serves.
-    pub fn open_shared(db: SharedDb, identity: Identity) -> Arc<Self> {
-        Arc::new(Self { backend: Backend::Shared(Shared::new(db, identity.clone())), identity })
+    pub fn open_shared(db: SharedDb, identity: Identity, clock: Clock) -> Arc<Self> {
+        Arc::new(Self {
+            backend: Backend::Shared(Shared::new(db, identity.clone(), clock)),
+            identity,
+            clock,
+            receives: AtomicUsize::new(0),
+        })
+    }
+
+    /// ReceiveMessage calls under way (long polls waiting, mostly): what a
+    /// test waits on before sending to a poll it started.
+    pub fn receives_in_progress(&self) -> usize {
+        self.receives.load(Ordering::SeqCst)
+    }
+
+    /// "Now" on the engine's clock, in Unix milliseconds.
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now().as_millis()
     }
 
     /// Whether other instances serve these queues too.
@@ -1037,6 +1078,10 @@ impl Engine {
     /// `options.wait` (else the queue's ReceiveMessageWaitTimeSeconds) for
     /// the first.
     pub async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
+        // From here on a send to the queue reaches this call: it finds the
+        // message on its first look, or the send wakes it.
+        self.receives.fetch_add(1, Ordering::SeqCst);
+        let _done = decrement_on_drop(&self.receives);
         match &self.backend {
             Backend::Local(b) => b.receive(name, options).await,
             Backend::Shared(b) => b.receive(name, options).await,

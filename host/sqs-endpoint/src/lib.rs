@@ -34,6 +34,8 @@ mod shared;
 pub mod sns;
 pub mod topics;
 pub mod transport;
+#[cfg(test)]
+mod windows_tests;
 
 pub use engine::{Engine, Identity};
 pub use error::SqsError;

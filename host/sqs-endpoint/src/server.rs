@@ -95,8 +95,7 @@ async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
                 continue;
             }
         };
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+        let now = engine.now_ms();
         metrics.sqs_endpoint_messages.clear();
         metrics.sqs_endpoint_oldest_age_seconds.clear();
         for (queue, depth) in depths {

@@ -24,14 +24,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use deadpool_postgres::{GenericClient, Pool};
+use ferry_core::clock::Clock;
 use ferry_store::postgres::{SQS_CHANNEL, SharedDb};
 use tokio::sync::{Notify, broadcast};
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
 use crate::engine::{
-    Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored, decode, encode, now_ms,
-    parse_receipt, receipt_handle,
+    Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored, decode, encode, parse_receipt,
+    receipt_handle,
 };
 use crate::error::SqsError;
 use crate::model::{DEDUP_WINDOW_MS, RedrivePolicy};
@@ -100,6 +101,7 @@ pub(crate) struct Shared {
     /// Long polls waiting, by queue.
     waiters: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     listener: tokio::task::JoinHandle<()>,
+    clock: Clock,
 }
 
 impl Drop for Shared {
@@ -142,7 +144,7 @@ fn depth(row: &Row, first: usize) -> Depth {
 impl Shared {
     /// The queues in `db`'s tables; long polls wake on `db`'s
     /// announcements.
-    pub fn new(db: SharedDb, identity: Identity) -> Self {
+    pub fn new(db: SharedDb, identity: Identity, clock: Clock) -> Self {
         let waiters: Arc<Mutex<HashMap<String, Arc<Notify>>>> = Arc::default();
         let mut changes = db.sqs_changes.subscribe();
         let weak = Arc::downgrade(&waiters);
@@ -163,11 +165,15 @@ impl Shared {
                 }
             }
         });
-        Self { pool: db.pool, identity, waiters, listener }
+        Self { pool: db.pool, identity, waiters, listener, clock }
     }
 
     async fn client(&self) -> Result<deadpool_postgres::Object, SqsError> {
         self.pool.get().await.map_err(|e| SqsError::internal(format!("postgres: {e}")))
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.clock.now().as_millis()
     }
 
     fn waiter(&self, name: &str) -> Arc<Notify> {
@@ -203,7 +209,7 @@ impl Shared {
         let known = names(&client).await?;
         let arn_of = |n: &str| known.contains(n).then(|| self.identity.arn(n));
         QueueMeta::check_new(name, &attributes, &arn_of)?;
-        let meta = QueueMeta::new(name, attributes.clone(), tags);
+        let meta = QueueMeta::new(name, attributes.clone(), tags, self.now_ms());
         let added = client
             .execute(
                 "INSERT INTO ferry_sqs_queues (name, meta) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
@@ -228,7 +234,7 @@ impl Shared {
     }
 
     pub async fn purge(&self, name: &str) -> Result<(), SqsError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let mut client = self.client().await?;
         let txn = client.transaction().await.map_err(db)?;
         let started = txn
@@ -253,7 +259,7 @@ impl Shared {
         let row = client
             .query_one(
                 &format!("SELECT {DEPTH_COLUMNS} FROM ferry_sqs_messages m WHERE m.queue = $2"),
-                &[&now_ms(), &name],
+                &[&self.now_ms(), &name],
             )
             .await
             .map_err(db)?;
@@ -268,7 +274,7 @@ impl Shared {
                     "SELECT q.name, {DEPTH_COLUMNS} FROM ferry_sqs_queues q \
                      LEFT JOIN ferry_sqs_messages m ON m.queue = q.name GROUP BY q.name ORDER BY q.name"
                 ),
-                &[&now_ms()],
+                &[&self.now_ms()],
             )
             .await
             .map_err(db)?;
@@ -295,7 +301,7 @@ impl Shared {
     pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
         self.update_meta(name, |meta, known| {
             let arn_of = |n: &str| known.contains(n).then(|| self.identity.arn(n));
-            meta.set(attributes, &arn_of)
+            meta.set(attributes, &arn_of, self.now_ms())
         })
         .await
     }
@@ -307,7 +313,7 @@ impl Shared {
     /// Sends messages to one queue, in one transaction; each answer in the
     /// order given.
     pub async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let mut client = self.client().await?;
         let txn = client.transaction().await.map_err(db)?;
         let meta = meta_of(&txn, name, "").await?;
@@ -388,7 +394,7 @@ impl Shared {
             }
             let mut wake = deadline.min(now + RECHECK);
             if let Some(next) = next_ms {
-                wake = wake.min(now + Duration::from_millis((next - now_ms()).max(1) as u64));
+                wake = wake.min(now + Duration::from_millis((next - self.now_ms()).max(1) as u64));
             }
             tokio::select! {
                 _ = &mut notified => {}
@@ -406,7 +412,7 @@ impl Shared {
         name: &str,
         options: &ReceiveOptions,
     ) -> Result<(Vec<Received>, Option<i64>, Duration), SqsError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let mut client = self.client().await?;
         let txn = client.transaction().await.map_err(db)?;
         let meta = meta_of(&txn, name, "").await?;
@@ -561,7 +567,7 @@ impl Shared {
         let client = self.client().await?;
         meta_of(&client, name, "").await?;
         let (seq, nonce) = parse_receipt(name, handle)?;
-        let now = now_ms();
+        let now = self.now_ms();
         let changed = client
             .execute(
                 "UPDATE ferry_sqs_messages SET visible_at_ms = $4 \
@@ -582,7 +588,7 @@ impl Shared {
     /// Removes the messages past their queue's retention period and the
     /// deduplication entries past their window.
     pub async fn sweep(&self) -> Result<(), SqsError> {
-        let now = now_ms();
+        let now = self.now_ms();
         let client = self.client().await?;
         for row in client.query("SELECT name, meta FROM ferry_sqs_queues", &[]).await.map_err(db)? {
             let name: String = row.get(0);

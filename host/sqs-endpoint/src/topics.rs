@@ -32,7 +32,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::engine::{Engine, Outgoing, decode, encode, now_ms};
+use crate::engine::{Engine, Outgoing, decode, encode};
 use crate::error::SqsError;
 use crate::filter::{Policy, Scope};
 use crate::model::{Attr, route_queue};
@@ -531,7 +531,7 @@ impl Topics {
                  SubscribeURL included in this message."
             ),
             "SubscribeURL": format!("{}/?{query}", base_url.trim_end_matches('/')),
-            "Timestamp": iso_time(now_ms()),
+            "Timestamp": iso_time(self.queues.now_ms()),
             "SignatureVersion": "1",
         });
         Webhook {
@@ -735,7 +735,7 @@ impl Topics {
     /// Returns the message id.
     pub async fn publish(self: &Arc<Self>, topic_arn: &str, p: Publish, base_url: &str) -> Result<String, SqsError> {
         let id = uuid::Uuid::new_v4().to_string();
-        let sent_ms = now_ms();
+        let sent_ms = self.queues.now_ms();
         let (topic, targets, routes) = {
             let state = self.lock();
             let topic = self.existing(&state, topic_arn)?;

@@ -42,13 +42,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ferry_core::clock::Clock;
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
 use ferry_core::metrics::HistogramFamily;
 use ferry_core::outbox::{
     LeaseToken, LeaseView, NewRecord, OutboxRecord, OutboxStore, PartitionStats, Persisted, StoreError,
 };
 use ferry_core::records::{RecordChange, RecordStore};
-use ferry_envelope::Timestamp;
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -90,6 +90,11 @@ pub struct StoreOptions {
     /// PostgreSQL: `LISTEN` for other instances' records and lease
     /// releases (a running daemon; not the CLI).
     pub listen: bool,
+    /// Where the embedded store reads "now" (a record's creation, a key's
+    /// window, a first failure): the wall clock in the daemon, tokio's
+    /// paused clock in tests. PostgreSQL keeps its leases and windows on
+    /// the database server's clock.
+    pub clock: Clock,
 }
 
 /// Which store to open.
@@ -225,6 +230,7 @@ struct Shared {
     index: Arc<Mutex<Index>>,
     tracker: Arc<Tracker>,
     fault: Option<Fault>,
+    clock: Clock,
     /// Set when the writer thread ended while the store was still in use
     /// (a panic in it): every change fails from then on.
     writer_stopped: Arc<AtomicBool>,
@@ -262,6 +268,7 @@ impl RedbStore {
             index: Arc::new(Mutex::new(index)),
             tracker: Arc::new(Tracker::new(options.op_seconds.as_ref())),
             fault: options.fault,
+            clock: options.clock,
             writer_stopped: Arc::new(AtomicBool::new(false)),
         });
         let (requests, rx) = mpsc::channel(writer::QUEUE);
@@ -272,7 +279,7 @@ impl RedbStore {
             tracker: shared.tracker.clone(),
             next_seq,
             fault: options.fault,
-            swept: None,
+            swept_ms: None,
         };
         std::thread::Builder::new()
             .name("ferry-store".into())
@@ -307,7 +314,11 @@ impl RedbStore {
     async fn change(&self, action: Action) -> Result<Answer, StoreError> {
         let _running = self.shared.tracker.start(action.op());
         let (reply, answer) = oneshot::channel();
-        self.requests.send(Request { action, reply }).await.map_err(|_| io("the store's writer has stopped"))?;
+        let now_ms = self.shared.clock.now().as_millis();
+        self.requests
+            .send(Request { action, now_ms, reply })
+            .await
+            .map_err(|_| io("the store's writer has stopped"))?;
         answer.await.map_err(|_| io("the store's writer has stopped"))?
     }
 
@@ -523,7 +534,7 @@ fn upgrade_from_v1(txn: &redb::WriteTransaction) -> Result<(), InitError> {
 #[async_trait]
 impl OutboxStore for RedbStore {
     async fn persist(&self, records: Vec<NewRecord>) -> Result<Persisted, StoreError> {
-        let action = Action::Persist { records, created_ms: Timestamp::now().as_millis() };
+        let action = Action::Persist { records };
         match self.change(action).await? {
             Answer::Persisted(p) => Ok(p),
             other => Err(unexpected(other)),

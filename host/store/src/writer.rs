@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferry_core::outbox::{LeaseToken, NewRecord, OutboxRecord, Persisted, StoreError};
 use ferry_core::records::RecordChange;
@@ -41,9 +41,9 @@ const SWEEP_MAX: usize = 65_536;
 
 /// A change to make.
 pub enum Action {
+    /// New records, created at the request's `now_ms`.
     Persist {
         records: Vec<NewRecord>,
-        created_ms: i64,
     },
     AcquireLease {
         partition: String,
@@ -103,6 +103,9 @@ pub enum Answer {
 
 pub struct Request {
     pub action: Action,
+    /// The caller's "now" (the store's clock), in Unix milliseconds: when a
+    /// key's window starts, when a record first failed, when keys expire.
+    pub now_ms: i64,
     pub reply: oneshot::Sender<Result<Answer, StoreError>>,
 }
 
@@ -123,8 +126,9 @@ pub struct Writer {
     pub tracker: Arc<Tracker>,
     pub next_seq: u64,
     pub fault: Option<Fault>,
-    /// When expired duplicate keys were last removed.
-    pub swept: Option<Instant>,
+    /// When expired duplicate keys were last removed (the store's clock,
+    /// Unix milliseconds).
+    pub swept_ms: Option<i64>,
 }
 
 struct Tables<'t> {
@@ -208,9 +212,11 @@ impl Writer {
         let tracker = self.tracker.clone();
         let running = tracker.start(Op::Commit);
         let first_seq = self.next_seq;
-        let (actions, replies): (Vec<Action>, Vec<_>) = group.into_iter().map(|r| (r.action, r.reply)).unzip();
+        let now_ms = group.iter().map(|r| r.now_ms).max().unwrap_or_default();
+        let (actions, replies): (Vec<(Action, i64)>, Vec<_>) =
+            group.into_iter().map(|r| ((r.action, r.now_ms), r.reply)).unzip();
         let mut effects = Vec::new();
-        match self.write(&actions, &mut effects) {
+        match self.write(&actions, now_ms, &mut effects) {
             Ok(answers) => {
                 {
                     let mut index = self.index.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -239,7 +245,8 @@ impl Writer {
     /// result is one action's own answer.
     fn write(
         &mut self,
-        actions: &[Action],
+        actions: &[(Action, i64)],
+        now_ms: i64,
         effects: &mut Vec<Effect>,
     ) -> Result<Vec<Result<Answer, StoreError>>, StoreError> {
         let mut txn = self.db.begin_write().map_err(io)?;
@@ -248,22 +255,22 @@ impl Writer {
         {
             let mut tables = Tables::open(&txn)?;
             let seq_before = self.next_seq;
-            for action in actions {
+            for (action, action_now_ms) in actions {
                 if self.fault == Some(Fault::Hang(action.op())) {
                     hang();
                 }
                 if self.fault == Some(Fault::Fail(action.op())) {
                     return Err(io("injected failure"));
                 }
-                answers.push(self.apply(&mut tables, action, effects)?);
+                answers.push(self.apply(&mut tables, action, *action_now_ms, effects)?);
             }
             if self.next_seq != seq_before {
                 tables.meta.insert(NEXT_SEQ_KEY, self.next_seq).map_err(io)?;
             }
             tables.write_depths()?;
-            if self.swept.is_none_or(|at| at.elapsed() >= SWEEP_EVERY) {
-                self.swept = Some(Instant::now());
-                sweep_expired_keys(&mut tables, ferry_envelope::Timestamp::now().as_millis())?;
+            if self.swept_ms.is_none_or(|at| now_ms.saturating_sub(at) >= SWEEP_EVERY.as_millis() as i64) {
+                self.swept_ms = Some(now_ms);
+                sweep_expired_keys(&mut tables, now_ms)?;
             }
         }
         txn.commit().map_err(io)?;
@@ -280,10 +287,12 @@ impl Writer {
         &mut self,
         t: &mut Tables<'_>,
         action: &Action,
+        now_ms: i64,
         effects: &mut Vec<Effect>,
     ) -> Result<Result<Answer, StoreError>, StoreError> {
         match action {
-            Action::Persist { records, created_ms } => {
+            Action::Persist { records } => {
+                let created_ms = &now_ms;
                 let mut done = Persisted::default();
                 for r in records {
                     let key = (r.partition.as_str(), r.envelope.id.as_str(), r.binding.as_str(), r.address.as_str());
@@ -327,7 +336,7 @@ impl Writer {
                     if keep_key.is_zero() {
                         t.dedup.remove(key).map_err(io)?;
                     } else {
-                        let until = ferry_envelope::Timestamp::now().plus(*keep_key).as_millis();
+                        let until = now_ms.saturating_add(keep_key.as_millis() as i64);
                         t.dedup.insert(key, until).map_err(io)?;
                         t.dedup_expiry.insert((until, key.0, key.1, key.2, key.3), ()).map_err(io)?;
                     }
@@ -348,7 +357,7 @@ impl Writer {
                 let mut stored = stored?;
                 if *failed {
                     stored.replay_count = stored.replay_count.saturating_add(1);
-                    stored.first_failure_ms.get_or_insert(ferry_envelope::Timestamp::now().as_millis());
+                    stored.first_failure_ms.get_or_insert(now_ms);
                 }
                 stored.next_attempt_ms = *next_attempt_ms;
                 t.records.insert(key, encode(&stored)?.as_slice()).map_err(io)?;

@@ -98,6 +98,16 @@ async fn metrics_move_with_the_messages_and_count_every_seed_counter() {
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
+/// Waits until /readyz answers `want` with a body containing every part
+/// (the receiver and sender notice a lost broker at different moments).
+async fn readyz_answers(admin: &str, want: u16, parts: &[&str]) -> String {
+    ferry_tests::eventually(&format!("/readyz to answer {want} naming {parts:?}"), || {
+        let (status, body) = get(admin, "/readyz").expect("readyz");
+        if status == want && parts.iter().all(|p| body.contains(p)) { Ok(body) } else { Err((status, body)) }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn readyz_follows_the_broker() {
     let mut broker = PrivateMosquitto::start().await;
@@ -107,23 +117,12 @@ async fn readyz_follows_the_broker() {
     let daemon = Daemon::start(&ws, 2);
     let admin = daemon.admin();
     assert_eq!(get(&admin, "/healthz").expect("healthz").0, 200);
-    // Waits until /readyz answers `want` with a body containing every part
-    // (the receiver and sender notice a lost broker at different moments).
-    let wait_status = |want: u16, parts: &[&str]| {
-        for _ in 0..200 {
-            let (status, body) = get(&admin, "/readyz").expect("readyz");
-            if status == want && parts.iter().all(|p| body.contains(p)) {
-                return body;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("/readyz never answered {want} naming {parts:?}");
-    };
-    let body = wait_status(200, &[]);
+    let body = readyz_answers(&admin, 200, &[]).await;
     assert!(body.contains("\"ready\":true"), "{body}");
 
     broker.stop();
-    let body = wait_status(503, &["mqtt receiver in: not connected", "mqtt sender out: not connected"]);
+    let body =
+        readyz_answers(&admin, 503, &["mqtt receiver in: not connected", "mqtt sender out: not connected"]).await;
     let json: serde_json::Value = serde_json::from_str(&body).expect("json body");
     let not_ready = json["not_ready"].to_string();
     assert!(
@@ -133,7 +132,7 @@ async fn readyz_follows_the_broker() {
     assert_eq!(get(&admin, "/healthz").expect("healthz").0, 200, "alive while not ready");
 
     broker.restart().await;
-    wait_status(200, &[]);
+    readyz_answers(&admin, 200, &[]).await;
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 

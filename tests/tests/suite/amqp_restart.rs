@@ -5,7 +5,7 @@
 //! outage and the recovery.
 
 use std::collections::HashSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace};
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit};
@@ -117,44 +117,33 @@ sender = "out10"
     assert_eq!(ready(), 200);
 
     // Restart once about a third of the stream has crossed.
-    let started = Instant::now();
-    while depth_or_zero(&broker.url091(), &dst).await < (MESSAGES / 3) as u32 {
-        assert!(started.elapsed() < Duration::from_secs(120), "the stream did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ferry_tests::eventually_within("a third of the stream across", Duration::from_secs(120), || async {
+        let crossed = depth_or_zero(&broker.url091(), &dst).await;
+        if crossed >= (MESSAGES / 3) as u32 { Ok(crossed) } else { Err(crossed) }
+    })
+    .await;
     broker.stop().await;
-    let down = Instant::now();
-    while ready() != 503 {
-        assert!(down.elapsed() < Duration::from_secs(30), "/readyz did not notice the broker is gone");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ferry_tests::eventually("/readyz 503 while the broker is down", || ready() == 503).await;
     let (_, body) = ferry_tests::http::get(&admin, "/readyz").expect("readyz");
     for part in ["amqp10 receiver in:", "amqp091 sender out:", "amqp10 sender out10:"] {
         assert!(body.contains(part), "{part} not named as not ready: {body}");
     }
     broker.restart().await;
-    let up = Instant::now();
-    while ready() != 200 {
-        assert!(up.elapsed() < Duration::from_secs(90), "/readyz did not recover");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    ferry_tests::eventually_within("/readyz 200 after the restart", Duration::from_secs(90), || async {
+        let code = ready();
+        if code == 200 { Ok(code) } else { Err(code) }
+    })
+    .await;
 
     // Wait for the source to empty, then collect everything that arrived.
-    let started = Instant::now();
-    loop {
+    ferry_tests::eventually_within("the stream across", Duration::from_secs(300), || async {
         let left = depth_or_zero(&broker.url091(), &src).await;
         let arrived = depth_or_zero(&broker.url091(), &dst).await;
         let arrived10 = depth_or_zero(&broker.url091(), &dst10).await;
-        if left == 0 && arrived as usize >= MESSAGES && arrived10 as usize >= MESSAGES {
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(300),
-            "stream stalled: {left} left at the source, {arrived} and {arrived10} at the targets\n{}",
-            daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        let seen = format!("{left} left at the source, {arrived} and {arrived10} at the targets");
+        if left == 0 && arrived as usize >= MESSAGES && arrived10 as usize >= MESSAGES { Ok(seen) } else { Err(seen) }
+    })
+    .await;
     for (target, queue) in [("AMQP 0-9-1", &dst), ("AMQP 1.0", &dst10)] {
         let bodies = drain(&broker.url091(), queue, Duration::from_secs(3)).await;
         let unique_bodies: HashSet<&str> = bodies.iter().map(String::as_str).collect();
@@ -233,11 +222,11 @@ sender = "hook"
     let ready = || ferry_tests::http::get(&admin, "/readyz").map(|(code, _)| code).unwrap_or(0);
     ferry_tests::eventually("/readyz 200", || ready() == 200).await;
     // Restart once a quarter of the queue has crossed.
-    let started = Instant::now();
-    while target.count() < BEFORE / 4 {
-        assert!(started.elapsed() < Duration::from_secs(120), "the stream did not start");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ferry_tests::eventually_within("a quarter of the queue across", Duration::from_secs(120), || async {
+        let n = target.count();
+        if n >= BEFORE / 4 { Ok(n) } else { Err(n) }
+    })
+    .await;
     broker.stop().await;
     ferry_tests::eventually("/readyz 503 while the broker is down", || ready() == 503).await;
     let (_, body) = ferry_tests::http::get(&admin, "/readyz").expect("readyz");
@@ -249,21 +238,13 @@ sender = "hook"
 
     let want: HashSet<String> =
         (0..BEFORE).map(|i| format!("before-{i}")).chain((0..AFTER).map(|i| format!("after-{i}"))).collect();
-    let started = Instant::now();
-    loop {
+    ferry_tests::eventually_within("every message across", Duration::from_secs(120), || async {
         let got: HashSet<String> =
             target.hits().iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect();
-        if want.is_subset(&got) {
-            break;
-        }
         let missing = want.difference(&got).count();
-        assert!(
-            started.elapsed() < Duration::from_secs(120),
-            "{missing} messages never arrived\n{}",
-            daemon.log_text()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if missing == 0 { Ok(()) } else { Err(format!("{missing} missing")) }
+    })
+    .await;
     let hits = target.count();
     eprintln!(
         "AMQP 0-9-1 receiver across a broker restart: {} messages, {hits} deliveries, {} duplicates",

@@ -312,7 +312,7 @@ async fn a_plugin_that_traps_in_init_is_refused_at_start_and_at_reload_while_rou
     let daemon = Daemon::start_with_args(&ws, &["--watch"], 2);
     ws.config(&with(true));
     daemon.signal("HUP");
-    daemon.wait_for_log("reload refused", 1, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"refused\"", 1.0, WAIT);
     let mut sub = TestMqtt::connect(&broker_url()).await;
     sub.subscribe(&format!("{dst}/#")).await;
     let publisher = TestMqtt::connect(&broker_url()).await;

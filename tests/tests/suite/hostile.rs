@@ -753,15 +753,17 @@ async fn the_sqs_endpoint_refuses_message_attributes_that_are_not_a_map() {
             .body(body.to_string())
             .send()
     };
-    let mut ready = false;
-    for _ in 0..200 {
-        if call("GetQueueUrl", json!({ "QueueName": queue })).await.is_ok_and(|r| r.status() == 200) {
-            ready = true;
-            break;
+    ferry_tests::eventually_async("the endpoint to answer GetQueueUrl", || {
+        let answer = call("GetQueueUrl", json!({ "QueueName": queue }));
+        async move {
+            match answer.await {
+                Ok(r) if r.status() == 200 => Ok(()),
+                Ok(r) => Err(format!("HTTP {}", r.status())),
+                Err(e) => Err(e.to_string()),
+            }
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ready, "the endpoint answers");
+    })
+    .await;
     let url = format!("http://{listen}/000000000000/{queue}");
     for (key, bad) in [
         ("MessageAttributes", json!([1, 2])),

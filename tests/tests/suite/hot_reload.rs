@@ -85,11 +85,11 @@ async fn a_changed_filter_is_swapped_in_while_messages_flow_and_a_corrupt_or_rem
 
     // A corrupt file in its place is refused; the dropping version stays.
     write_over(&plugin, b"\0asm this is not a component");
-    daemon.wait_for_log("reload refused", 1, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"refused\"", 1.0, WAIT);
     publish_seq(&publisher, &src, 460..490, Duration::ZERO).await;
     // So is removing the file a route uses.
     std::fs::remove_file(&plugin).expect("remove");
-    daemon.wait_for_log("reload refused", 2, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"refused\"", 2.0, WAIT);
     publish_seq(&publisher, &src, 490..520, Duration::ZERO).await;
 
     // Every message is accounted for exactly once: sent before the swap or

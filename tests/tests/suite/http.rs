@@ -160,14 +160,11 @@ async fn mqtt_to_a_webhook_retries_503_after_its_retry_after_and_dead_letters_40
 
     let never = target.wait_for(1, WAIT, |h| h.header("idempotency-key") == Some("m-never")).await;
     assert_eq!(never.len(), 1);
-    let mut dead = Vec::new();
-    for _ in 0..100 {
-        dead = ws.dead_letters();
-        if !dead.is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let dead = ferry_tests::eventually("a dead letter", || {
+        let dead = ws.dead_letters();
+        if dead.is_empty() { Err(dead) } else { Ok(dead) }
+    })
+    .await;
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0]["envelope"]["id"], "m-never");
     assert!(dead[0]["detail"].as_str().is_some_and(|d| d.contains("400")), "{:?}", dead[0]);

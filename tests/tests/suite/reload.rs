@@ -101,7 +101,7 @@ async fn watch_reload_restarts_only_the_changed_route() {
     // Route a's binding changes; route b and the sender stay the same.
     ws.config(&config(&n, "two"));
     daemon.signal("HUP");
-    daemon.wait_for_log("reload applied", 1, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"applied\"", 1.0, WAIT);
     assert!(daemon.log_text().contains(r#"restarted=["a"]"#), "{}", daemon.log_text());
     publisher.publish_with(&n.a_in, "a2", &[]).await;
     publisher.publish_with(&n.b_in, "b1", &[]).await;
@@ -119,7 +119,7 @@ async fn watch_reload_restarts_only_the_changed_route() {
     // A config that does not load is refused; the daemon runs on as it was.
     ws.config("[[routes]]\nid = \n");
     daemon.signal("HUP");
-    daemon.wait_for_log("reload refused", 1, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"refused\"", 1.0, WAIT);
     publisher.publish_with(&n.a_in, "a3", &[]).await;
     let p = sub.next(WAIT).await.expect("a3 crossed after the refused reload");
     assert_eq!((topic(&p), p.payload.as_ref()), (format!("{}/two", n.out), &b"a3"[..]));
@@ -153,7 +153,7 @@ config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
     // The hostile fixture passes anything without a `hostile` header.
     std::fs::copy(plugin_file("hostile"), &plugin).expect("swap in another component");
     daemon.signal("HUP");
-    daemon.wait_for_log("reload applied", 1, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"applied\"", 1.0, WAIT);
     publisher.publish_with(&src, "now passes", &[("kind", "humidity"), ("n", "3")]).await;
     let p = sub.next(WAIT).await.expect("the new component passed it");
     assert_eq!(user_property(&p, "n"), Some("3"));
@@ -161,7 +161,7 @@ config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
     // Garbage in place of the component: refused, the running one stays.
     std::fs::write(&plugin, b"not a component").expect("corrupt the plugin");
     daemon.signal("HUP");
-    daemon.wait_for_log("reload refused", 1, WAIT);
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"refused\"", 1.0, WAIT);
     publisher.publish_with(&src, "still passes", &[("kind", "humidity"), ("n", "4")]).await;
     let p = sub.next(WAIT).await.expect("the old component kept working");
     assert_eq!(user_property(&p, "n"), Some("4"));

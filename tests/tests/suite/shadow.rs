@@ -106,7 +106,7 @@ async fn a_reload_promotes_the_shadow() {
     assert_ne!(promoted, before);
     ws.config(&promoted);
     daemon.signal("HUP");
-    daemon.wait_for_log("reload applied", 1, Duration::from_secs(20));
+    daemon.wait_for_total("ferry_reloads_total", "outcome=\"applied\"", 1.0, Duration::from_secs(20));
     publisher.publish_with(&format!("{src}/t"), "after", &[("kind", "temp")]).await;
     assert!(sub.drain(Duration::from_secs(2)).await.is_empty(), "the promoted version decides now");
     assert!(daemon.terminate().success());

@@ -329,15 +329,11 @@ async fn routes_bridge_endpoint_queues_and_mqtt_both_ways() {
     // Acknowledged: deleted from the endpoint queue, not just hidden.
     let sqs = ferry_tests::sqs::client_for(&endpoint);
     let inbox_url = format!("{endpoint}/000000000000/{inbox}");
-    let mut depth = (-1, -1);
-    for _ in 0..50 {
-        depth = ferry_tests::sqs::depth(&sqs, &inbox_url).await;
-        if depth == (0, 0) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(depth, (0, 0), "(visible, in flight) after the route acknowledged");
+    ferry_tests::eventually_async("(visible, in flight) = (0, 0) after the route acknowledged", || async {
+        let depth = ferry_tests::sqs::depth(&sqs, &inbox_url).await;
+        if depth == (0, 0) { Ok(depth) } else { Err(depth) }
+    })
+    .await;
 
     let publisher = TestMqtt::connect(&broker_url()).await;
     publisher.publish_with(&from_mqtt, "reading 21.5", &[("sensor", "kitchen"), ("unit", "C")]).await;

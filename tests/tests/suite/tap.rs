@@ -166,13 +166,20 @@ async fn an_open_tap_ends_when_the_daemon_stops_and_bad_taps_are_refused() {
     let mut child = tap(&ws, &["r1", "-c", "ferry.toml"]);
     let client = TestMqtt::connect(&broker.url()).await;
     let stdout = child.stdout.take().expect("stdout");
-    let reader = std::thread::spawn(move || BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<_>>());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && !daemon_has_open_tap(&admin) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let (line_tx, lines_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = line_tx.send(line);
+        }
+    });
+    ferry_tests::eventually("the tap open at the daemon", || daemon_has_open_tap(&admin)).await;
     client.publish_with(&format!("{src}/b"), "hello", &[("kind", "temp")]).await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    let first = tokio::task::spawn_blocking(move || {
+        let first = lines_rx.recv_timeout(ferry_tests::PATIENCE);
+        (first, lines_rx)
+    });
+    let (first, lines_rx) = first.await.expect("joined");
+    let first = first.expect("the tap printed the message");
     let stopped = Instant::now();
     let status = daemon.terminate();
     assert!(status.success(), "{status:?}");
@@ -180,7 +187,8 @@ async fn an_open_tap_ends_when_the_daemon_stops_and_bad_taps_are_refused() {
         tokio::task::spawn_blocking(move || wait(&mut child, Duration::from_secs(10))).await.expect("joined");
     assert!(tap_status.is_some_and(|s| s.success()), "the tap did not end with the daemon: {tap_status:?}");
     assert!(stopped.elapsed() < Duration::from_secs(10));
-    let lines = reader.join().expect("reader");
+    reader.join().expect("reader");
+    let lines: Vec<String> = std::iter::once(first).chain(lines_rx.try_iter()).collect();
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains(" ingress id="), "{lines:?}");
     assert!(lines[0].contains("kind=temp"), "{lines:?}");
@@ -207,11 +215,7 @@ async fn a_tap_client_that_never_reads_does_not_hold_up_the_route() {
     // never reads: its socket buffers fill within the first messages.
     let mut stalled = std::net::TcpStream::connect(&admin).expect("admin");
     write!(stalled, "GET /tap/r1?rate=1000&payload_bytes=65536 HTTP/1.1\r\nHost: ferry\r\n\r\n").expect("request");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline && !daemon_has_open_tap(&admin) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(daemon_has_open_tap(&admin), "the tap did not open");
+    ferry_tests::eventually("the tap open at the daemon", || daemon_has_open_tap(&admin)).await;
 
     let client = TestMqtt::connect(&broker.url()).await;
     let payload = "p".repeat(20_000);

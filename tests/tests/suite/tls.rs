@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt};
+use ferry_tests::mqtt::{PrivateMosquitto, SECOND_PORT, TestMqtt};
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit};
 use ferry_tests::tls::TestCerts;
 use ferry_tests::unique;
@@ -15,24 +15,24 @@ use ferry_tests::unique;
 async fn mqtts_in_amqps_out() {
     let certs = TestCerts::generate();
     let (ca, cert, key) = (certs.ca(), certs.server_cert(), certs.server_key());
-    // The first listener is TLS; a plain one for the test's publisher.
-    // A second listener: a broker's port, checked only by its use below.
-    let plain = ferry_tests::ports::broker_port();
+    // The first listener is TLS; a plain one for the test's publisher, on
+    // a second port the harness chooses and checks.
     let mosquitto = PrivateMosquitto::start_with(&format!(
-        "cafile {}\ncertfile {}\nkeyfile {}\nlistener {plain} 127.0.0.1\n",
+        "cafile {}\ncertfile {}\nkeyfile {}\nlistener {SECOND_PORT} 127.0.0.1\n",
         ca.display(),
         cert.display(),
         key.display()
     ))
     .await;
-    let tls_port = PrivateRabbit::node_port();
+    let plain = mosquitto.second_port.expect("the plain listener");
     let rabbit = PrivateRabbit::start_with(&format!(
-        "listeners.ssl.default = {tls_port}\nssl_options.cacertfile = {}\nssl_options.certfile = {}\nssl_options.keyfile = {}\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
+        "listeners.ssl.default = {SECOND_PORT}\nssl_options.cacertfile = {}\nssl_options.certfile = {}\nssl_options.keyfile = {}\nssl_options.verify = verify_none\nssl_options.fail_if_no_peer_cert = false\n",
         ca.display(),
         cert.display(),
         key.display()
     ))
     .await;
+    let tls_port = rabbit.second_port.expect("the TLS listener");
     let (dst, dst10, dst2) = (unique("tls-dst"), unique("tls-dst10"), unique("tls-dst2"));
     let client = Rabbit::connect_to(&rabbit.url091()).await;
     for q in [&dst, &dst10, &dst2] {

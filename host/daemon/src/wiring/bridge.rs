@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use ferry_config::Config;
+use ferry_core::clock::Clock;
 use ferry_core::metrics::Metrics;
 use ferry_core::route::Leasing;
 use ferry_core::route::Route;
@@ -76,8 +77,12 @@ impl Bridge {
     /// Builds every part. Must run inside a (multi-threaded) tokio runtime:
     /// senders start connecting right away.
     pub async fn build(config: Config, metrics: Metrics) -> Result<Self, StartError> {
-        let options =
-            StoreOptions { op_seconds: Some(metrics.store_op_seconds.clone()), fault: injected_fault(), listen: true };
+        let options = StoreOptions {
+            op_seconds: Some(metrics.store_op_seconds.clone()),
+            fault: injected_fault(),
+            listen: true,
+            clock: Clock::System,
+        };
         check_urls(&config)?;
         let engine = store_engine(&config);
         let key = match engine {

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 
 use ferry_config::{Config, EndpointAuth, SqsEndpointConfig};
+use ferry_core::clock::Clock;
 use ferry_core::metrics::{Metrics, labels};
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions, Topics};
 use ferry_store::Store;
@@ -45,8 +46,10 @@ impl SqsEndpoint {
     ) -> Result<Self, StartError> {
         let identity = Identity { region: config.region.clone(), account: config.account.clone() };
         let engine = match store.shared_db() {
-            Some(db) => Engine::open_shared(db, identity),
-            None => Engine::open(store.clone(), identity).await.map_err(|e| StartError::new("endpoints.sqs", e))?,
+            Some(db) => Engine::open_shared(db, identity, Clock::System),
+            None => Engine::open(store.clone(), identity, Clock::System)
+                .await
+                .map_err(|e| StartError::new("endpoints.sqs", e))?,
         };
         for (name, queue) in &config.queues {
             engine

@@ -1,7 +1,6 @@
 //! The SQS/SNS endpoint's integration tests, one binary: the AWS SDK and
 //! the query protocol, two endpoints on one store, and SNS.
 
-mod common;
 mod sdk;
 mod shared;
 mod sns;

@@ -5,12 +5,13 @@
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::common::{Endpoint, unique};
 use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::{
     DeleteMessageBatchRequestEntry, MessageAttributeValue, MessageSystemAttributeName,
     MessageSystemAttributeNameForSends, MessageSystemAttributeValue, QueueAttributeName, SendMessageBatchRequestEntry,
 };
+use ferry_tests::endpoint::Endpoint;
+use ferry_tests::unique;
 use ferry_transport_sqs::attributes::{AttrBytes, md5_of_attributes, md5_of_body};
 
 fn string_attr(v: &str) -> MessageAttributeValue {
@@ -391,7 +392,7 @@ async fn long_polls_wake_on_a_send_and_delays_hold_messages_back() {
             (started.elapsed(), got.messages().len())
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    ep.wait_for_receives(1).await;
     ep.client.send_message().queue_url(&url).message_body("wake").send().await.expect("sent");
     let (elapsed, n) = poller.await.expect("poller");
     assert_eq!(n, 1);
@@ -746,7 +747,7 @@ async fn concurrent_producers_and_consumers_lose_nothing() {
 async fn sigv4_signatures_are_verified() {
     let keys: ferry_sqs_endpoint::auth::Keys = [("AKIDFERRYTEST".to_owned(), "s3cret/key+value".to_owned())].into();
     let ep = Endpoint::start_with(Some(keys)).await;
-    let good = crate::common::client(&ep.url, "AKIDFERRYTEST", "s3cret/key+value");
+    let good = ferry_tests::endpoint::client(&ep.url, "AKIDFERRYTEST", "s3cret/key+value");
     let url = good
         .create_queue()
         .queue_name(unique("signed"))
@@ -760,10 +761,10 @@ async fn sigv4_signatures_are_verified() {
     let got = good.receive_message().queue_url(&url).send().await.expect("signed receive");
     assert_eq!(got.messages()[0].body(), Some("signed body"));
 
-    let wrong = crate::common::client(&ep.url, "AKIDFERRYTEST", "not the secret");
+    let wrong = ferry_tests::endpoint::client(&ep.url, "AKIDFERRYTEST", "not the secret");
     let err = wrong.send_message().queue_url(&url).message_body("x").send().await.expect_err("wrong secret");
     assert_eq!(err.code(), Some("SignatureDoesNotMatch"));
-    let unknown = crate::common::client(&ep.url, "AKIDSTRANGER", "s3cret/key+value");
+    let unknown = ferry_tests::endpoint::client(&ep.url, "AKIDSTRANGER", "s3cret/key+value");
     let err = unknown.list_queues().send().await.expect_err("unknown key");
     assert_eq!(err.code(), Some("InvalidClientTokenId"));
     // Unsigned requests, in each protocol.

@@ -7,10 +7,11 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::common::{Endpoint, unique};
 use aws_sdk_sqs::error::ProvideErrorMetadata;
 use aws_sdk_sqs::types::{MessageSystemAttributeName, QueueAttributeName, SendMessageBatchRequestEntry};
+use ferry_tests::endpoint::Endpoint;
 use ferry_tests::pg::TestDb;
+use ferry_tests::unique;
 
 async fn pair() -> (TestDb, Endpoint, Endpoint) {
     let db = TestDb::new().await;
@@ -268,7 +269,7 @@ async fn visibility_redrive_purge_and_deletion_are_seen_from_both_endpoints() {
         let (client, url) = (b.client.clone(), url_b.clone());
         tokio::spawn(async move { client.receive_message().queue_url(url).wait_time_seconds(20).send().await })
     };
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    b.wait_for_receives(1).await;
     let started = Instant::now();
     a.client.delete_queue().queue_url(&url_a).send().await.expect("deleted");
     let ended = polling.await.expect("poll");
@@ -303,7 +304,7 @@ async fn a_send_on_one_endpoint_wakes_a_long_poll_on_the_other() {
             (started.elapsed(), got.messages().iter().filter_map(|m| m.body().map(str::to_owned)).collect::<Vec<_>>())
         })
     };
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    b.wait_for_receives(1).await;
     a.client.send_message().queue_url(&url_a).message_body("wake").send().await.expect("sent");
     let (waited, bodies) = polling.await.expect("poll");
     assert_eq!(bodies, ["wake"]);

@@ -4,12 +4,13 @@
 //! SigV4, and SNS's errors.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crate::common::{Endpoint, unique};
 use aws_sdk_sns::error::ProvideErrorMetadata;
 use aws_sdk_sns::types::{MessageAttributeValue, PublishBatchRequestEntry};
 use aws_sdk_sqs::types::MessageSystemAttributeName;
+use ferry_tests::endpoint::Endpoint;
+use ferry_tests::unique;
 use ferry_transport_sqs::attributes::{AttrBytes, md5_of_attributes};
 use serde_json::Value;
 
@@ -326,16 +327,13 @@ async fn webhook_on(addr: &str, fail: usize) -> (String, Got, tokio::task::JoinH
     (url, got, task)
 }
 
-/// Waits until the webhook got `n` requests.
-async fn wait_for(got: &Got, n: usize, within: Duration) -> Vec<(axum::http::HeaderMap, String)> {
-    let deadline = Instant::now() + within;
-    loop {
+/// Waits until the webhook got `n` requests; returns them all.
+async fn wait_for(got: &Got, n: usize) -> Vec<(axum::http::HeaderMap, String)> {
+    ferry_tests::eventually(&format!("{n} webhook requests"), || {
         let now = got.lock().expect("lock").clone();
-        if now.len() >= n || Instant::now() > deadline {
-            return now;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        if now.len() >= n { Ok(now) } else { Err(now.into_iter().map(|(_, body)| body).collect::<Vec<_>>()) }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -347,7 +345,7 @@ async fn webhooks_confirm_then_get_notifications_signed_or_not() {
     let (url, got, _server) = webhook(0).await;
     let out = ep.sns.subscribe().topic_arn(&arn).protocol("http").endpoint(&url).send().await.expect("subscribe");
     assert_eq!(out.subscription_arn(), Some("pending confirmation"));
-    let confirmation = wait_for(&got, 1, Duration::from_secs(10)).await;
+    let confirmation = wait_for(&got, 1).await;
     assert_eq!(confirmation.len(), 1, "the confirmation POST arrives");
     let (headers, body) = &confirmation[0];
     assert_eq!(headers["x-amz-sns-message-type"], "SubscriptionConfirmation");
@@ -378,7 +376,7 @@ async fn webhooks_confirm_then_get_notifications_signed_or_not() {
         .send()
         .await
         .expect("publish");
-    let all = wait_for(&got, 2, Duration::from_secs(10)).await;
+    let all = wait_for(&got, 2).await;
     assert_eq!(all.len(), 2, "one notification after the confirmation: {all:?}");
     let (headers, body) = &all[1];
     assert_eq!(headers["x-amz-sns-message-type"], "Notification");
@@ -403,17 +401,17 @@ async fn webhooks_confirm_then_get_notifications_signed_or_not() {
         .send()
         .await
         .expect("publish");
-    let all = wait_for(&got, 3, Duration::from_secs(10)).await;
+    let all = wait_for(&got, 3).await;
     let (headers, body) = &all[2];
     assert_eq!(body, "bare");
     assert_eq!(headers["x-amz-sns-rawdelivery"], "true");
     assert_eq!(headers["x-amz-sns-attr-color"], "blue");
 
     // A wrong secret or an unknown key is refused, as SNS refuses them.
-    let wrong = crate::common::sns_client(&ep.url, "test", "wrong");
+    let wrong = ferry_tests::endpoint::sns_client(&ep.url, "test", "wrong");
     let err = wrong.list_topics().send().await.expect_err("wrong secret");
     assert_eq!(err.code(), Some("SignatureDoesNotMatch"));
-    let unknown = crate::common::sns_client(&ep.url, "nobody", "x");
+    let unknown = ferry_tests::endpoint::sns_client(&ep.url, "nobody", "x");
     assert_eq!(unknown.list_topics().send().await.expect_err("unknown key").code(), Some("InvalidClientTokenId"));
     ep.stop().await;
 }
@@ -421,7 +419,7 @@ async fn webhooks_confirm_then_get_notifications_signed_or_not() {
 /// Confirms a webhook subscription with the token of the confirmation it
 /// got (the first request of `got` from now on).
 async fn confirm(ep: &Endpoint, topic: &str, got: &Got, seen: usize) {
-    let all = wait_for(got, seen + 1, Duration::from_secs(10)).await;
+    let all = wait_for(got, seen + 1).await;
     let doc: Value = serde_json::from_str(&all.get(seen).expect("a confirmation").1).expect("JSON");
     assert_eq!(doc["Type"], "SubscriptionConfirmation");
     let token = doc["Token"].as_str().expect("token");
@@ -447,7 +445,7 @@ async fn a_failing_webhook_is_retried_and_survives_a_restart() {
         .await
         .expect("policy");
     ep.sns.publish().topic_arn(&arn).message("eventually").send().await.expect("publish");
-    let all = wait_for(&got, 2, Duration::from_secs(20)).await;
+    let all = wait_for(&got, 2).await;
     assert!(all.iter().any(|(_, b)| b.contains("eventually")), "delivered after two failures: {all:?}");
 
     // A webhook that went down: the POST waits in the store across a
@@ -465,16 +463,18 @@ async fn a_failing_webhook_is_retried_and_survives_a_restart() {
         .expect("policy");
     down_server.abort();
     let _ = down_server.await;
+    // The POST is recorded when the publish returns: stopping at once
+    // loses nothing.
     ep.sns.publish().topic_arn(&arn).message("after restart").send().await.expect("publish");
-    tokio::time::sleep(Duration::from_millis(300)).await;
     ep.stop().await;
     let addr = down_url.trim_start_matches("http://").trim_end_matches("/hook").to_owned();
     let (_, back, _server) = webhook_on(&addr, 0).await;
     let ep = Endpoint::start_in(tmp.path()).await;
-    let arrived = wait_for(&back, 1, Duration::from_secs(20)).await;
+    let arrived = wait_for(&back, 1).await;
     assert!(arrived.iter().any(|(_, b)| b.contains("after restart")), "the recorded POST went after the restart");
-    // Delivered once: its record is gone.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Delivered once: its record is gone, so no retry comes (one retry
+    // delay of the policy, 1 s, and the harness's quiet time).
+    tokio::time::sleep(Duration::from_secs(1) + ferry_tests::QUIET).await;
     assert_eq!(back.lock().expect("lock").len(), 1);
     ep.stop().await;
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use ferry_core::clock::Clock;
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
 use ferry_core::outbox::{NewRecord, OutboxStore, StoreError};
 use ferry_envelope::{Envelope, Timestamp};
@@ -34,14 +35,26 @@ fn open(dir: &Path) -> Arc<RedbStore> {
 /// Reopens after the previous handle was dropped (its writer thread lets go
 /// of the file shortly after).
 async fn reopen(dir: &Path) -> Arc<RedbStore> {
-    for _ in 0..100 {
-        match RedbStore::open(dir, StoreOptions::default()) {
-            Ok(s) => return s,
-            Err(OpenError::Locked { .. }) => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(e) => panic!("{e}"),
+    reopen_with(dir, StoreOptions::default()).await
+}
+
+/// Reopens with `options`, waiting in real time on the blocking pool, so a
+/// test on paused time does not skip past the writer's release (tokio does
+/// not advance paused time while a blocking task runs).
+async fn reopen_with(dir: &Path, options: StoreOptions) -> Arc<RedbStore> {
+    let dir = dir.to_owned();
+    tokio::task::spawn_blocking(move || {
+        for _ in 0..250 {
+            match RedbStore::open(&dir, options.clone()) {
+                Ok(s) => return s,
+                Err(OpenError::Locked { .. }) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("{e}"),
+            }
         }
-    }
-    panic!("the store stayed locked")
+        panic!("the store stayed locked")
+    })
+    .await
+    .expect("reopen")
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -108,33 +121,44 @@ async fn one_binding_two_addresses_are_two_records() {
 }
 
 /// A sent record's key outlives it for the dedup window, across a reopen,
-/// and is free again once the window passed (and swept).
-#[tokio::test(flavor = "multi_thread")]
+/// and is free again once the window passed (and swept). The store reads
+/// tokio's paused clock, so the windows pass by `advance`, not by sleeping.
+#[tokio::test(start_paused = true)]
 async fn a_completed_key_suppresses_redeliveries_for_its_window() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let store = open(dir.path());
+    let options = StoreOptions { clock: Clock::tokio(), ..StoreOptions::default() };
+    let store = RedbStore::open(dir.path(), options.clone()).expect("open");
     store.persist(vec![record("r/a", "m1", "a"), record("r/a", "m2", "a")]).await.expect("persist");
     let token = store.acquire_lease("r/a", "me", LEASE_TTL).await.expect("lease").expect("granted");
-    let claimed = store.claim("r/a", &token, 10, Timestamp::now().as_millis()).await.expect("claim");
+    let claimed = store.claim("r/a", &token, 10, options.clock.now().as_millis()).await.expect("claim");
     store.complete(&claimed[0], &token, Duration::from_secs(3600)).await.expect("complete");
     store.complete(&claimed[1], &token, Duration::from_millis(300)).await.expect("complete");
     assert_eq!(store.depth("r/a"), 0);
     let again = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
     assert_eq!((again.stored, again.duplicates), (0, 1), "sent within the window: suppressed");
+    tokio::time::advance(Duration::from_millis(299)).await;
+    let again = store.persist(vec![record("r/a", "m2", "a")]).await.expect("persist");
+    assert_eq!(again.duplicates, 1, "1 ms before its window ends the key still holds");
     drop(store);
 
-    let store = reopen(dir.path()).await;
+    let store = reopen_with(dir.path(), options.clone()).await;
     let again = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
     assert_eq!(again.duplicates, 1, "the window survives a restart");
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::advance(Duration::from_millis(2)).await;
     let later = store.persist(vec![record("r/a", "m2", "a")]).await.expect("persist");
     assert_eq!((later.stored, later.duplicates), (1, 0), "past its window the key is free");
-    // A sweep ran in that commit; m2's fresh key must have survived it.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // A sweep runs in the first commit a second after the last one; m2's
+    // fresh key must survive it, and m1's hour-long one too.
+    tokio::time::advance(Duration::from_millis(1000)).await;
     let other = store.persist(vec![record("r/b", "x", "b")]).await.expect("persist");
     assert_eq!(other.stored, 1);
-    let dup = store.persist(vec![record("r/a", "m2", "a")]).await.expect("persist");
-    assert_eq!(dup.duplicates, 1, "the pending m2 is still a duplicate after a sweep");
+    let dup = store.persist(vec![record("r/a", "m2", "a"), record("r/a", "m1", "a")]).await.expect("persist");
+    assert_eq!(dup.duplicates, 2, "the pending m2 and the completed m1 are still duplicates after a sweep");
+    // An hour on, m1's key has expired and been swept.
+    tokio::time::advance(Duration::from_secs(3600)).await;
+    assert_eq!(store.persist(vec![record("r/b", "y", "b")]).await.expect("persist").stored, 1);
+    let m1 = store.persist(vec![record("r/a", "m1", "a")]).await.expect("persist");
+    assert_eq!((m1.stored, m1.duplicates), (1, 0), "an hour on, m1 is a new message");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -236,10 +260,12 @@ async fn a_hung_commit_is_seen_while_other_calls_still_answer() {
         let store = store.clone();
         tokio::spawn(async move { store.persist(vec![record("p", "m1", "a")]).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let stuck = store.oldest_operation().expect("an operation in flight");
+    let stuck = ferry_tests::eventually("an operation in flight for 250 ms", || match store.oldest_operation() {
+        Some(stuck) if stuck.age >= Duration::from_millis(250) => Ok(stuck),
+        other => Err(other),
+    })
+    .await;
     assert!(["persist", "commit"].contains(&stuck.op), "{stuck:?}");
-    assert!(stuck.age >= Duration::from_millis(250), "{stuck:?}");
     // The in-memory reads answer, and the runtime is free: this test runs.
     assert_eq!(store.depth("p"), 0, "nothing was acknowledged as stored");
     assert!(!hung.is_finished());

@@ -216,10 +216,11 @@ async fn flood(store: Arc<dyn Store>, metrics: Metrics, n: usize, partitions: u3
     let elapsed = started.elapsed();
     // Completions land after the sends they follow: wait for both
     // partitions to empty before stopping.
-    let deadline = Instant::now() + NO_PROGRESS_LIMIT;
-    while (depth(store.as_ref(), "b0"), depth(store.as_ref(), "b1")) != (0, 0) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    ferry_tests::eventually("both partitions empty", || {
+        let depths = (depth(store.as_ref(), "b0"), depth(store.as_ref(), "b1"));
+        if depths == (0, 0) { Ok(()) } else { Err(depths) }
+    })
+    .await;
     shutdown.cancel();
     task.await.expect("join").expect("route");
 

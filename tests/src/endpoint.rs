@@ -1,10 +1,12 @@
-//! An endpoint on 127.0.0.1 over an embedded store in a temporary
-//! directory (or over a PostgreSQL schema that several endpoints share),
-//! and an AWS SDK client pointed at it.
+//! ferry's SQS/SNS endpoint in the test's own process, on a bound port
+//! over an embedded store in a temporary directory (or over a PostgreSQL
+//! schema that several endpoints share), with AWS SDK clients pointed at
+//! it: the harness of the endpoint crate's tests.
 
 use std::sync::Arc;
 
 use aws_sdk_sqs::config::{BehaviorVersion, Credentials, Region};
+use ferry_core::clock::Clock;
 use ferry_core::metrics::Metrics;
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions, Topics};
 use ferry_store::{RedbStore, Store, StoreOptions};
@@ -54,7 +56,7 @@ impl Endpoint {
             }
         };
         let identity = Identity { region: "us-east-1".into(), account: "000000000000".into() };
-        let engine = Engine::open(store.clone(), identity).await.expect("queues load");
+        let engine = Engine::open(store.clone(), identity, Clock::System).await.expect("queues load");
         Self::serve(engine, store, auth).await
     }
 
@@ -65,7 +67,7 @@ impl Endpoint {
         let options = StoreOptions { listen: true, ..StoreOptions::default() };
         let store = ferry_store::postgres::PgStore::open(url, 8, options).await.expect("the shared store opens");
         let identity = Identity { region: "us-east-1".into(), account: "000000000000".into() };
-        let engine = Engine::open_shared(store.shared_db(), identity);
+        let engine = Engine::open_shared(store.shared_db(), identity, Clock::System);
         Self::serve(engine, store, None).await
     }
 
@@ -97,6 +99,13 @@ impl Endpoint {
         if let Some(task) = self.task.take() {
             let _ = tokio::time::timeout(std::time::Duration::from_secs(5), task).await;
         }
+    }
+
+    /// Waits until `n` ReceiveMessage calls are under way: a long poll a
+    /// test started has reached the engine, and a send now wakes it.
+    pub async fn wait_for_receives(&self, n: usize) {
+        let engine = self.engine.clone();
+        crate::eventually(&format!("{n} receives under way"), move || engine.receives_in_progress() >= n).await;
     }
 
     pub async fn create(&self, name: &str, attributes: &[(&str, &str)]) -> String {
@@ -171,9 +180,4 @@ pub fn sns_client(url: &str, key_id: &str, secret: &str) -> aws_sdk_sns::Client 
         .endpoint_url(url)
         .build();
     aws_sdk_sns::Client::from_conf(config)
-}
-
-/// A queue name of this test run's own.
-pub fn unique(stem: &str) -> String {
-    format!("{stem}-{:08x}", rand::random::<u32>())
 }
