@@ -99,6 +99,17 @@ run: plugins-rust mosquitto
     @echo "  mosquitto_pub -V mqttv5 -q 1 -t sensors/kitchen -m '{\"c\":21.5}' -D publish user-property kind temp"
     {{host_target}}/debug/ferry run -c examples/ferry.toml
 
+# The book (docs/) with mdBook into docs/book/; open docs/book/index.html.
+# Its links and the generated reference pages are checked by `just test`.
+docs:
+    @scripts/provision mdbook
+    mdbook build docs
+
+# Rewrite the book's generated reference pages (docs/src/reference/) from
+# the config types and the CLI parser.
+reference:
+    cargo run --quiet -p ferry-daemon -- reference --dir docs/src/reference
+
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
 test: plugins test-plugins mosquitto moto rabbitmq postgres
     @scripts/provision openssl toolchain fuse
@@ -115,12 +126,7 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
     cargo test --workspace --no-fail-fast
     cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
 
-# The full crash and load tests (CI runs reduced forms in `just test`).
-# The outbox stress test with 200,000 messages, fan-out to two bindings,
-# 256 in flight (fails if nothing moves for 10 s or anything is missing),
-# then 20,000 messages through a shared_outbox route on the release daemon
-# while it is SIGKILLed 100 times, a kill per 200 messages as in issue 13's
-# measurement (0 lost; duplicates per kill reported).
+# (CI runs reduced forms of these in `just test`.)
 # The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.
 chaos: mosquitto rabbitmq postgres
     @scripts/provision fuse

@@ -50,10 +50,14 @@ pub fn counter(addr: &str, name: &str, labels_fragment: &str) -> f64 {
     sample(&metrics(addr), name, labels_fragment).unwrap_or(0.0)
 }
 
-/// Scrapes `/metrics`, asserting a 200.
+/// Scrapes `/metrics`, asserting a 200, and that every series uses only
+/// the labels the book's metrics reference lists for it
+/// (`ferry_core::metrics::LABELS`): every scrape of every test checks it.
 pub fn metrics(addr: &str) -> String {
     let (status, body) = get(addr, "/metrics").expect("scrape");
     assert_eq!(status, 200);
+    let undocumented = ferry_core::metrics::undocumented_labels(&body);
+    assert!(undocumented.is_empty(), "series with labels ferry_core::metrics::LABELS lacks: {undocumented:?}");
     body
 }
 

@@ -1,6 +1,6 @@
 //! The AMQP transports' keys: `type = "amqp10"` (AMQP 1.0, e.g. RabbitMQ's
 //! `rabbitmq_amqp1_0` plugin) and `type = "amqp091"` (AMQP 0-9-1, RabbitMQ's
-//! own protocol). Documented here and in the README.
+//! own protocol). Documented here and in the book.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -78,8 +78,8 @@ pub struct Amqp10ReceiverConfig {
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -112,8 +112,8 @@ pub struct Amqp10SenderConfig {
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -186,8 +186,8 @@ pub struct Amqp091ReceiverConfig {
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -242,8 +242,8 @@ pub struct Amqp091SenderConfig {
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }

@@ -1,6 +1,6 @@
 //! The HTTP transport's keys (`type = "http"`): a receiver that takes
 //! webhooks (each POST a message) and a sender that calls one. Documented
-//! here and in the README.
+//! here and in the book.
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -56,8 +56,8 @@ fn default_pool_idle_per_host() -> usize {
 }
 
 /// `type = "http"` receiver: ferry listens, and each POST to `path` is one
-/// message. The reply waits for the route (see the README for the status
-/// codes): nothing is acknowledged to the caller before it is safe.
+/// message. The reply waits for the route (the book's HTTP page lists the
+/// status codes): nothing is acknowledged to the caller before it is safe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpReceiverConfig {

@@ -5,6 +5,7 @@
 //!   and `{ file = "..." }` secrets.
 //! - [`load`] / [`parse`]: text -> substituted -> typed -> validated
 //!   [`Config`], or a [`ConfigError`] naming the offending key path.
+//! - [`reference`]: the book's page of every key, from [`json_schema`].
 //!
 //! Validation here is pure (no network, no filesystem); the daemon adds the
 //! checks that need the outside world, such as whether a plugin file loads.
@@ -14,6 +15,7 @@ mod component;
 mod endpoint;
 mod http;
 mod instance;
+pub mod reference;
 pub mod schema;
 pub mod substitute;
 mod validate;

@@ -1,4 +1,4 @@
-//! The configuration schema. Every key is documented here and in the README;
+//! The configuration schema. Every key is documented here and in the book;
 //! unknown keys are rejected everywhere.
 
 use std::collections::BTreeMap;
@@ -461,8 +461,8 @@ pub struct MqttReceiverConfig {
     #[serde(default = "default_connections")]
     pub connections: u16,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -519,8 +519,8 @@ pub struct MqttSenderConfig {
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u64,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -561,8 +561,8 @@ pub struct SqsReceiverConfig {
     #[serde(default)]
     pub sns_unwrap: bool,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -612,8 +612,8 @@ pub struct SqsSenderConfig {
     #[serde(default = "default_batch_linger_ms")]
     pub batch_linger_ms: u64,
     /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the README): a receiver unpacks it, a
-    /// sender packs into it. Default `"none"`.
+    /// and body in one document; see the book's JSON wire format page): a
+    /// receiver unpacks it, a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }

@@ -1,6 +1,10 @@
-//! README's configuration tables against the schema derived from the config
-//! types: every key a table names exists, and every key of those sections
-//! is in a table, so the two cannot drift apart.
+//! The book's configuration tables against the schema derived from the
+//! config types: every key a table names exists, and every key of those
+//! sections is in a table, so the two cannot drift apart. The tables are
+//! the ones under the headings that name a section: "`[instance]`, …" in
+//! operating/configuration.md, "`[[routes]]`" in concepts/routes.md, and
+//! "X receiver (`type = "x"` …)", "X sender (…)" and "`[endpoints.sqs]`" in
+//! the transport pages.
 
 use std::collections::BTreeSet;
 
@@ -12,19 +16,54 @@ fn keys_of_row(row: &str) -> Vec<String> {
     cell.split('`').skip(1).step_by(2).map(str::to_owned).collect()
 }
 
-/// Table keys under each `### ` heading of README's configuration section.
-fn readme_tables() -> Vec<(String, Vec<String>)> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).expect("README");
-    let start = readme.find("\n## Configuration").expect("a Configuration section");
-    let end = readme[start..].find("\n### What happens to a message").map_or(readme.len(), |i| start + i);
+/// Whether a heading names a config section whose keys a table lists.
+fn names_a_section(heading: &str) -> bool {
+    heading.starts_with("`[instance]`")
+        || heading.starts_with("`[endpoints.sqs]`")
+        || heading.starts_with("`[[routes]]`")
+        || heading.contains("(`type = ")
+}
+
+/// The book pages with key tables.
+fn pages() -> Vec<std::path::PathBuf> {
+    let src = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src"));
+    let mut pages = vec![src.join("operating/configuration.md"), src.join("concepts/routes.md")];
+    let mut transports: Vec<_> = std::fs::read_dir(src.join("transports"))
+        .expect("docs/src/transports")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    transports.sort();
+    pages.extend(transports);
+    pages
+}
+
+/// Table keys under each section heading of the book's pages; a table
+/// ends at the next heading of any level.
+fn book_tables() -> Vec<(String, Vec<String>)> {
     let mut tables: Vec<(String, Vec<String>)> = Vec::new();
-    for line in readme[start..end].lines() {
-        if let Some(heading) = line.strip_prefix("### ") {
-            tables.push((heading.to_owned(), Vec::new()));
-        } else if line.starts_with("| `")
-            && let Some((_, keys)) = tables.last_mut()
-        {
-            keys.extend(keys_of_row(line));
+    for page in pages() {
+        let text = std::fs::read_to_string(&page).unwrap_or_else(|e| panic!("{}: {e}", page.display()));
+        let mut current: Option<usize> = None;
+        let mut in_code = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_code = !in_code;
+            }
+            if in_code {
+                continue;
+            }
+            if line.starts_with('#') {
+                let heading = line.trim_start_matches('#').trim();
+                current = names_a_section(heading).then(|| {
+                    tables.push((heading.to_owned(), Vec::new()));
+                    tables.len() - 1
+                });
+            } else if line.starts_with("| `")
+                && let Some(i) = current
+            {
+                tables[i].1.extend(keys_of_row(line));
+            }
         }
     }
     tables
@@ -65,7 +104,7 @@ fn documented(key: &str, keys: &[String]) -> bool {
 fn every_documented_key_exists_and_every_key_is_documented() {
     let schema = ferry_config::json_schema();
     let mut checked = 0;
-    for (heading, keys) in readme_tables() {
+    for (heading, keys) in book_tables() {
         let target: Vec<(&str, &Value)> = if heading.starts_with("`[instance]`") {
             ["instance", "admin", "plugins", "store"]
                 .into_iter()
@@ -88,15 +127,15 @@ fn every_documented_key_exists_and_every_key_is_documented() {
             for key in &section_keys {
                 let top = key.split('.').next().unwrap_or(key).trim_end_matches('*');
                 let exists = known.contains(top) || (key.ends_with('*') && known.iter().any(|k| k.starts_with(top)));
-                assert!(exists, "README ({heading}) documents {prefix}{key}, which the config does not have");
+                assert!(exists, "the book ({heading}) documents {prefix}{key}, which the config does not have");
                 checked += 1;
             }
             for key in known.iter().filter(|k| *k != "type") {
-                assert!(documented(key, &section_keys), "{prefix}{key} is not in README's table ({heading})");
+                assert!(documented(key, &section_keys), "{prefix}{key} is not in the book's table ({heading})");
             }
         }
     }
-    assert!(checked > 80, "only {checked} keys found in README's tables");
+    assert!(checked > 80, "only {checked} keys found in the book's tables");
 }
 
 /// `contrib/ferry.schema.json` is what `ferry schema` prints now, and every

@@ -1,6 +1,6 @@
 //! The counters and gauges ferry exports, in one registry that renders the
 //! Prometheus text format. Every metric is documented here (its help text)
-//! and listed in the README.
+//! and listed in the book (docs/src/operating/metrics.md).
 //!
 //! The seed documents name some counters in CamelCase; they map to:
 //! `MQTTIngressHeaderDropped` -> `ferry_mqtt_ingress_header_dropped_total`,
@@ -100,6 +100,9 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
 #[derive(Clone)]
 pub struct Metrics {
     registry: Arc<Registry>,
+    /// What was registered, in order (the registry cannot list a family
+    /// that has no series yet).
+    described: Arc<Vec<Described>>,
     /// Deliveries a route took from its receiver. Labels: route.
     pub received: CounterFamily<RouteLabels>,
     /// Messages a binding's sender accepted. Labels: route, binding.
@@ -251,6 +254,36 @@ pub struct Metrics {
     pub taps: crate::tap::Taps,
 }
 
+/// A registered metric: its name without the `ferry_` prefix, its type and
+/// its help text.
+#[derive(Debug, Clone)]
+pub struct Described {
+    pub name: String,
+    pub kind: &'static str,
+    pub help: String,
+}
+
+/// The registry, and a list of what was registered in it.
+struct Catalogued {
+    registry: Registry,
+    described: Vec<Described>,
+}
+
+impl Catalogued {
+    fn register(&mut self, name: &str, help: &str, metric: impl prometheus_client::registry::Metric) {
+        use prometheus_client::metrics::MetricType;
+        let kind = match metric.metric_type() {
+            MetricType::Counter => "counter",
+            MetricType::Gauge => "gauge",
+            MetricType::Histogram => "histogram",
+            MetricType::Info => "info",
+            _ => "unknown",
+        };
+        self.described.push(Described { name: name.to_owned(), kind, help: help.to_owned() });
+        self.registry.register(name, help, metric);
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -259,7 +292,7 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("ferry");
+        let mut registry = Catalogued { registry: Registry::with_prefix("ferry"), described: Vec::new() };
         // The per-message series have typed label sets (see RouteLabels).
         let received = CounterFamily::<RouteLabels>::default();
         registry.register("messages_received", "Deliveries a route took from its receiver", received.clone());
@@ -407,7 +440,8 @@ impl Metrics {
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
         Self {
-            registry: Arc::new(registry),
+            described: Arc::new(registry.described),
+            registry: Arc::new(registry.registry),
             received,
             sent,
             acked,
@@ -458,6 +492,11 @@ impl Metrics {
         }
     }
 
+    /// Every metric registered, in order of registration.
+    pub fn described(&self) -> &[Described] {
+        &self.described
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut out = String::new();
@@ -483,6 +522,121 @@ impl Metrics {
     }
 }
 
+/// Every metric's label names, by its registered name (without the
+/// `ferry_` prefix): what the book's metrics reference lists. A unit test
+/// keeps it to the registry's metrics, and the black-box metrics test
+/// checks that a running daemon's samples use no other labels
+/// ([`undocumented_labels`]).
+pub const LABELS: &[(&str, &[&str])] = &[
+    ("messages_received", &["route"]),
+    ("messages_sent", &["route", "binding"]),
+    ("messages_acked", &["route"]),
+    ("messages_retried", &["route", "reason"]),
+    ("messages_dead_lettered", &["route", "reason"]),
+    ("messages_dropped", &["route", "reason"]),
+    ("messages_expired", &["route"]),
+    ("messages_in_flight", &["route"]),
+    ("route_running", &["route"]),
+    ("delivery_latency_seconds", &["route"]),
+    ("message_age_at_egress_seconds", &["route", "binding"]),
+    ("route_last_progress_seconds", &["route"]),
+    ("fanout_skipped", &["route"]),
+    ("fanout_resent", &["route"]),
+    ("mqtt_ingress_header_dropped", &["receiver"]),
+    ("mqtt_ingress_poison_dropped", &["receiver", "reason"]),
+    ("mqtt_non_string_header_dropped", &["sender"]),
+    ("sqs_dropped_attributes", &["sender"]),
+    ("sqs_md5_mismatch", &["receiver"]),
+    ("amqp_header_dropped", &["kind", "name", "direction"]),
+    ("ingress_rejected", &["kind", "receiver", "reason"]),
+    ("wire_format_read", &["receiver", "outcome"]),
+    ("http_requests", &["receiver", "status"]),
+    ("http_header_dropped", &["sender"]),
+    ("transport_connected", &["kind", "role", "name"]),
+    ("transport_connections", &["kind", "role", "name"]),
+    ("sqs_endpoint_requests", &["action", "queue", "code"]),
+    ("sqs_endpoint_messages", &["queue", "state"]),
+    ("sqs_endpoint_oldest_age_seconds", &["queue"]),
+    ("sns_endpoint_deliveries", &["topic", "protocol", "outcome"]),
+    ("plugin_calls", &["plugin", "route", "outcome"]),
+    ("plugin_call_seconds", &["plugin", "route"]),
+    ("plugin_reserved_header_refused", &["plugin", "route"]),
+    ("plugin_network_refused", &["plugin", "part", "via"]),
+    ("plugin_shadow", &["route", "plugin", "shadow", "agreement"]),
+    ("tenant_messages", &["route", "tenant"]),
+    ("outbox_depth", &["route", "binding"]),
+    ("outbox_oldest_age_seconds", &["route", "binding"]),
+    ("outbox_leases_held", &["route"]),
+    ("outbox_duplicate_suppressed", &["route"]),
+    ("outbox_backpressure", &["route"]),
+    ("store_op_seconds", &["op"]),
+    ("reloads", &["outcome"]),
+    ("stalled", &[]),
+    ("taps_open", &[]),
+    ("instance_info", &["instance", "version"]),
+    ("build_info", &["version", "commit"]),
+];
+
+/// The book's metrics reference (`docs/src/reference/metrics.md`): every
+/// metric the registry has, with its type and help text as `/metrics`
+/// serves them, and its labels from [`LABELS`].
+pub fn reference_markdown() -> String {
+    use std::fmt::Write as _;
+    let mut described = Metrics::new().described().to_vec();
+    described.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut out = String::from(
+        "# Metrics\n\n\
+         <!-- Generated by `ferry reference --dir docs/src/reference` from the metrics registry; do not edit. -->\n\n\
+         Every series `GET /metrics` serves, from the registry the daemon uses: its name as scraped\n\
+         (a counter's samples end in `_total`; a histogram's in `_bucket`, `_sum` and `_count`), its\n\
+         type, its labels and its help text. [Metrics](../operating/metrics.md) says more about what\n\
+         each one counts.\n\n\
+         | metric | type | labels | help |\n| --- | --- | --- | --- |\n",
+    );
+    for d in &described {
+        let labels = LABELS.iter().find(|(n, _)| *n == d.name).map_or(&[][..], |(_, l)| *l);
+        let scraped = if d.kind == "counter" { format!("ferry_{}_total", d.name) } else { format!("ferry_{}", d.name) };
+        let labels = if labels.is_empty() { "—".to_owned() } else { labels.join(", ") };
+        let _ = writeln!(out, "| `{scraped}` | {} | {labels} | {} |", d.kind, d.help.replace('|', "\\|"));
+    }
+    out
+}
+
+/// Sample lines of a `/metrics` text whose labels [`LABELS`] does not list
+/// for their metric (a histogram's `le` aside), or whose metric it does not
+/// know: each as `metric: label`.
+pub fn undocumented_labels(text: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for line in text.lines().filter(|l| l.starts_with("ferry_")) {
+        let (series, labels) = match line.split_once('{') {
+            Some((series, rest)) => (series, rest.split_once('}').map_or("", |(l, _)| l)),
+            None => (line.split_once(' ').map_or(line, |(s, _)| s), ""),
+        };
+        let base = series.strip_prefix("ferry_").unwrap_or(series);
+        let known = LABELS.iter().find(|(n, _)| {
+            [base, base.trim_end_matches("_total"), base.trim_end_matches("_bucket")]
+                .into_iter()
+                .chain([
+                    base.trim_end_matches("_sum"),
+                    base.trim_end_matches("_count"),
+                    base.trim_end_matches("_created"),
+                ])
+                .any(|b| b == *n)
+        });
+        let Some((_, allowed)) = known else {
+            found.push(format!("{series}: not in LABELS"));
+            continue;
+        };
+        for pair in labels.split(',').filter(|p| !p.is_empty()) {
+            let label = pair.split_once('=').map_or(pair, |(k, _)| k);
+            if label != "le" && !allowed.contains(&label) {
+                found.push(format!("{series}: {label}"));
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -495,5 +649,27 @@ mod tests {
         assert_eq!(Metrics::count(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]), 2);
         let text = m.render();
         assert!(text.contains("ferry_mqtt_ingress_header_dropped_total{receiver=\"in\"} 2"), "{text}");
+    }
+
+    #[test]
+    fn the_label_catalog_names_every_registered_metric_once() {
+        let registered: std::collections::BTreeSet<String> =
+            Metrics::new().described().iter().map(|d| d.name.clone()).collect();
+        let listed: std::collections::BTreeSet<String> = LABELS.iter().map(|(n, _)| (*n).to_owned()).collect();
+        assert_eq!(LABELS.len(), listed.len(), "a metric is listed twice");
+        assert_eq!(registered, listed, "LABELS and the registry differ");
+        let page = reference_markdown();
+        assert!(page.contains("| `ferry_messages_received_total` | counter | route |"), "{page}");
+        assert!(page.contains("| `ferry_store_op_seconds` | histogram | op |"), "{page}");
+    }
+
+    #[test]
+    fn labels_the_catalog_does_not_list_are_found() {
+        let m = Metrics::new();
+        Metrics::inc(&m.reloads, &[("outcome", "applied")]);
+        Metrics::inc(&m.reloads, &[("outcome", "applied"), ("extra", "x")]);
+        m.plugin_call_seconds.get_or_create(&labels(&[("plugin", "p"), ("route", "r")])).observe(0.1);
+        let found = undocumented_labels(&m.render());
+        assert_eq!(found, ["ferry_reloads_total: extra"]);
     }
 }

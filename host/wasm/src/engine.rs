@@ -137,7 +137,7 @@ impl PluginEngine {
         config.max_wasm_stack(1 << 20);
         // `FERRY_WASM_PERFMAP=1`: compiled plugin code is named in
         // /tmp/perf-PID.map, so `perf report` shows the functions of a
-        // component instead of `[unknown]` (README, Benchmarks).
+        // component instead of `[unknown]` (the book, Benchmarks).
         if std::env::var_os("FERRY_WASM_PERFMAP").is_some() {
             config.profiler(wasmtime::ProfilingStrategy::PerfMap);
         }

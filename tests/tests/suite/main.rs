@@ -7,6 +7,7 @@
 mod admin;
 mod amqp;
 mod amqp_restart;
+mod book;
 mod chaos;
 mod cli;
 mod daemon;

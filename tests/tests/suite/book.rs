@@ -1,0 +1,222 @@
+//! The book (`docs/`) and the README hold together: every page is in
+//! `SUMMARY.md` and every entry there is a page, and every link between
+//! pages (and from the README into the book) names a file that exists and,
+//! with `#anchor`, a heading it has, as mdBook derives heading ids.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    ferry_tests::repo_root()
+}
+
+fn book_pages() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "md") {
+                out.push(path);
+            }
+        }
+    }
+    let mut pages = Vec::new();
+    walk(&root().join("docs/src"), &mut pages);
+    pages.sort();
+    pages
+}
+
+/// The lines of `text` outside fenced code blocks.
+fn prose(text: &str) -> Vec<&str> {
+    let mut in_code = false;
+    text.lines()
+        .filter(|line| {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+                return false;
+            }
+            !in_code
+        })
+        .collect()
+}
+
+/// A heading's id as mdBook makes it: the text without markup, lower
+/// case, whitespace as `-`, other punctuation dropped; a repeated id gets
+/// `-1`, `-2`, ….
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = BTreeSet::new();
+    for line in prose(text) {
+        let Some(heading) = line.strip_prefix('#').map(|h| h.trim_start_matches('#')) else { continue };
+        if !heading.starts_with(' ') {
+            continue;
+        }
+        let plain = strip_links(heading.trim());
+        let id: String = plain
+            .chars()
+            .filter_map(|c| {
+                if c.is_alphanumeric() || c == '_' || c == '-' {
+                    Some(c.to_ascii_lowercase())
+                } else if c.is_whitespace() {
+                    Some('-')
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let n = seen.entry(id.clone()).or_default();
+        out.insert(if *n == 0 { id.clone() } else { format!("{id}-{n}") });
+        *n += 1;
+    }
+    out
+}
+
+/// `[text](target)` becomes `text`.
+fn strip_links(s: &str) -> String {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(open) = rest.find('[') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        match after.find("](").and_then(|close| after[close + 2..].find(')').map(|end| (close, close + 2 + end))) {
+            Some((close, end)) => {
+                out.push_str(&after[..close]);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push('[');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The targets of the Markdown links on a page, outside code.
+fn links(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in prose(text) {
+        // Inline code is not a link.
+        let line: String = line.split('`').step_by(2).collect::<Vec<_>>().join("");
+        let mut rest = line.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            out.push(after[..end].to_owned());
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+#[test]
+fn every_page_is_in_the_summary_and_every_entry_is_a_page() {
+    let src = root().join("docs/src");
+    let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("docs/src/SUMMARY.md");
+    let listed: BTreeSet<PathBuf> =
+        links(&summary).into_iter().filter(|l| !l.is_empty()).map(|l| src.join(l)).collect();
+    for entry in &listed {
+        assert!(entry.exists(), "SUMMARY.md lists {}, which does not exist", entry.display());
+    }
+    for page in book_pages().into_iter().filter(|p| !p.ends_with("SUMMARY.md")) {
+        assert!(listed.contains(&page), "{} is not in SUMMARY.md: mdBook would not build it", page.display());
+    }
+}
+
+#[test]
+fn every_link_names_a_page_and_heading_that_exist() {
+    let mut pages = book_pages();
+    pages.push(root().join("README.md"));
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        for link in links(&text) {
+            if link.contains("://") || link.starts_with("mailto:") {
+                continue;
+            }
+            let (file, anchor) = link.split_once('#').map_or((link.as_str(), None), |(f, a)| (f, Some(a)));
+            let target = if file.is_empty() { page.clone() } else { page.parent().expect("dir").join(file) };
+            if !target.exists() {
+                broken.push(format!("{}: {link}: no such file", page.display()));
+                continue;
+            }
+            if let Some(anchor) = anchor {
+                let text = std::fs::read_to_string(&target).expect("target");
+                if !anchors(&text).contains(anchor) {
+                    broken.push(format!("{}: {link}: no heading #{anchor} there", page.display()));
+                    continue;
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    assert!(checked > 100, "only {checked} links checked");
+}
+
+/// The TOML blocks of the book and the README that are whole configs (a
+/// receiver, a sender and a route): each is what `ferry validate` accepts.
+#[test]
+fn every_whole_config_in_the_book_validates() {
+    let mut pages = book_pages();
+    pages.push(root().join("README.md"));
+    let mut validated = 0;
+    for page in &pages {
+        let text = std::fs::read_to_string(page).expect("page");
+        let mut block: Option<String> = None;
+        for line in text.lines() {
+            let fence = line.trim_start();
+            if block.is_none() {
+                if fence == "```toml" {
+                    block = Some(String::new());
+                }
+                continue;
+            }
+            if fence != "```" {
+                if let Some(config) = block.as_mut() {
+                    config.push_str(line);
+                    config.push('\n');
+                }
+                continue;
+            }
+            let config = block.take().unwrap_or_default();
+            if config.contains("[[routes]]") && config.contains("[receivers.") && config.contains("[senders.") {
+                let plugins: Vec<&str> = config
+                    .lines()
+                    .filter_map(|l| l.trim().strip_prefix("plugin = \""))
+                    .filter_map(|rest| rest.split('"').next())
+                    .collect();
+                let ws = ferry_tests::daemon::Workspace::with_plugins(&plugins);
+                ws.config(&config);
+                let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+                assert!(
+                    out.status.success(),
+                    "a config in {} does not validate: {}\n{config}",
+                    page.display(),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                validated += 1;
+            }
+        }
+    }
+    assert!(validated >= 2, "only {validated} whole configs found");
+}
+
+#[test]
+fn the_readme_stays_short() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
+    let lines = readme.lines().count();
+    assert!(lines <= 250, "README.md has {lines} lines; the book is where the rest goes");
+}
+
+#[test]
+fn anchors_are_derived_as_mdbook_does() {
+    let ids = anchors("# The `[[routes]]` table\n## Running more than one ferry\n## Step\n## Step\n```\n# not\n```\n");
+    let want: BTreeSet<String> =
+        ["the-routes-table", "running-more-than-one-ferry", "step", "step-1"].into_iter().map(String::from).collect();
+    assert_eq!(ids, want);
+    assert_eq!(links("see [a](x.md#y) and `[b](not)` [c](z.md)"), ["x.md#y", "z.md"]);
+}
