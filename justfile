@@ -44,15 +44,16 @@ plugin-js:
     cd processors/js/http-queue && { [ -d node_modules ] || npm ci --no-audit --no-fund --silent; } && npm test --silent && npm run --silent build
     cp processors/js/http-queue/http-queue.wasm plugins/http-queue.wasm
 
-# The C example (processors/c/size-guard): clang for wasm32 with wasi-libc,
-# wit-bindgen c and wasm-tools, installed when missing. Where they cannot
-# be, it is skipped with the reason in plugins/size-guard.skipped.
+# The C example (processors/c/size-guard): clang for wasm32 with wasi-libc
+# and lld, installed when missing, and the Rust toolchain's
+# wasm-component-ld. Where they cannot be, it is skipped with the reason in
+# plugins/size-guard.skipped.
 plugin-c:
     #!/usr/bin/env bash
     set -euo pipefail
     rm -f plugins/size-guard.skipped
     if ! scripts/provision c-plugins; then
-        echo "just: skipped the C example: its tools (clang for wasm32, wasi-libc, wit-bindgen, wasm-tools) could not be installed here" | tee plugins/size-guard.skipped
+        echo "just: skipped the C example: its tools (clang for wasm32, wasi-libc, lld) could not be installed here" | tee plugins/size-guard.skipped
         exit 0
     fi
     processors/c/size-guard/build plugins/size-guard.wasm

@@ -179,6 +179,8 @@ pub struct PrivateMosquitto {
     extra_conf: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// The ports while it is stopped, kept for its next start.
+    held: crate::ports::Held,
 }
 
 impl PrivateMosquitto {
@@ -198,6 +200,7 @@ impl PrivateMosquitto {
             extra_conf: extra_conf.to_owned(),
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
+            held: crate::ports::Held::default(),
         };
         // The port was free when chosen; another process may have taken it
         // since, and then another one is tried.
@@ -230,7 +233,7 @@ impl PrivateMosquitto {
         PathBuf::from("mosquitto")
     }
 
-    /// (Re)starts it on the same port.
+    /// (Re)starts it on the same port (held for it while it was stopped).
     pub async fn restart(&mut self) {
         if !self.try_start().await {
             panic!("private mosquitto did not listen on port {} again (taken by another process?)", self.port);
@@ -240,6 +243,7 @@ impl PrivateMosquitto {
     /// Starts it on its port; whether it listens there.
     async fn try_start(&mut self) -> bool {
         self.stop();
+        self.held = crate::ports::Held::default();
         let conf = self.dir.path().join("mosquitto.conf");
         std::fs::write(
             &conf,
@@ -278,6 +282,7 @@ impl PrivateMosquitto {
             let _ = child.kill();
             let _ = child.wait();
             crate::leftovers::forget(child.id());
+            self.held = crate::ports::Held::ports([self.port].into_iter().chain(self.second_port));
         }
     }
 }

@@ -8,6 +8,9 @@
 //!   down), held for as long as the test needs it.
 //! - [`broker_port`]: for a private broker, which must be told a number;
 //!   its guard starts it again on another one when the port was taken.
+//! - [`Held`]: a stopped private broker's ports, kept from every other
+//!   process (and from the kernel's choice of a client's local port) until
+//!   the broker starts again on them.
 
 use std::net::{Ipv4Addr, SocketAddr};
 
@@ -36,6 +39,34 @@ impl ClosedPort {
 impl Default for ClosedPort {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Ports bound but not listening while a private broker is stopped: a
+/// client is refused at once, as by a broker that is down; the kernel
+/// gives none of them to a client as its local port, nor to a `bind` on
+/// port 0, and a socket without SO_REUSEADDR cannot bind one. So the
+/// broker (which binds with SO_REUSEADDR) finds them free when it starts
+/// again. CI once saw a restarted
+/// RabbitMQ fail to come back on its port.
+#[derive(Default)]
+pub struct Held {
+    _sockets: Vec<socket2::Socket>,
+}
+
+impl Held {
+    /// Binds each port that can be bound (one still in TIME_WAIT can, with
+    /// SO_REUSEADDR); one that another process already took is left out,
+    /// and the broker's start then reports it.
+    pub fn ports(ports: impl IntoIterator<Item = u16>) -> Self {
+        use socket2::{Domain, Socket, Type};
+        let bind = |port: u16| {
+            let socket = Socket::new(Domain::IPV4, Type::STREAM, None).ok()?;
+            socket.set_reuse_address(true).ok()?;
+            socket.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into()).ok()?;
+            Some(socket)
+        };
+        Self { _sockets: ports.into_iter().filter_map(bind).collect() }
     }
 }
 
@@ -70,4 +101,24 @@ pub fn listens(pid: u32, port: u16) -> bool {
     fds.flatten().any(|fd| {
         std::fs::read_link(fd.path()).is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_held_port_refuses_clients_and_cannot_be_listened_on_until_let_go() {
+        let port = broker_port();
+        let held = Held::ports([port]);
+        assert_eq!(held._sockets.len(), 1);
+        let refused = std::net::TcpStream::connect((Ipv4Addr::LOCALHOST, port)).expect_err("nothing listens");
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        // A socket without SO_REUSEADDR cannot bind it (one with it can:
+        // that is how the broker takes its port back).
+        let other = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
+        assert!(other.bind(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)).into()).is_err(), "another socket bound it");
+        drop(held);
+        std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, port)).expect("free again");
+    }
 }

@@ -259,6 +259,8 @@ pub struct PrivateRabbit {
     node: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// The ports while the node is stopped, kept for its next start.
+    held: crate::ports::Held,
 }
 
 impl PrivateRabbit {
@@ -279,8 +281,15 @@ impl PrivateRabbit {
             let conf = conf.replace(crate::mqtt::SECOND_PORT, &second_port.unwrap_or_default().to_string());
             std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
             let node = format!("{}@localhost", crate::unique("ferrytest"));
-            let mut r = Self { port: Self::node_port(), second_port, node, dir, child: None };
-            if r.boot().await {
+            let mut r = Self {
+                port: Self::node_port(),
+                second_port,
+                node,
+                dir,
+                child: None,
+                held: crate::ports::Held::default(),
+            };
+            if r.boot(Duration::from_secs(60)).await {
                 return r;
             }
             eprintln!("private RabbitMQ {} did not start on port {} (attempt {attempt} of 3)", r.node, r.port);
@@ -331,17 +340,41 @@ impl PrivateRabbit {
         c
     }
 
-    /// (Re)starts the node on the same port and data directory.
+    /// (Re)starts the node on the same port and data directory. Its ports
+    /// were held while it was stopped; a node a loaded machine is slow to
+    /// bring up is given two minutes.
     pub async fn restart(&mut self) {
-        if !self.boot().await {
-            panic!("private RabbitMQ {} did not start again on port {}", self.node, self.port);
+        if !self.boot(Duration::from_secs(120)).await {
+            panic!(
+                "private RabbitMQ {} did not start again on port {}; its log ends:\n{}",
+                self.node,
+                self.port,
+                self.log_tail()
+            );
         }
     }
 
-    /// Stops the node if it runs, starts it, and waits (60 s at most)
-    /// until it takes connections: whether it does.
-    async fn boot(&mut self) -> bool {
+    /// The last lines of the node's logs, for a failure message.
+    fn log_tail(&self) -> String {
+        let mut out = String::new();
+        for entry in std::fs::read_dir(self.dir.path().join("log")).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            out.push_str(&format!("== {}\n", entry.path().display()));
+            for line in &lines[lines.len().saturating_sub(30)..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Stops the node if it runs, starts it, and waits (`patience` at
+    /// most) until it takes connections: whether it does.
+    async fn boot(&mut self, patience: Duration) -> bool {
         self.stop().await;
+        // Its ports go back to it just before it binds them.
+        self.held = crate::ports::Held::default();
         let child = self
             .command("rabbitmq-server")
             .stdout(Stdio::null())
@@ -349,7 +382,7 @@ impl PrivateRabbit {
             .spawn()
             .expect("rabbitmq-server starts (is RabbitMQ installed?)");
         self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + patience;
         while Instant::now() < deadline {
             let ready = self
                 .command("rabbitmqctl")
@@ -402,6 +435,7 @@ impl PrivateRabbit {
         let _ = child.kill();
         let _ = child.wait();
         let _ = std::fs::remove_file(self.dir.path().join("pid"));
+        self.held = crate::ports::Held::ports([self.port, self.port + 1].into_iter().chain(self.second_port));
     }
 }
 

@@ -2,9 +2,15 @@
 //! `SUMMARY.md` and every entry there is a page, and every link between
 //! pages (and from the README into the book) names a file that exists and,
 //! with `#anchor`, a heading it has, as mdBook derives heading ids.
+//!
+//! And the getting-started paths work as their pages tell them: the first
+//! bridge's `mosquitto_pub` lines against the daemon `just run` starts, and
+//! the first test file with `ferry test` (the first processor's commands run
+//! in `scaffold.rs`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 fn root() -> PathBuf {
     ferry_tests::repo_root()
@@ -39,6 +45,32 @@ fn prose(text: &str) -> Vec<&str> {
             !in_code
         })
         .collect()
+}
+
+/// The fenced code blocks of `text` whose info string is `lang`, each as
+/// its lines (indented as on the page).
+pub fn fenced(text: &str, lang: &str) -> Vec<String> {
+    let opening = format!("```{lang}");
+    let mut blocks = Vec::new();
+    let mut block: Option<String> = None;
+    for line in text.lines() {
+        let fence = line.trim_start();
+        match block.as_mut() {
+            None if fence == opening => block = Some(String::new()),
+            None => {}
+            Some(_) if fence == "```" => blocks.extend(block.take()),
+            Some(lines) => {
+                lines.push_str(line);
+                lines.push('\n');
+            }
+        }
+    }
+    blocks
+}
+
+/// A file of the repository, as text.
+pub fn read(path: &str) -> String {
+    std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 /// A heading's id as mdBook makes it: the text without markup, lower
@@ -166,23 +198,7 @@ fn every_whole_config_in_the_book_validates() {
     let mut validated = 0;
     for page in &pages {
         let text = std::fs::read_to_string(page).expect("page");
-        let mut block: Option<String> = None;
-        for line in text.lines() {
-            let fence = line.trim_start();
-            if block.is_none() {
-                if fence == "```toml" {
-                    block = Some(String::new());
-                }
-                continue;
-            }
-            if fence != "```" {
-                if let Some(config) = block.as_mut() {
-                    config.push_str(line);
-                    config.push('\n');
-                }
-                continue;
-            }
-            let config = block.take().unwrap_or_default();
+        for config in fenced(&text, "toml") {
             if config.contains("[[routes]]") && config.contains("[receivers.") && config.contains("[senders.") {
                 let plugins: Vec<&str> = config
                     .lines()
@@ -219,4 +235,74 @@ fn anchors_are_derived_as_mdbook_does() {
         ["the-routes-table", "running-more-than-one-ferry", "step", "step-1"].into_iter().map(String::from).collect();
     assert_eq!(ids, want);
     assert_eq!(links("see [a](x.md#y) and `[b](not)` [c](z.md)"), ["x.md#y", "z.md"]);
+}
+
+/// The first bridge as its page tells it: `just run` is `ferry run` on
+/// `examples/ferry.toml`, and of the page's `mosquitto_pub` lines, run as
+/// written, the one marked "arrives" comes out under `bridged/` and the one
+/// marked "dropped" is dropped by the filter. On a private Mosquitto, so
+/// the example's fixed topics meet no other test.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_first_bridge_works_as_its_page_says() {
+    use ferry_tests::daemon::{Daemon, Workspace};
+    use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, topic};
+
+    let page = read("docs/src/getting-started/first-bridge.md");
+    assert!(read("justfile").contains("ferry run -c examples/ferry.toml"), "`just run` no longer runs the example");
+    let broker = PrivateMosquitto::start().await;
+    let ws = Workspace::with_plugins(&["filter"]).with_env(&[("FERRY_MQTT_URL", &broker.url())]);
+    ws.config(&read("examples/ferry.toml"));
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker.url()).await;
+    sub.subscribe("bridged/#").await;
+
+    let (mut arrives, mut dropped) = (Vec::new(), 0);
+    let blocks = fenced(&page, "sh");
+    for line in blocks.iter().flat_map(|b| b.lines()).filter(|l| l.trim_start().starts_with("mosquitto_pub")) {
+        let (command, fate) = line.rsplit_once(" # ").expect("each mosquitto_pub line says what becomes of it");
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("{command} -h 127.0.0.1 -p {}", broker.port))
+            .output()
+            .expect("sh runs");
+        assert!(out.status.success(), "{command}: {}", String::from_utf8_lossy(&out.stderr));
+        let payload = command.split_once("-m '").and_then(|(_, rest)| rest.split_once('\'')).map(|(p, _)| p);
+        match fate.trim() {
+            "arrives" => arrives.push(payload.expect("-m 'payload'").to_owned()),
+            "dropped" => dropped += 1,
+            other => panic!("a mosquitto_pub line says {other:?}, not arrives or dropped"),
+        }
+    }
+    assert!(!arrives.is_empty() && dropped > 0, "the page publishes one that arrives and one that is dropped");
+    for payload in &arrives {
+        let got = sub.next(Duration::from_secs(20)).await.expect("the reading arrived under bridged/");
+        assert_eq!(topic(&got), "bridged/sensors/kitchen");
+        assert_eq!(String::from_utf8_lossy(&got.payload), *payload);
+    }
+    daemon.wait_for_total(
+        "ferry_messages_dropped_total",
+        "reason=\"filtered\"",
+        dropped as f64,
+        Duration::from_secs(20),
+    );
+    assert!(sub.drain(ferry_tests::QUIET).await.is_empty(), "a dropped message arrived");
+    assert!(daemon.terminate().success());
+}
+
+/// The first test file, as its page gives it, passes with `ferry test`
+/// beside the example config it names.
+#[test]
+fn the_first_test_file_passes_as_its_page_says() {
+    let page = read("docs/src/getting-started/first-test.md");
+    let file = fenced(&page, "toml").into_iter().find(|b| b.contains("[[case]]")).expect("the page has a test file");
+    let ws = ferry_tests::daemon::Workspace::with_plugins(&["filter"]);
+    let tests = ws.path().join("examples/tests");
+    std::fs::create_dir_all(&tests).expect("examples/tests");
+    std::fs::write(ws.path().join("examples/ferry.toml"), read("examples/ferry.toml")).expect("config");
+    std::fs::write(tests.join("first.toml"), &file).expect("test file");
+    let out = ws.ferry(&["test", "examples/tests/first.toml"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "ferry test: {said}{}", String::from_utf8_lossy(&out.stderr));
+    let cases = file.matches("[[case]]").count();
+    assert!(said.contains(&format!("{cases} cases: {cases} passed, 0 failed")), "{said}");
 }

@@ -1,7 +1,8 @@
 //! The Python (componentize-py) and JavaScript (componentize-js) example
 //! processors through the real daemon: MQTT in, both processors in one
 //! chain, AMQP 0-9-1 out, where typed headers survive. And the C example
-//! (wit-bindgen c, clang, wasi-libc) in a chain with a Rust built-in.
+//! (committed wit-bindgen c bindings, clang, wasi-libc) in a chain with a
+//! Rust built-in.
 
 use std::time::Duration;
 
@@ -82,6 +83,19 @@ address = "{queue}"
     assert_eq!(dead.len(), 1);
     assert!(dead[0]["detail"].as_str().is_some_and(|d| d.contains("redact: payload is not JSON")), "{dead:?}");
     rabbit.delete_queue(&queue).await;
+}
+
+/// The C example's committed bindings were generated from the contract as
+/// it is now (`processors/c/size-guard/bindings/regenerate` keeps a copy of
+/// the WIT it read).
+#[test]
+fn the_c_examples_bindings_match_the_contract() {
+    let root = ferry_tests::repo_root();
+    let read = |p: &str| std::fs::read_to_string(root.join(p)).unwrap_or_else(|e| panic!("{p}: {e}"));
+    assert!(
+        read("wit/plugin.wit") == read("processors/c/size-guard/bindings/plugin.wit"),
+        "wit/plugin.wit changed since the C example's bindings were made: run processors/c/size-guard/bindings/regenerate"
+    );
 }
 
 /// The C example, where `just plugins` could build it: it drops payloads
