@@ -51,10 +51,15 @@ pub enum Amqp10RetryOutcome {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Amqp10ReceiverConfig {
-    /// `amqp://[user:password@]host[:port]` (port 5672), or `amqps://` for
-    /// TLS (port 5671).
+    /// `amqp://[user:password@]host[:port]` (SASL PLAIN from the URL; port
+    /// 5672), or `amqps://` for TLS (port 5671; TLS from the first byte, as
+    /// RabbitMQ's TLS listener expects).
     pub url: String,
-    /// TLS files for `amqps://` (optional).
+    /// TLS files for `amqps://`: `{ ca_file, cert_file, key_file }` (PEM;
+    /// the key PKCS#8, PKCS#1 or SEC1), every key optional. Without
+    /// `ca_file` the system bundle `/etc/ssl/certs/ca-certificates.crt`
+    /// verifies the broker, whose certificate must name the URL's host (DNS
+    /// name or IP address).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Link source address, e.g. `/amq/queue/orders` on RabbitMQ 3.x (an
@@ -64,22 +69,25 @@ pub struct Amqp10ReceiverConfig {
     /// some. Default 100.
     #[serde(default = "default_credit")]
     pub credit: u32,
-    /// Outcome used when the route asks for a retry. Default `modified`.
+    /// How a retry gives the message back: `modified` (delivery-failed, so
+    /// the broker counts the delivery) or `released`. Default `modified`.
     #[serde(default)]
     pub retry_outcome: Amqp10RetryOutcome,
     /// Larger messages are rejected at the broker as poison and counted.
     /// Default 16 MiB.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
-    /// First reconnect delay in milliseconds. Default 500.
+    /// First reconnect delay in milliseconds; each further one doubles,
+    /// with ±30% jitter, up to `reconnect_max_ms`. Default 500.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -91,7 +99,11 @@ pub struct Amqp10SenderConfig {
     /// `amqp://[user:password@]host[:port]` (port 5672), or `amqps://` for
     /// TLS (port 5671).
     pub url: String,
-    /// TLS files for `amqps://` (optional).
+    /// TLS files for `amqps://`: `{ ca_file, cert_file, key_file }` (PEM;
+    /// the key PKCS#8, PKCS#1 or SEC1), every key optional. Without
+    /// `ca_file` the system bundle `/etc/ssl/certs/ca-certificates.crt`
+    /// verifies the broker, whose certificate must name the URL's host (DNS
+    /// name or IP address).
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Link target address, e.g. `/amq/queue/orders`, `/exchange/X/RK` or
@@ -102,18 +114,21 @@ pub struct Amqp10SenderConfig {
     #[serde(default = "default_true")]
     pub durable: bool,
     /// How long to wait for the broker's outcome before the send counts as
-    /// a transient failure, in milliseconds. Default 10000.
+    /// a transient failure, in milliseconds; the link is then replaced.
+    /// Default 10000.
     #[serde(default = "default_send_timeout_ms")]
     pub send_timeout_ms: u64,
-    /// First reconnect delay in milliseconds. Default 500.
+    /// First reconnect delay in milliseconds; each further one doubles,
+    /// with ±30% jitter, up to `reconnect_max_ms`. Default 500.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -143,7 +158,9 @@ pub struct Amqp091ReceiverConfig {
     /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`;
     /// port 5672), or `amqps://` for TLS (port 5671).
     pub url: String,
-    /// TLS files for `amqps://` (optional).
+    /// TLS files for `amqps://`: `{ ca_file, cert_file, key_file }` (PEM;
+    /// the key PKCS#8), every key optional. Without `ca_file` the system
+    /// roots verify the broker.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Queue to consume.
@@ -155,7 +172,11 @@ pub struct Amqp091ReceiverConfig {
     /// Declare the queue with `x-single-active-consumer`: of all consumers
     /// (every ferry instance on this queue), the broker delivers to one at
     /// a time and fails over to the next when it goes, so the queue's order
-    /// holds across instances. Not with `queue_passive`. Default false.
+    /// holds across instances. Not with `queue_passive` (declare the
+    /// argument where the queue is declared). RabbitMQ refuses to redeclare
+    /// an existing queue with other arguments (PRECONDITION_FAILED):
+    /// switching it on for a queue that exists means recreating the queue.
+    /// Default false.
     #[serde(default)]
     pub single_active_consumer: bool,
     /// Exchange to bind the queue to. None: consume the queue as it is.
@@ -165,29 +186,33 @@ pub struct Amqp091ReceiverConfig {
     #[serde(default = "default_exchange_type")]
     pub exchange_type: String,
     /// Only check that the exchange exists instead of declaring it (for
-    /// exchanges managed elsewhere, whose settings may differ). Default false.
+    /// exchanges managed elsewhere, whose settings may differ: declaring
+    /// them would fail with PRECONDITION_FAILED). Default false.
     #[serde(default)]
     pub exchange_passive: bool,
-    /// Binding key, or a list of them, for the queue on `exchange`.
-    /// Default `#`.
+    /// Binding key, or a list of them (`["orders.*", "audit.#"]`), for the
+    /// queue on `exchange`. Default `#`.
     #[serde(default = "default_binding_keys")]
     pub routing_key: RoutingKeys,
     /// Unacknowledged messages the broker may send (basic.qos). Default 100.
     #[serde(default = "default_credit")]
     pub prefetch: u32,
-    /// Larger messages are rejected (dead-lettered by the broker if the
-    /// queue has a dead-letter exchange) and counted. Default 16 MiB.
+    /// Larger messages are rejected without requeue (dead-lettered by the
+    /// broker if the queue has a dead-letter exchange) and counted
+    /// (`too_large`). Default 16 MiB.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
-    /// First reconnect delay in milliseconds. Default 500.
+    /// First reconnect delay in milliseconds; each further one doubles,
+    /// with ±30% jitter, up to `reconnect_max_ms`. Default 500.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -199,7 +224,9 @@ pub struct Amqp091SenderConfig {
     /// `amqp://[user:password@]host[:port][/vhost]` (vhost `/` is `%2f`;
     /// port 5672), or `amqps://` for TLS (port 5671).
     pub url: String,
-    /// TLS files for `amqps://` (optional).
+    /// TLS files for `amqps://`: `{ ca_file, cert_file, key_file }` (PEM;
+    /// the key PKCS#8), every key optional. Without `ca_file` the system
+    /// roots verify the broker.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// Exchange to publish to. Default `""` (the default exchange, where the
@@ -232,18 +259,21 @@ pub struct Amqp091SenderConfig {
     #[serde(default = "default_true")]
     pub persistent: bool,
     /// How long to wait for the publisher confirm, in milliseconds, before
-    /// the send counts as a transient failure. Default 10000.
+    /// the send counts as a transient failure; the channel is then
+    /// replaced. Default 10000.
     #[serde(default = "default_send_timeout_ms")]
     pub send_timeout_ms: u64,
-    /// First reconnect delay in milliseconds. Default 500.
+    /// First reconnect delay in milliseconds; each further one doubles,
+    /// with ±30% jitter, up to `reconnect_max_ms`. Default 500.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 30000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }

@@ -39,12 +39,13 @@ pub struct ComponentReceiverConfig {
     /// `ferry_plugin_network_refused_total`. Default: none.
     #[serde(default)]
     pub allow_hosts: Vec<String>,
-    /// At most this many messages per `poll`. Default 10; never more than
-    /// the route has room for.
+    /// At most this many messages per `poll` (1 to 1000), never more than
+    /// the route has room for. Default 10.
     #[serde(default = "default_max_messages")]
     pub max_messages: u32,
     /// How long `poll` may wait for a first message, in milliseconds; after
-    /// an empty poll the host waits out what is left of it. Default 1000.
+    /// an empty poll the host waits out what is left of it, so an empty
+    /// source is polled at most once per `wait_ms`. Default 1000.
     #[serde(default = "default_wait_ms")]
     pub wait_ms: u32,
     /// Deadline of one call into the component (`open`, `poll`, `settle`,
@@ -52,7 +53,8 @@ pub struct ComponentReceiverConfig {
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
     /// `"json"`: the host reads the payload the component hands it as the
-    /// JSON wire format (typed headers inside); `"none"` (default): as it is.
+    /// [JSON wire format](../concepts/wire-format.md#the-json-wire-format)
+    /// (typed headers inside); `"none"` (default): as it is.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -75,8 +77,9 @@ pub struct ComponentSenderConfig {
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
     /// `"json"`: the host packs each message (headers and body) into the
-    /// JSON wire format and hands the component that as the payload;
-    /// `"none"` (default): the message as it is.
+    /// [JSON wire format](../concepts/wire-format.md#the-json-wire-format)
+    /// and hands the component that as the payload; `"none"` (default): the
+    /// message as it is.
     #[serde(default)]
     pub wire_format: WireFormat,
 }

@@ -21,14 +21,18 @@ pub struct EndpointsConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsEndpointConfig {
-    /// Address to listen on, `host:port` (for example `127.0.0.1:9324`).
-    /// With `auth = "none"` it must be a loopback address.
+    /// Address to listen on, `host:port` (for example `127.0.0.1:9324`;
+    /// port 0 picks a free one, see [Listening on port
+    /// 0](../operating/port-0.md#listening-on-port-0)). With `auth =
+    /// "none"` it must be a loopback address.
     pub listen: String,
-    /// `verify`: every request must carry a SigV4 signature made with one
-    /// of `access_keys` (wrong signature: SignatureDoesNotMatch; unknown
-    /// key: InvalidClientTokenId; more than 15 minutes off the server's
-    /// clock: refused). `none`: no check, for local development only
-    /// (loopback). Default `none`.
+    /// `"verify"`: every request must be signed with SigV4 by one of
+    /// `access_keys`, checked here (the body hashed by ferry, the signature
+    /// compared in constant time, at most 15 minutes off ferry's clock); a
+    /// wrong signature gets `SignatureDoesNotMatch`, an unknown key
+    /// `InvalidClientTokenId`, an unsigned request
+    /// `MissingAuthenticationToken`, all 403. `"none"`: no check, for local
+    /// development only (loopback). Default `"none"`.
     #[serde(default)]
     pub auth: EndpointAuth,
     /// `auth = "verify"`: the access keys requests may be signed with.
@@ -40,20 +44,23 @@ pub struct SqsEndpointConfig {
     /// saved with another host still works.
     #[serde(default)]
     pub advertised_url: Option<String>,
-    /// The region in queue ARNs. Default `us-east-1`.
+    /// The region in queue ARNs (`arn:aws:sqs:{region}:{account}:{name}`).
+    /// Default `us-east-1`.
     #[serde(default = "default_region")]
     pub region: String,
-    /// The account id in queue URLs and ARNs (12 digits). Default
+    /// The account id (12 digits) in queue URLs
+    /// (`{scheme}://{host}/{account}/{name}`) and ARNs. Default
     /// `000000000000`.
     #[serde(default = "default_account")]
     pub account: String,
-    /// Queues that exist from the start (`[endpoints.sqs.queues.NAME]`),
-    /// created when missing; a queue that exists keeps the attributes it
-    /// has.
+    /// Queues that exist from the start (`[endpoints.sqs.queues.NAME]` with
+    /// CreateQueue's `attributes`), created when missing and left as they
+    /// are when they exist (the API may have changed them since).
     #[serde(default)]
     pub queues: BTreeMap<String, SqsEndpointQueue>,
-    /// SNS topics that exist from the start (`[endpoints.sqs.topics.NAME]`),
-    /// created when missing.
+    /// [SNS topics](../transports/sqs-endpoint.md#sns-topics) that exist
+    /// from the start (`[endpoints.sqs.topics.NAME]` with CreateTopic's
+    /// `attributes`), created when missing.
     #[serde(default)]
     pub topics: BTreeMap<String, SqsEndpointTopic>,
 }
@@ -75,8 +82,8 @@ pub enum EndpointAuth {
 pub struct AccessKey {
     /// The access key id clients sign with (`AWS_ACCESS_KEY_ID`).
     pub id: String,
-    /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as
-    /// `${VAR}` or `{ file = "…" }`.
+    /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as `${VAR}`
+    /// or `{ file = "…" }`; `ferry render` masks it.
     pub secret: String,
 }
 
@@ -84,7 +91,8 @@ pub struct AccessKey {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsEndpointTopic {
-    /// Topic attributes as SNS names them (`DisplayName`, …).
+    /// Topic attributes as CreateTopic takes them (`{ DisplayName =
+    /// "Alerts" }`, …).
     #[serde(default)]
     pub attributes: BTreeMap<String, String>,
 }
@@ -93,8 +101,8 @@ pub struct SqsEndpointTopic {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsEndpointQueue {
-    /// Queue attributes as CreateQueue takes them (`VisibilityTimeout =
-    /// "30"`, `RedrivePolicy = '{…}'`, `FifoQueue = "true"`, …).
+    /// Queue attributes as CreateQueue takes them (`{ VisibilityTimeout =
+    /// "60", FifoQueue = "true" }`, `RedrivePolicy = '{…}'`, …).
     #[serde(default)]
     pub attributes: BTreeMap<String, String>,
 }
@@ -182,24 +190,35 @@ pub(crate) fn check(
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SqsEndpointReceiverConfig {
-    /// The endpoint queue (declared under `[endpoints.sqs.queues]` or
-    /// created through the API; the receiver waits while it does not exist).
-    /// Set this or `topic`.
+    /// A queue of this daemon's [SQS
+    /// endpoint](../transports/sqs-endpoint.md#sqs-and-sns-endpoint)
+    /// (`[endpoints.sqs]` must be set), declared under
+    /// `[endpoints.sqs.queues]` or created through the API; the route
+    /// consumes what applications send to it, and waits while the queue
+    /// does not exist. Set this or `topic`.
     #[serde(default)]
     pub queue: String,
     /// An SNS topic of the endpoint instead of a queue: the route gets
-    /// every message published to it (the topic is declared when missing).
-    /// Messages wait in a queue of the route's own while it is stopped.
+    /// every message published to it, unwrapped, with `sns.TopicArn`,
+    /// `sns.MessageId` and `sns.Subject` headers ([routes from a
+    /// topic](../transports/sqs-endpoint.md#sns-topics)); the topic is
+    /// declared when missing. Messages wait in a queue of the route's own
+    /// while it is stopped.
     #[serde(default)]
     pub topic: String,
-    /// Seconds a message stays invisible to other consumers while the
-    /// route holds it; renewed every half of it. Default 30.
+    /// Seconds a message stays invisible to other consumers while the route
+    /// holds it, renewed every half of it; a message the route gives back
+    /// becomes visible after its backoff. Default 30.
     #[serde(default = "default_visibility_timeout")]
     pub visibility_timeout: i32,
-    /// Messages taken per receive, 1 to 10. Default 10.
+    /// Messages taken per receive, 1 to 10, never more than the route has
+    /// room for. Default 10.
     #[serde(default = "default_max_messages")]
     pub max_messages: i32,
-    /// `json`: bodies are the JSON wire format. Default `none`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: crate::WireFormat,
 }
@@ -210,7 +229,8 @@ pub struct SqsEndpointReceiverConfig {
 #[serde(deny_unknown_fields)]
 pub struct SqsEndpointSenderConfig {
     /// The endpoint queue for bindings whose address is empty; a binding's
-    /// address (a template) names the queue otherwise.
+    /// address (a template) names the queue otherwise. A queue that does
+    /// not exist is a transient failure (retried until it is created).
     #[serde(default)]
     pub queue: String,
     /// FIFO queues: header whose text is the MessageGroupId. Default
@@ -221,7 +241,10 @@ pub struct SqsEndpointSenderConfig {
     /// `default`.
     #[serde(default = "default_message_group")]
     pub default_message_group: String,
-    /// `json`: bodies are the JSON wire format. Default `none`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: crate::WireFormat,
 }

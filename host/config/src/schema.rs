@@ -50,8 +50,11 @@ pub struct Config {
 pub struct InstanceConfig {
     /// Names this process among instances running the same config: logged
     /// at start, the `instance` label of `ferry_instance_info`, and part of
-    /// every default MQTT client id. Default `$FERRY_INSTANCE_ID`, else the
-    /// host name; letters, digits, `.`, `_` and `-`. Filled in by the loader.
+    /// every default MQTT client id. Keep it stable across restarts (see
+    /// [Running more than one
+    /// ferry](../operating/several-instances.md#running-more-than-one-ferry)).
+    /// Default `$FERRY_INSTANCE_ID`, else the host name; letters, digits,
+    /// `.`, `_` and `-`, at most 64. Filled in by the loader.
     #[serde(default)]
     pub id: Option<String>,
 }
@@ -67,24 +70,34 @@ impl InstanceConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PluginsConfig {
-    /// Directory scanned for `*.wasm` components (relative to the working
-    /// directory). Default `plugins`.
+    /// Directory of `*.wasm` components (relative to the working
+    /// directory). The daemon compiles and loads only those its routes name
+    /// (`<name>.wasm` for `plugin = "name"` or `header_mapper = "name"`),
+    /// so start-up does not grow with unused files. Default `plugins`.
     #[serde(default = "default_plugin_dir")]
     pub dir: String,
     /// Wall-clock budget of one plugin call in milliseconds; a call that
-    /// runs longer is interrupted and fails its message. Default 1000.
+    /// runs longer is interrupted and its message fails with
+    /// `plugin_deadline`. Default 1000.
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
-    /// Linear-memory cap of one plugin instance in MiB. Default 64.
+    /// Linear memory one plugin instance may grow to, in MiB; beyond it the
+    /// call traps. Default 64.
     #[serde(default = "default_memory_limit_mib")]
     pub memory_limit_mib: u64,
-    /// Where compiled components are kept, keyed by a hash of their bytes,
-    /// so a restart does not compile them again. Default
-    /// `<store.path>/plugin-cache`; `""` turns the cache off.
+    /// Compiled components, keyed by a hash of their bytes and of the
+    /// engine, so a restart reads them back instead of compiling again (a
+    /// Python component takes ~9 s to compile in a debug build). The daemon
+    /// compiles what the cache lacks in a child process (`ferry plugins
+    /// compile`) and loads the result: compiling the small filter plugin in
+    /// the daemon itself had added 36 MiB to its resident set, which the
+    /// allocator kept. Default `<store.path>/plugin-cache`; `""` turns the
+    /// cache off, and the daemon then compiles in its own process.
     #[serde(default)]
     pub cache_dir: Option<String>,
     /// Watch `dir` and reload plugins when a component is added, changed or
-    /// removed (as SIGHUP does). Default true.
+    /// removed, as SIGHUP does (see [Hot
+    /// reload](../plugins/limits.md#hot-reload)). Default true.
     #[serde(default = "default_true")]
     pub watch: bool,
 }
@@ -119,21 +132,34 @@ fn default_memory_limit_mib() -> u64 {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AdminConfig {
-    /// `host:port` of the admin server (`/metrics`, `/healthz`, `/readyz`,
-    /// the dead-letter and outbox endpoints), e.g. `127.0.0.1:9464`. Off
-    /// when unset. Without `token` it must be a loopback address unless
-    /// `read_only` is on.
+    /// `host:port` of the admin HTTP server, e.g. `127.0.0.1:9464`: `GET
+    /// /metrics` (Prometheus/OpenMetrics text), `GET /healthz` (200 unless
+    /// the daemon is stalled, then 503; see [Liveness and
+    /// stopping](../operating/liveness.md#liveness-and-stopping)), `GET
+    /// /readyz` (200 when every receiver and sender is connected and every
+    /// route runs, else 503 with `{"ready":false,"not_ready":[…]}`; either
+    /// way `listeners` lists the bound addresses, see [Listening on port
+    /// 0](../operating/port-0.md#listening-on-port-0); 503 from the moment
+    /// a stop begins), the dead-letter and outbox endpoints (see [Dead
+    /// letters](../operating/dead-letters.md#dead-letters)), and `GET
+    /// /tap/{route}` for `ferry tap` (see [Watching a
+    /// route](../operating/watching.md#watching-a-route)). Off when unset.
+    /// Without `token` it must be a loopback address unless `read_only` is
+    /// on; `ferry validate` and `ferry run` refuse it otherwise. Requests
+    /// take no body (64 KiB read at most) and time out after 5 minutes.
     #[serde(default)]
     pub listen: Option<String>,
-    /// Bearer token every admin request must carry
-    /// (`Authorization: Bearer <token>`) when set; at least 16 characters.
-    /// A secret like any other: `${VAR}` or `{ file = "..." }`. `ferry
-    /// dlq` and `ferry outbox` send it from the config.
+    /// Bearer token (16 characters or more) every admin request must carry,
+    /// `Authorization: Bearer <token>`, else 401. A secret: write it as
+    /// `${ADMIN_TOKEN}` or `{ file = "…" }`; `ferry render` masks it, and
+    /// `ferry dlq` / `ferry outbox` send it. A Prometheus scrape
+    /// (`authorization` in its scrape config) and probes (`httpHeaders`)
+    /// need it too.
     #[serde(default)]
     pub token: Option<String>,
-    /// Refuse the endpoints that change anything (dead-letter replay and
-    /// purge) with 403, so the server may listen beyond loopback without a
-    /// token (a Prometheus scrape, a probe). Default false.
+    /// The endpoints that change anything (`POST /dlq/replay`, `POST
+    /// /dlq/purge`) answer 403, so the server may listen beyond loopback
+    /// without a token (a Prometheus scrape, a probe). Default false.
     #[serde(default)]
     pub read_only: bool,
     /// A store operation running this long, or an async runtime that has
@@ -141,10 +167,11 @@ pub struct AdminConfig {
     /// `/healthz` answers 503 and `ferry_stalled` is 1. Default 30.
     #[serde(default = "default_stall_secs")]
     pub stall_secs: u64,
-    /// After SIGTERM or SIGINT, how long the daemon may take to finish or
-    /// release in-flight messages; past it, it logs what was still stuck
+    /// After SIGTERM or SIGINT, how long in-flight messages may take to
+    /// finish or be released; past it the daemon logs what was still stuck
     /// and exits 1 (nothing acknowledged is lost: acknowledgements follow
-    /// durable writes). Default 30.
+    /// durable writes). A second signal a second or more later exits 1 at
+    /// once. Default 30.
     #[serde(default = "default_shutdown_timeout_secs")]
     pub shutdown_timeout_secs: u64,
 }
@@ -172,30 +199,36 @@ fn default_shutdown_timeout_secs() -> u64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Which store keeps the outbox, the leases and the dead letters:
+    /// Where dead letters, `shared_outbox` records and their leases live:
     /// `embedded` (default: a file under `path`, one process) or `postgres`
-    /// (a database at `url`, shared by every ferry instance that names it).
+    /// (a database at `url` that every instance naming it shares; see [The
+    /// store](../operating/store.md#the-store)).
     #[serde(rename = "type", default)]
     pub kind: StoreKind,
-    /// Directory for ferry's durable state. Default `ferry-data`. The
-    /// embedded store's file lives here, and the plugin cache with either
-    /// store.
+    /// Directory for ferry's durable state: the embedded store (redb) in
+    /// `<path>/ferry.redb`, one process at a time; with either store, the
+    /// default home of `plugins.cache_dir`. Default `ferry-data`.
     #[serde(default = "default_store_path")]
     pub path: String,
-    /// `type = "postgres"`: `postgres://user:password@host:port/database`,
-    /// with libpq's URL parameters (`connect_timeout`, `application_name`,
-    /// `options=-csearch_path%3Dschema`). Secrets as for other URLs:
-    /// `${VAR}` or `{ file = "..." }`.
+    /// `type = "postgres"`: `postgres://user:password@host:5432/database`,
+    /// with libpq's URL parameters (`connect_timeout`, default 10 s here;
+    /// `application_name`, default `ferry`;
+    /// `options=-csearch_path%3Dmyschema` for a schema of its own). Secrets
+    /// as for other URLs (`${PG_PASSWORD}`, `{ file = "…" }`); `ferry
+    /// render` masks the password. No TLS to the database yet.
     #[serde(default)]
     pub url: Option<String>,
     /// Seconds an outbox partition's lease lasts without renewal, judged by
-    /// the database's clock; a holder renews it every third of it. An
-    /// instance that dies has its partitions taken over after this long.
-    /// Default 15.
+    /// the database's clock; holders renew it every third of it. An
+    /// instance that dies has its partitions taken over this long after its
+    /// last renewal. Default 15.
     #[serde(default = "default_lease_ttl_secs")]
     pub lease_ttl_secs: u64,
-    /// `type = "postgres"`: connections each instance keeps to the database.
-    /// Default 8.
+    /// `type = "postgres"`: connections per instance (one more listens for
+    /// other instances' records and the SQS endpoint's queue changes). The
+    /// SQS endpoint's requests take theirs from the same pool, one per call
+    /// under way (a long poll holds none while it waits): raise it for an
+    /// endpoint with many concurrent clients. Default 8.
     #[serde(default = "default_pool_size")]
     pub pool_size: usize,
 }
@@ -415,18 +448,25 @@ pub struct MqttReceiverConfig {
     /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
     /// for TLS (port 8883).
     pub url: String,
-    /// TLS files for `mqtts://` (optional).
+    /// TLS files for `mqtts://`: `{ ca_file = "ca.pem", cert_file =
+    /// "client.pem", key_file = "client.key" }`, every key optional.
+    /// Without `ca_file` the system CA bundle
+    /// (`/etc/ssl/certs/ca-certificates.crt`) verifies the broker;
+    /// `cert_file` and `key_file` (PEM) go together.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// MQTT client id. Default `ferry-<instance id>-<name>` (the loader
-    /// fills it in). A receiver's id names its persistent session, so keep
-    /// it stable across restarts.
+    /// fills it in). It names the persistent session, so keep it stable
+    /// across restarts: an upgrade from a ferry whose default was
+    /// `ferry-<name>` starts a new session; set `client_id` to the old id
+    /// to resume it.
     #[serde(default)]
     pub client_id: Option<String>,
-    /// Keep-alive interval in seconds. Default 30.
+    /// MQTT keep-alive in seconds (5..65535). Default 30.
     #[serde(default = "default_keep_alive_secs")]
     pub keep_alive_secs: u64,
-    /// First reconnect delay in milliseconds. Default 200.
+    /// First reconnect delay in milliseconds; each further one doubles,
+    /// with ±30% jitter, up to `reconnect_max_ms`. Default 200.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 10000.
@@ -436,7 +476,10 @@ pub struct MqttReceiverConfig {
     pub topics: Vec<String>,
     /// MQTT 5 shared subscription group: each filter is subscribed as
     /// `$share/<group>/<filter>`, so instances (or receivers) in one group
-    /// split the messages instead of each getting every one. Default none.
+    /// split the messages instead of each getting every one (see [Running
+    /// more than one
+    /// ferry](../operating/several-instances.md#running-more-than-one-ferry)).
+    /// No `/`, `+` or `#` in the name. Default none.
     #[serde(default)]
     pub share_group: Option<String>,
     /// Subscription QoS (0, 1 or 2). Default 1. With 1 and 2 a message is
@@ -447,7 +490,9 @@ pub struct MqttReceiverConfig {
     /// after a disconnect, in seconds. Default 3600.
     #[serde(default = "default_session_expiry_secs")]
     pub session_expiry_secs: u32,
-    /// Larger payloads are poison: dropped and counted. Default 1 MiB.
+    /// Larger payloads are poison: dropped and counted. The broker is told
+    /// a maximum packet size of this plus 1 MiB, and discards anything
+    /// bigger itself. Default 1 MiB.
     #[serde(default = "default_max_payload_bytes")]
     pub max_payload_bytes: usize,
     /// Sessions this receiver keeps with the broker (1..32), each with its
@@ -455,14 +500,16 @@ pub struct MqttReceiverConfig {
     /// in one shared subscription (`share_group`, else one named after the
     /// client id), so the broker splits the messages between them. A broker
     /// caps the unacknowledged messages it sends to one client (Mosquitto:
-    /// `max_inflight_messages`, 20 by default); N sessions get N times as
+    /// `max_inflight_messages`, 20 by default), and with `direct_hold` each
+    /// waits for the target's acknowledgement: N sessions get N times as
     /// many under way. Messages of one topic may then be handled out of
-    /// order. Default 1.
+    /// order. `/readyz` wants every session connected. Default 1.
     #[serde(default = "default_connections")]
     pub connections: u16,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -487,18 +534,22 @@ pub struct MqttSenderConfig {
     /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
     /// for TLS (port 8883).
     pub url: String,
-    /// TLS files for `mqtts://` (optional).
+    /// TLS files for `mqtts://`: `{ ca_file = "ca.pem", cert_file =
+    /// "client.pem", key_file = "client.key" }`, every key optional.
+    /// Without `ca_file` the system CA bundle
+    /// (`/etc/ssl/certs/ca-certificates.crt`) verifies the broker;
+    /// `cert_file` and `key_file` (PEM) go together.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
     /// MQTT client id. Default `ferry-<instance id>-<name>` (the loader
-    /// fills it in). A receiver's id names its persistent session, so keep
-    /// it stable across restarts.
+    /// fills it in).
     #[serde(default)]
     pub client_id: Option<String>,
-    /// Keep-alive interval in seconds. Default 30.
+    /// MQTT keep-alive in seconds (5..65535). Default 30.
     #[serde(default = "default_keep_alive_secs")]
     pub keep_alive_secs: u64,
-    /// First reconnect delay in milliseconds. Default 200.
+    /// First reconnect delay in milliseconds; each further one doubles,
+    /// with ±30% jitter, up to `reconnect_max_ms`. Default 200.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 10000.
@@ -507,20 +558,22 @@ pub struct MqttSenderConfig {
     /// Topic used when a binding's address is empty.
     #[serde(default)]
     pub default_topic: Option<String>,
-    /// Publish QoS (0, 1 or 2). Default 1: a send succeeds on PUBACK (QoS 1)
-    /// or PUBCOMP (QoS 2).
+    /// Publish QoS (0, 1 or 2). Default 1. A send succeeds on PUBACK (QoS
+    /// 1), PUBCOMP (QoS 2) or once written (QoS 0).
     #[serde(default = "default_qos")]
     pub qos: u8,
     /// RETAIN flag on every publish. Default false.
     #[serde(default)]
     pub retain: bool,
     /// How long to wait for the broker's acknowledgement, in milliseconds,
-    /// before the send counts as a transient failure. Default 10000.
+    /// before the send counts as a transient failure (retried). Default
+    /// 10000.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u64,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -540,7 +593,8 @@ pub struct SqsReceiverConfig {
     /// Queue name, resolved with GetQueueUrl at start.
     #[serde(default)]
     pub queue_name: Option<String>,
-    /// Endpoint override (e.g. a local SQS-compatible server).
+    /// Endpoint override, e.g. `http://127.0.0.1:4566` (a local
+    /// SQS-compatible server). Default: AWS's endpoint for the region.
     #[serde(default)]
     pub endpoint_url: Option<String>,
     /// AWS region. Default: the AWS chain's, else `us-east-1`.
@@ -549,20 +603,25 @@ pub struct SqsReceiverConfig {
     /// Long-polling wait, 0..=20 seconds. Default 20.
     #[serde(default = "default_wait_time_seconds")]
     pub wait_time_seconds: i32,
-    /// Messages per ReceiveMessage call, 1..=10. Default 10.
+    /// Messages per ReceiveMessage call, 1..=10; ferry never fetches more
+    /// than the route has room for. Default 10.
     #[serde(default = "default_max_messages")]
     pub max_messages: i32,
-    /// Visibility timeout ferry asks for and keeps extending while a message
-    /// is held, in seconds (1..=43200). Default 30.
+    /// Visibility timeout ferry asks for, in seconds (1..=43200). While
+    /// ferry holds a message (queued in the route or being processed) a
+    /// heartbeat extends it every half period, so it does not reappear.
+    /// Default 30.
     #[serde(default = "default_visibility_timeout")]
     pub visibility_timeout: i32,
-    /// Replace an SNS notification body with the message inside it and map
-    /// its MessageAttributes to headers. Default false.
+    /// Replace an SNS notification body with the message inside it
+    /// (`Message`) and map its `MessageAttributes` to headers, plus
+    /// `sns.TopicArn`, `sns.MessageId` and `sns.Subject`. Default false.
     #[serde(default)]
     pub sns_unwrap: bool,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -587,7 +646,8 @@ pub struct SqsSenderConfig {
     /// Queue name, resolved with GetQueueUrl at start.
     #[serde(default)]
     pub queue_name: Option<String>,
-    /// Endpoint override.
+    /// Endpoint override, e.g. `http://127.0.0.1:4566` (a local
+    /// SQS-compatible server). Default: AWS's endpoint for the region.
     #[serde(default)]
     pub endpoint_url: Option<String>,
     /// AWS region. Default: the AWS chain's, else `us-east-1`.
@@ -611,9 +671,10 @@ pub struct SqsSenderConfig {
     /// How long a batch waits for more messages, in milliseconds. Default 5.
     #[serde(default = "default_batch_linger_ms")]
     pub batch_linger_ms: u64,
-    /// `"json"`: payloads carry the JSON wire format of seed 004 (headers
-    /// and body in one document; see the book's JSON wire format page): a
-    /// receiver unpacks it, a sender packs into it. Default `"none"`.
+    /// `"json"`: payloads are the [JSON wire
+    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
+    /// and body in one document): a receiver unpacks them (what is not that
+    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
     #[serde(default)]
     pub wire_format: WireFormat,
 }
@@ -725,61 +786,93 @@ fn default_backoff_jitter() -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
-    /// Unique route id; stamped as `x-bridge.route-id`.
+    /// Unique route id; stamped as `x-bridge.route-id`. In a
+    /// `shared_outbox` route it (and each binding id) must not contain `/`,
+    /// since `<route>/<binding>` (and `<route>/<binding>/<k>` for the
+    /// further `outbox_partitions`) names the outbox partition.
     pub id: String,
-    /// Name of a `[receivers.NAME]` entry.
+    /// Name of a `[receivers.NAME]` entry; one route per receiver.
     pub receiver: String,
+    /// `direct_hold` (default): the source message is held until every
+    /// binding accepted it; `shared_outbox`: it is acknowledged once its
+    /// dispatch plans are durable in the store, and a drainer per binding
+    /// sends them (see [The outbox](../operating/outbox.md#the-outbox)).
     #[serde(default)]
     pub delivery_mode: DeliveryMode,
+    /// `single` (default): the first binding; `fan_out`: every binding.
     #[serde(default)]
     pub dispatch_mode: DispatchMode,
-    /// Messages handled at once. Default 100.
+    /// Messages handled at once (1..65535). Default 100.
     #[serde(default = "default_max_in_flight")]
     pub max_in_flight: usize,
+    /// Retry delays for transient failures (`[routes.backoff]`).
     #[serde(default)]
     pub backoff: BackoffConfig,
-    /// Expired messages: `drop` (default) or `dlq`.
+    /// Messages already expired when they arrive: `drop` (default; counted)
+    /// or `dlq`.
     #[serde(default = "default_on_expired")]
     pub on_expired: FailureAction,
-    /// Permanently failed messages: `dlq` (default) or `drop`.
+    /// Messages rejected by a processor, failed by a trapped plugin or
+    /// refused by a send for good: `dlq` (default) or `drop`.
     #[serde(default = "default_on_permanent_failure")]
     pub on_permanent_failure: FailureAction,
-    /// Redelivery attempts before a message is dead-lettered. Default 5.
+    /// Replays after which a transiently failing message is dead-lettered
+    /// (`replay_exhausted`), for every source (see [the retry
+    /// budget](../concepts/what-happens.md#what-happens-to-a-message)) and
+    /// for outbox records. Default 5.
     #[serde(default = "default_max_replay_attempts")]
     pub max_replay_attempts: u32,
-    /// Outbox backpressure limit (shared_outbox). Default 10000.
+    /// `shared_outbox`: when a binding's partitions together hold this many
+    /// records the route stops receiving (nothing is acknowledged or
+    /// dropped) until they drain. Default 10000.
     #[serde(default = "default_max_outbox_depth")]
     pub max_outbox_depth: usize,
-    /// What happens when a message whose id ferry generated (the source gave
-    /// none) fails transiently at a source that would get it back.
+    /// A message whose id ferry generated (the source gave none:
+    /// `x-bridge.generated-id`) that fails transiently at a source that
+    /// redelivers (SQS, AMQP): `count_content` (default) releases it like
+    /// any other (the receiver counts its redeliveries by a fingerprint of
+    /// its content, which a redelivery keeps); `fail` does not recycle it
+    /// and fails it for good with reason `unstable_identity` (dead-lettered
+    /// or dropped per `on_permanent_failure`), as a bridge that counts
+    /// replays by id only must. Sources that hold messages in ferry (MQTT)
+    /// are not affected.
     #[serde(default)]
     pub unstable_identity: UnstableIdentity,
-    /// Keep `x-bridge.*` headers that arrive from the source (bridge-to-bridge
-    /// links you trust). Default false: they are stripped.
+    /// Keep `x-bridge.*` headers that arrive from the source (a
+    /// bridge-to-bridge link you trust; see [Reserved
+    /// headers](../concepts/reserved-headers.md#reserved-headers)). Default
+    /// false: the route strips them.
     #[serde(default)]
     pub trust_bridge_headers: bool,
-    /// Trusted routes: a message that has crossed more bridges than this
-    /// (`x-bridge.forwarded-hop`, counted up on every trusted hop) is
-    /// dropped as a loop and counted (`loop_detected`). Default 8.
+    /// Trusted routes: a message that arrives having crossed more bridges
+    /// than this (`x-bridge.forwarded-hop`, counted up on every trusted
+    /// hop) is dropped and counted
+    /// (`ferry_messages_dropped_total{reason="loop_detected"}`), so two
+    /// bridges wired into a ring cannot pass a message round for ever.
+    /// Default 8.
     #[serde(default = "default_max_hops")]
     pub max_hops: u32,
-    /// `shared_outbox`: seconds a sent (or dead-lettered) record's
-    /// duplicate key is kept, so a source redelivery of the same message
-    /// within them is suppressed and counted rather than sent again.
-    /// Default 300 (SQS FIFO's window); 0 forgets the key at once.
+    /// `shared_outbox`: how long a sent (or dead-lettered) record's
+    /// duplicate key is kept, in seconds, so a source redelivery of the
+    /// same message id within it is suppressed and counted instead of sent
+    /// again (SQS FIFO keeps its deduplication ids as long). Default 300; 0
+    /// forgets the key when the record completes.
     #[serde(default = "default_dedup_window_secs")]
     pub dedup_window_secs: u64,
-    /// `shared_outbox`: partitions per binding. Each has its own drainer and
-    /// lease, so several instances on one PostgreSQL store share a binding's
-    /// sends; a record goes to the partition a hash of its message id picks.
-    /// Order is kept within a partition only: with more than 1, messages to
-    /// a binding may be sent out of order. Default 1.
+    /// `shared_outbox`: partitions per binding (1..256), each with its own
+    /// lease and drainer; a record goes to the partition an FNV-1a hash of
+    /// its message id picks. With several instances on a PostgreSQL store,
+    /// the partitions are what they share out: one instance drains a
+    /// partition at a time. Order is kept within a partition only, so more
+    /// than 1 gives up a binding's order. Lowering it strands the records
+    /// of the partitions that go (`ferry outbox stats` shows them; the
+    /// daemon warns): drain first. Default 1.
     #[serde(default = "default_outbox_partitions")]
     pub outbox_partitions: u32,
-    /// Processor chain, run in order.
+    /// The processor chain, run in order (`[[routes.processors]]`).
     #[serde(default)]
     pub processors: Vec<ProcessorConfig>,
-    /// Where messages go.
+    /// Where messages go (`[[routes.bindings]]`).
     pub bindings: Vec<BindingConfig>,
 }
 
@@ -817,13 +910,15 @@ pub struct ProcessorConfig {
     /// Handed to the plugin's `init` as JSON.
     #[serde(default = "empty_table")]
     pub config: serde_json::Value,
-    /// What the plugin may reach beyond its message and the host services.
-    /// Nothing by default.
+    /// What the plugin may reach beyond its message and the host services
+    /// (see [Capabilities](../plugins/processors.md#capabilities)). Nothing
+    /// by default.
     #[serde(default)]
     pub grants: GrantsConfig,
     /// Shadow rollout: another processor plugin (a new version) run on a
     /// copy of each message after this one. Its verdict and changes never
-    /// affect delivery; `ferry_plugin_shadow_total` counts whether it agreed.
+    /// affect delivery; `ferry_plugin_shadow_total` counts whether it
+    /// agreed (see [Shadow rollout](../plugins/limits.md#shadow-rollout)).
     #[serde(default)]
     pub shadow: Option<String>,
     /// Handed to the shadow's `init`; this entry's `config` when not set.
@@ -869,11 +964,13 @@ pub struct BindingConfig {
     pub id: Option<String>,
     /// Name of a `[senders.NAME]` entry.
     pub sender: String,
-    /// Destination for the sender (an MQTT topic template such as
-    /// `bridged/{mqtt.topic}`). Empty: the sender's default.
+    /// Destination for the sender; for MQTT a topic template such as
+    /// `bridged/{mqtt.topic}`, where `{name}` is replaced by the text
+    /// header of that exact name and a missing header fails the send
+    /// permanently. Empty: the sender's default.
     #[serde(default)]
     pub address: String,
-    /// A header-mapper plugin run on each outbound copy for this binding.
+    /// A header-mapper plugin run on this binding's copy of each message.
     #[serde(default)]
     pub header_mapper: Option<String>,
     /// Handed to the header mapper's `init` as JSON.

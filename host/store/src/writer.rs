@@ -37,6 +37,14 @@ pub const QUEUE: usize = 8192;
 /// How often the writer removes expired duplicate keys, and how many at most
 /// per commit (the rest wait for the next sweep).
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether expired duplicate keys are swept now: a second after the last
+/// sweep, or at once when the clock went back (set back by an operator or
+/// NTP) by a second or more, so clean-up never waits for the clock to
+/// catch up with a sweep time from its future.
+fn sweep_due(swept_ms: Option<i64>, now_ms: i64) -> bool {
+    swept_ms.is_none_or(|at| now_ms.saturating_sub(at).unsigned_abs() >= SWEEP_EVERY.as_millis() as u64)
+}
 const SWEEP_MAX: usize = 65_536;
 
 /// A change to make.
@@ -268,7 +276,7 @@ impl Writer {
                 tables.meta.insert(NEXT_SEQ_KEY, self.next_seq).map_err(io)?;
             }
             tables.write_depths()?;
-            if self.swept_ms.is_none_or(|at| now_ms.saturating_sub(at) >= SWEEP_EVERY.as_millis() as i64) {
+            if sweep_due(self.swept_ms, now_ms) {
                 self.swept_ms = Some(now_ms);
                 sweep_expired_keys(&mut tables, now_ms)?;
             }
@@ -465,4 +473,20 @@ pub fn read_window(db: &Database, partition: &str, after: u64, max: usize) -> Re
         }
     }
     Ok((out, true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sweep_due;
+
+    #[test]
+    fn a_sweep_is_due_each_second_and_at_once_after_the_clock_went_back() {
+        assert!(sweep_due(None, 0), "the first commit sweeps");
+        assert!(!sweep_due(Some(10_000), 10_999));
+        assert!(sweep_due(Some(10_000), 11_000));
+        // Set back an hour: clean-up does not wait an hour for the clock.
+        assert!(sweep_due(Some(3_600_000 + 10_000), 10_000));
+        // A jitter under a second backwards waits like any other.
+        assert!(!sweep_due(Some(10_000), 9_500));
+    }
 }

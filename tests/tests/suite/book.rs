@@ -221,6 +221,44 @@ fn every_whole_config_in_the_book_validates() {
     assert!(validated >= 2, "only {validated} whole configs found");
 }
 
+/// The key tables of the book are the generated reference's: every
+/// `{{#include ../reference/config.md:ID}}` names an anchor the reference
+/// has, and every table of the reference is included in some page, so the
+/// keys of each transport are on its page and no hand-written key table
+/// comes back beside them.
+#[test]
+fn every_reference_table_is_included_and_every_include_resolves() {
+    let reference = read("docs/src/reference/config.md");
+    let anchors: BTreeSet<String> = reference
+        .lines()
+        .filter_map(|l| l.strip_prefix("<!-- ANCHOR: ")?.strip_suffix(" -->").map(str::to_owned))
+        .collect();
+    assert!(anchors.len() > 20, "only {} anchored tables in the reference", anchors.len());
+    let mut included = BTreeSet::new();
+    for page in book_pages() {
+        let text = std::fs::read_to_string(&page).expect("page");
+        for rest in text.split("{{#include ").skip(1) {
+            let target = rest.split("}}").next().unwrap_or_default();
+            let Some(id) = target.strip_prefix("../reference/config.md:") else { continue };
+            assert!(
+                anchors.contains(id),
+                "{} includes {target}, which the reference has no anchor for",
+                page.display()
+            );
+            included.insert(id.to_owned());
+        }
+        for line in prose(&text) {
+            assert!(
+                !line.starts_with("| key | default |"),
+                "{} has a hand-written key table; include the reference's instead",
+                page.display()
+            );
+        }
+    }
+    let missing: Vec<&String> = anchors.difference(&included).collect();
+    assert!(missing.is_empty(), "reference tables no page includes: {missing:?}");
+}
+
 #[test]
 fn the_readme_stays_short() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
