@@ -34,6 +34,7 @@ pub mod endpoint;
 pub mod http;
 pub mod leftovers;
 pub mod mqtt;
+pub mod nats;
 pub mod pg;
 pub mod ports;
 pub mod powercut;

@@ -139,6 +139,20 @@ impl TestMqtt {
         tokio::time::timeout(timeout, self.received.recv()).await.ok().flatten()
     }
 
+    /// The next `n` publishes, waiting up to [`crate::PATIENCE`] in all;
+    /// panics with how many came when they do not.
+    pub async fn collect(&mut self, n: usize) -> Vec<Publish> {
+        let deadline = tokio::time::Instant::now() + crate::PATIENCE;
+        let mut got = Vec::with_capacity(n);
+        while got.len() < n {
+            match tokio::time::timeout_at(deadline, self.received.recv()).await {
+                Ok(Some(p)) => got.push(p),
+                _ => panic!("{} of {n} publishes arrived within {:?}", got.len(), crate::PATIENCE),
+            }
+        }
+        got
+    }
+
     /// Everything delivered within `window`.
     pub async fn drain(&mut self, window: Duration) -> Vec<Publish> {
         let mut all = Vec::new();

@@ -15,6 +15,7 @@ mod component;
 mod endpoint;
 mod http;
 mod instance;
+mod nats;
 pub mod reference;
 pub mod schema;
 pub mod substitute;

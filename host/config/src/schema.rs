@@ -13,6 +13,7 @@ pub use crate::endpoint::{
     SqsEndpointSenderConfig, SqsEndpointTopic,
 };
 pub use crate::http::*;
+pub use crate::nats::{NatsReceiverConfig, NatsSenderConfig, subject_problem as nats_subject_problem};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -274,6 +275,7 @@ pub enum ReceiverConfig {
     Amqp091(Amqp091ReceiverConfig),
     Http(HttpReceiverConfig),
     Simplemq(SimplemqReceiverConfig),
+    Nats(NatsReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointReceiverConfig),
     Component(ComponentReceiverConfig),
@@ -289,6 +291,7 @@ pub enum SenderConfig {
     Amqp091(Amqp091SenderConfig),
     Http(HttpSenderConfig),
     Simplemq(SimplemqSenderConfig),
+    Nats(NatsSenderConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointSenderConfig),
     Component(ComponentSenderConfig),
@@ -304,6 +307,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(_) => "amqp091",
             ReceiverConfig::Http(_) => "http",
             ReceiverConfig::Simplemq(_) => "simplemq",
+            ReceiverConfig::Nats(_) => "nats",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
             ReceiverConfig::Component(_) => "component",
         }
@@ -318,6 +322,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(c) => c,
             ReceiverConfig::Http(c) => c,
             ReceiverConfig::Simplemq(c) => c,
+            ReceiverConfig::Nats(c) => c,
             ReceiverConfig::SqsEndpoint(c) => c,
             ReceiverConfig::Component(c) => c,
         }
@@ -332,6 +337,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(c) => c.wire_format,
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
+            ReceiverConfig::Nats(c) => c.wire_format,
             ReceiverConfig::SqsEndpoint(c) => c.wire_format,
             ReceiverConfig::Component(c) => c.wire_format,
         }
@@ -357,6 +363,7 @@ impl SenderConfig {
             SenderConfig::Amqp091(_) => "amqp091",
             SenderConfig::Http(_) => "http",
             SenderConfig::Simplemq(_) => "simplemq",
+            SenderConfig::Nats(_) => "nats",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
             SenderConfig::Component(_) => "component",
         }
@@ -371,6 +378,7 @@ impl SenderConfig {
             SenderConfig::Amqp091(c) => c,
             SenderConfig::Http(c) => c,
             SenderConfig::Simplemq(c) => c,
+            SenderConfig::Nats(c) => c,
             SenderConfig::SqsEndpoint(c) => c,
             SenderConfig::Component(c) => c,
         }
@@ -385,6 +393,7 @@ impl SenderConfig {
             SenderConfig::Amqp091(c) => c.wire_format,
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
+            SenderConfig::Nats(c) => c.wire_format,
             SenderConfig::SqsEndpoint(c) => c.wire_format,
             SenderConfig::Component(c) => c.wire_format,
         }
@@ -400,8 +409,8 @@ impl SenderConfig {
     }
 }
 
-/// `tls = { ... }`: TLS files for `mqtts://`, `amqps://` and `https://`
-/// connections.
+/// `tls = { ... }`: TLS files for `mqtts://`, `amqps://`, `https://` and
+/// NATS `tls://` connections.
 /// Without `ca_file` the system's trusted roots verify the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]

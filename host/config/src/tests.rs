@@ -230,6 +230,56 @@ sender = "o10"
 }
 
 #[test]
+fn nats_receivers_and_senders_parse_with_defaults_and_check_their_keys() {
+    let text = r#"
+[receivers.js]
+type = "nats"
+url = "nats://user:pass@127.0.0.1:4222"
+stream = "ORDERS"
+filter_subjects = ["orders.*.new", "audit.>"]
+[senders.out]
+type = "nats"
+url = "nats://a:4222, nats://b:4222"
+subject = "bridged.{region}"
+[[routes]]
+id = "one"
+receiver = "js"
+[[routes.bindings]]
+sender = "out"
+"#;
+    let c = parse_with_env(text, &no_env).expect("valid");
+    let ReceiverConfig::Nats(r) = &c.receivers["js"] else { panic!("nats receiver") };
+    assert_eq!((r.ack_wait_secs, r.consumer_passive), (30, false));
+    assert_eq!(r.consumer_name("js"), "ferry-js");
+    let SenderConfig::Nats(s) = &c.senders["out"] else { panic!("nats sender") };
+    assert!(s.jetstream);
+    assert_eq!(s.ack_timeout_ms, 10_000);
+
+    let cases = [
+        (text.replace("nats://user:pass@127.0.0.1:4222", "mqtt://h"), "receivers.js.url"),
+        (text.replace("nats://user:pass@127.0.0.1:4222", "nats://:4222"), "receivers.js.url"),
+        (text.replace("stream = \"ORDERS\"", "stream = \"OR.DERS\""), "receivers.js.stream"),
+        (text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\nconsumer = \"a b\""), "receivers.js.consumer"),
+        (text.replace("\"audit.>\"", "\"audit..x\""), "receivers.js.filter_subjects[1]"),
+        (
+            text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\nconsumer_passive = true"),
+            "receivers.js.filter_subjects",
+        ),
+        (text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\ntls = { ca_file = \"/ca\" }"), "receivers.js.tls"),
+        (text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\nack_wait_secs = 0"), "receivers.js.ack_wait_secs"),
+        (text.replace("subject = \"bridged.{region}\"", "subject = \"bridged.*\""), "senders.out.subject"),
+        (
+            text.replace("subject = \"bridged.{region}\"", "subject = \"x\"\nack_timeout_ms = 0"),
+            "senders.out.ack_timeout_ms",
+        ),
+    ];
+    for (bad, path) in cases {
+        let err = parse_with_env(&bad, &no_env).expect_err(path);
+        assert!(err.path.starts_with(path), "expected {path}, got {err}");
+    }
+}
+
+#[test]
 fn secrets_come_from_files_and_are_reported_for_masking() {
     let dir = std::env::temp_dir().join(format!("ferry-secret-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

@@ -79,6 +79,27 @@ pub fn expand(template: &str, envelope: &Envelope) -> Result<String, TransportEr
     expand_with(template, envelope, |v| Ok(v.to_owned()))
 }
 
+/// `value` as exactly one token of a `.`-separated subject (NATS): not
+/// empty, without `.`, whitespace or control characters, and not a
+/// wildcard (`*`, `>`), so a publisher's header can neither add tokens
+/// nor reach another part of the subject space.
+pub fn subject_token(value: &str) -> Result<String, TransportError> {
+    if value.is_empty()
+        || value == "*"
+        || value == ">"
+        || value.chars().any(|c| c == '.' || c.is_whitespace() || c.is_control())
+    {
+        return Err(TransportError::unroutable(format!("{value:?} cannot be one subject token")));
+    }
+    Ok(value.to_owned())
+}
+
+/// Expands a subject template, each value one token ([`subject_token`]).
+/// The template's own text is kept as written.
+pub fn expand_subject(template: &str, envelope: &Envelope) -> Result<String, TransportError> {
+    expand_with(template, envelope, subject_token)
+}
+
 fn expand_with(
     template: &str,
     envelope: &Envelope,
@@ -116,6 +137,18 @@ fn expand_with(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_subject_value_is_one_token() {
+        let mut e = Envelope::new("1", &b""[..]);
+        e.set_header("tenant", "acme");
+        assert_eq!(expand_subject("orders.{tenant}.new", &e).expect("ok"), "orders.acme.new");
+        for hostile in ["a.admin", "*", ">", "", "a b", "x\ny"] {
+            e.set_header("tenant", hostile);
+            let error = expand_subject("orders.{tenant}", &e).expect_err(hostile);
+            assert!(!error.is_transient(), "{hostile:?}");
+        }
+    }
 
     #[test]
     fn headers_fill_the_template() {

@@ -183,6 +183,15 @@ pub struct Metrics {
     /// Headers an HTTP sender could not send (a name that is not an HTTP
     /// token, a value with control characters). Labels: sender.
     pub http_header_dropped: CounterFamily,
+    /// Headers a NATS sender could not send: a name NATS cannot carry (a
+    /// space, `:`, a non-ASCII character), a value with a line break, or
+    /// one of NATS's own `Nats-…` headers taken from a message. Labels:
+    /// sender.
+    pub nats_header_dropped: CounterFamily,
+    /// Publishes a JetStream stream acknowledged as duplicates of a message
+    /// it already had (the same `Nats-Msg-Id` within its duplicate window):
+    /// ferry's own resends, suppressed. Labels: sender, stream.
+    pub nats_duplicates: CounterFamily,
     /// Requests the SQS endpoint answered. Labels: action, queue (empty
     /// for actions on no queue), code (`ok` or the SQS error code).
     pub sqs_endpoint_requests: CounterFamily,
@@ -339,6 +348,9 @@ impl Metrics {
             counter("wire_format_read", "Payloads read as the JSON wire format, by outcome (wire, plain, malformed)");
         let http_requests = counter("http_requests", "Requests an HTTP receiver answered, by status");
         let http_header_dropped = counter("http_header_dropped", "Headers an HTTP sender could not send");
+        let nats_header_dropped = counter("nats_header_dropped", "Headers a NATS sender could not send");
+        let nats_duplicates =
+            counter("nats_duplicates", "Publishes a JetStream stream acknowledged as duplicates (Nats-Msg-Id)");
         let sqs_endpoint_requests =
             counter("sqs_endpoint_requests", "Requests the SQS endpoint answered, by action, queue and code");
         let sns_endpoint_deliveries = counter(
@@ -470,6 +482,8 @@ impl Metrics {
             wire_format_read,
             http_requests,
             http_header_dropped,
+            nats_header_dropped,
+            nats_duplicates,
             sqs_endpoint_requests,
             sns_endpoint_deliveries,
             sqs_endpoint_messages,
@@ -520,6 +534,11 @@ impl Metrics {
     pub fn inc(family: &CounterFamily, pairs: &[(&str, &str)]) {
         family.get_or_create(&labels(pairs)).inc();
     }
+
+    /// Adds `n` to a counter.
+    pub fn add(family: &CounterFamily, pairs: &[(&str, &str)], n: u64) {
+        family.get_or_create(&labels(pairs)).inc_by(n);
+    }
 }
 
 /// Every metric's label names, by its registered name (without the
@@ -552,6 +571,8 @@ pub const LABELS: &[(&str, &[&str])] = &[
     ("wire_format_read", &["receiver", "outcome"]),
     ("http_requests", &["receiver", "status"]),
     ("http_header_dropped", &["sender"]),
+    ("nats_header_dropped", &["sender"]),
+    ("nats_duplicates", &["sender", "stream"]),
     ("transport_connected", &["kind", "role", "name"]),
     ("transport_connections", &["kind", "role", "name"]),
     ("sqs_endpoint_requests", &["action", "queue", "code"]),

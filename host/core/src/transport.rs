@@ -186,6 +186,14 @@ pub trait TypedTransport: Send + Sync + 'static {
         "the target cannot carry them"
     }
 
+    /// `ferry validate --explain`: what a sender with `config` promises
+    /// less than the rest (a send that is done before the target has the
+    /// message), or nothing.
+    fn sender_warning(&self, config: &Self::SenderConfig) -> Option<&'static str> {
+        let _ = config;
+        None
+    }
+
     /// Why this transport's sender lost what `find` looks for, where it
     /// can say.
     fn lost_note(&self, find: Find) -> Option<&'static str> {
@@ -221,6 +229,7 @@ pub trait Transport: Send + Sync {
     fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String>;
     fn lossy_note(&self) -> &'static str;
     fn lost_note(&self, find: Find) -> Option<&'static str>;
+    fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str>;
 }
 
 fn wrong_kind(transport: &str, got: &str) -> String {
@@ -317,5 +326,9 @@ impl<T: TypedTransport> Transport for T {
 
     fn lost_note(&self, find: Find) -> Option<&'static str> {
         TypedTransport::lost_note(self, find)
+    }
+
+    fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str> {
+        T::sender_config(config).and_then(|c| TypedTransport::sender_warning(self, c))
     }
 }

@@ -44,6 +44,20 @@ pub fn header_value(value: &HeaderValue) -> Value {
     }
 }
 
+/// A typed value as header text, for transports whose headers are text
+/// (HTTP, NATS, SimpleMQ's mqbridge names): a time as milliseconds since
+/// the epoch, bytes as base64, the rest as written.
+pub fn text_of(value: &HeaderValue) -> String {
+    match value {
+        HeaderValue::Text(s) => s.clone(),
+        HeaderValue::Integer(n) => n.to_string(),
+        HeaderValue::Float(f) => f.to_string(),
+        HeaderValue::Boolean(b) => b.to_string(),
+        HeaderValue::Time(t) => t.as_millis().to_string(),
+        HeaderValue::Bytes(b) => STANDARD.encode(b),
+    }
+}
+
 /// Bytes as standard base64.
 pub fn base64(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)

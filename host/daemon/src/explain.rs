@@ -114,6 +114,9 @@ fn explain_binding(
     if let Some(m) = &b.header_mapper {
         lines.push(format!("    (header mapper {m:?} runs before the sender; its changes are not shown)"));
     }
+    if let Some(warning) = transports::of_sender(sender).ok().and_then(|t| t.sender_warning(sender)) {
+        lines.push(format!("  WARN  {warning}"));
+    }
     // The address template's headers, so that the probes can be addressed.
     let view = |envelope: &ferry_envelope::Envelope| {
         let mut envelope = envelope.clone();

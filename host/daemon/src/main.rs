@@ -386,6 +386,11 @@ fn write_pages(dir: &std::path::Path, command: clap::Command, prefix: &str) -> s
 }
 
 fn main() -> ExitCode {
+    // One TLS provider for every client in the process (MQTT, AMQP, HTTP,
+    // SQS, NATS, the components' wasi:http), chosen here rather than left
+    // to rustls' crate features: a dependency that also enables ring would
+    // otherwise leave it unable to choose, and every TLS client would panic.
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     let default_level = if matches!(cli.command, Command::Test { .. }) { "error" } else { "info" };
     logging::init(cli.log_format, cli.log_level.as_deref().unwrap_or(default_level));

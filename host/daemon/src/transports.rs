@@ -14,6 +14,7 @@ pub static TRANSPORTS: &[&dyn Transport] = &[
     &ferry_transport_amqp091::Amqp091,
     &ferry_transport_http::Http,
     &ferry_transport_http::Simplemq,
+    &ferry_transport_nats::Nats,
     &ferry_sqs_endpoint::SqsEndpoint,
     &ferry_wasm::transport::Component,
 ];

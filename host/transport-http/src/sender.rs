@@ -7,8 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use ferry_config::{HttpSenderConfig, TlsConfig};
 use ferry_core::TransportError;
 use ferry_core::metrics::{Metrics, labels};
@@ -171,19 +169,6 @@ fn with_tls(mut builder: reqwest::ClientBuilder, tls: &TlsConfig) -> Result<reqw
     Ok(builder)
 }
 
-/// A header's value as HTTP header text: typed values written as text (a
-/// time as milliseconds since the epoch, bytes as base64).
-pub(crate) fn as_text(value: &HeaderValue) -> String {
-    match value {
-        HeaderValue::Text(s) => s.clone(),
-        HeaderValue::Integer(n) => n.to_string(),
-        HeaderValue::Float(f) => f.to_string(),
-        HeaderValue::Boolean(b) => b.to_string(),
-        HeaderValue::Time(t) => t.as_millis().to_string(),
-        HeaderValue::Bytes(b) => STANDARD.encode(b),
-    }
-}
-
 /// The request headers of `envelope`: its headers under `prefix` (the
 /// subject as `<prefix>gobridge.subject`; `x-bridge.*` only when
 /// `bridge_headers`), `Content-Type` and `Idempotency-Key`. The second
@@ -199,7 +184,10 @@ pub fn request_headers(envelope: &Envelope, config: &HttpSenderConfig) -> (Heade
             continue;
         }
         let full = format!("{}{}", config.header_prefix, name.to_ascii_lowercase());
-        match (HeaderName::from_bytes(full.as_bytes()), HttpValue::from_bytes(as_text(&value).as_bytes())) {
+        match (
+            HeaderName::from_bytes(full.as_bytes()),
+            HttpValue::from_bytes(ferry_core::wire::text_of(&value).as_bytes()),
+        ) {
             (Ok(n), Ok(v)) => {
                 out.append(n, v);
             }

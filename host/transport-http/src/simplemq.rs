@@ -186,7 +186,7 @@ fn to_mqbridge(envelope: &Envelope) -> Envelope {
     out.created_at = envelope.created_at;
     for (theirs, ours) in mqbridge::PAIRS {
         if let Some(v) = envelope.headers.get(ours) {
-            out.set_header(theirs, crate::sender::as_text(v));
+            out.set_header(theirs, ferry_core::wire::text_of(v));
         }
     }
     if !out.headers.contains_key(mqbridge::MESSAGE_ID) {
@@ -194,9 +194,9 @@ fn to_mqbridge(envelope: &Envelope) -> Envelope {
     }
     for (name, value) in envelope.headers.iter() {
         if TOP_LEVEL.contains(&name.as_str()) {
-            out.set_header(name.clone(), crate::sender::as_text(value));
+            out.set_header(name.clone(), ferry_core::wire::text_of(value));
         } else if !name.starts_with("amqp091.") && !name.starts_with("simplemq.") && !names::is_reserved(name) {
-            out.set_header(format!("{}{name}", mqbridge::HEADER_PREFIX), crate::sender::as_text(value));
+            out.set_header(format!("{}{name}", mqbridge::HEADER_PREFIX), ferry_core::wire::text_of(value));
         }
     }
     // As an AMQP header of that name would be (ferry's subject carrier).

@@ -20,6 +20,7 @@ mod hostile;
 mod hot_reload;
 mod http;
 mod languages;
+mod nats;
 mod outbox;
 mod plugins_cli;
 mod power_cut;

@@ -1,0 +1,104 @@
+//! Connecting to NATS: client options (TLS files, reconnect backoff, the
+//! `connected` gauge kept by the client's own events) and the
+//! `validate --connect` probe.
+
+use std::time::Duration;
+
+use async_nats::{Client, ConnectOptions, Event};
+use ferry_config::TlsConfig;
+use ferry_core::TransportError;
+use ferry_core::backoff::Backoff;
+use ferry_core::metrics::{Metrics, labels};
+
+/// How long one connection attempt may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Who a client is, for the server's connection list and the metrics.
+pub struct Identity<'a> {
+    /// `receiver` or `sender`.
+    pub role: &'static str,
+    /// The receiver's or sender's name.
+    pub name: &'a str,
+}
+
+/// Client options: `url`'s credentials, `tls` files (`tls://` requires
+/// TLS), reconnects for ever with `initial_ms`..`max_ms` backoff.
+fn options(tls: Option<&TlsConfig>, url: &str, client_name: String, initial_ms: u64, max_ms: u64) -> ConnectOptions {
+    let backoff = Backoff::reconnect(initial_ms, max_ms);
+    let mut options = ConnectOptions::new()
+        .name(client_name)
+        .connection_timeout(CONNECT_TIMEOUT)
+        .max_reconnects(None)
+        .reconnect_delay_callback(move |attempts| backoff.delay(u32::try_from(attempts).unwrap_or(u32::MAX)));
+    if let Some(tls) = tls {
+        if let Some(ca) = &tls.ca_file {
+            options = options.add_root_certificates(ca.into());
+        }
+        if let (Some(cert), Some(key)) = (&tls.cert_file, &tls.key_file) {
+            options = options.add_client_certificate(cert.into(), key.into());
+        }
+    }
+    if tls.is_some() || url.split(',').any(|u| u.trim().starts_with("tls://")) {
+        options = options.require_tls(true);
+    }
+    options
+}
+
+/// A client that connects in the background and reconnects on its own.
+/// With `track`, `ferry_connected{kind="nats",role,name}` follows its
+/// connection (a sender's readiness); a receiver is ready only once its
+/// consumer answers too, and sets the gauge itself.
+pub async fn connect(
+    url: &str,
+    tls: Option<&TlsConfig>,
+    who: Identity<'_>,
+    (initial_ms, max_ms): (u64, u64),
+    metrics: &Metrics,
+    track: bool,
+) -> Result<Client, TransportError> {
+    let conn_labels = labels(&[("kind", "nats"), ("role", who.role), ("name", who.name)]);
+    let connected = metrics.connected.get_or_create(&conn_labels).clone();
+    let connections = metrics.connections.get_or_create(&conn_labels).clone();
+    connected.set(0);
+    let role = who.role;
+    let name = who.name.to_owned();
+    options(tls, url, format!("ferry {role} {name}"), initial_ms, max_ms)
+        .retry_on_initial_connect()
+        .event_callback(move |event| {
+            let (connected, connections, name) = (connected.clone(), connections.clone(), name.clone());
+            async move {
+                match &event {
+                    Event::Connected => {
+                        if track {
+                            connected.set(1);
+                        }
+                        connections.inc();
+                        tracing::info!(role, name = %name, "connected to NATS");
+                    }
+                    Event::Disconnected | Event::Closed => {
+                        connected.set(0);
+                        tracing::warn!(role, name = %name, "disconnected from NATS; reconnecting");
+                    }
+                    Event::ServerError(e) => tracing::warn!(role, name = %name, error = %e, "NATS server error"),
+                    Event::SlowConsumer(_) | Event::LameDuckMode | Event::Draining | Event::ClientError(_) => {
+                        tracing::debug!(role, name = %name, %event, "NATS client event");
+                    }
+                }
+            }
+        })
+        .connect(url)
+        .await
+        .map_err(|e| TransportError::permanent(format!("url: {e}")))
+}
+
+/// `ferry validate --connect`: one connection under a name of its own,
+/// with a deadline; what the server says it is.
+pub async fn probe(url: &str, tls: Option<&TlsConfig>) -> Result<Client, TransportError> {
+    let name = format!("ferry-probe-{}", std::process::id());
+    let attempt = options(tls, url, name, 200, 1000).connect(url);
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Ok(Ok(client)) => Ok(client),
+        Ok(Err(e)) => Err(TransportError::transient(format!("connect: {e}"))),
+        Err(_) => Err(TransportError::transient("connect: timed out")),
+    }
+}

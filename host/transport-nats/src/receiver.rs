@@ -1,0 +1,298 @@
+//! [`NatsReceiver`]: a durable pull consumer on a JetStream stream.
+//!
+//! Messages are pulled only when the route has room for them. From the
+//! moment one arrives until it is settled, a progress acknowledgement
+//! (`+WPI`) every half of the consumer's ack wait keeps the server from
+//! delivering it again. `ack` waits for the server to confirm the `+ACK`
+//! (so an acknowledgement lost with the connection is an error, and the
+//! message comes back), `release(after)` is a `-NAK` with that delay,
+//! `reject` a `+TERM`, and a dropped delivery stops its heartbeat: the
+//! server delivers it again once the ack wait runs out. The delivery
+//! count the server keeps feeds the route's replay budget.
+//!
+//! Several ferry instances on one durable consumer share its messages:
+//! the server hands each message to one pull request at a time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream::consumer::pull::Config as PullConfig;
+use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
+use async_nats::jetstream::message::Acker;
+use async_nats::jetstream::{self, AckKind};
+use async_trait::async_trait;
+use ferry_config::NatsReceiverConfig;
+use ferry_core::TransportError;
+use ferry_core::backoff::{Backoff, sleep_or_shutdown};
+use ferry_core::metrics::{Metrics, labels};
+use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
+use ferry_envelope::Timestamp;
+use futures_util::StreamExt as _;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::connection::{Identity, connect};
+use crate::ingress::{Incoming, to_envelope};
+
+/// How long one pull request waits for messages before it is renewed.
+const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// Most messages one pull request asks for.
+const MAX_BATCH: usize = 256;
+
+/// A JetStream consumer feeding one route.
+pub struct NatsReceiver {
+    name: String,
+    config: NatsReceiverConfig,
+    metrics: Metrics,
+}
+
+impl NatsReceiver {
+    pub fn new(name: &str, config: NatsReceiverConfig, metrics: Metrics) -> Self {
+        Self { name: name.to_owned(), config, metrics }
+    }
+}
+
+fn backoff() -> Backoff {
+    Backoff::reconnect(200, 10_000)
+}
+
+/// The consumer this receiver reads: found, or created when missing
+/// (unless `consumer_passive`), and checked to be a pull consumer with
+/// explicit acknowledgements.
+pub async fn consumer(
+    js: &jetstream::Context,
+    receiver: &str,
+    config: &NatsReceiverConfig,
+) -> Result<PullConsumer, TransportError> {
+    let name = config.consumer_name(receiver);
+    let stream = js
+        .get_stream(&config.stream)
+        .await
+        .map_err(|e| TransportError::transient(format!("stream {:?}: {e}", config.stream)))?;
+    let consumer: PullConsumer = if config.consumer_passive {
+        stream
+            .get_consumer(&name)
+            .await
+            .map_err(|e| TransportError::transient(format!("consumer {name:?} on {:?}: {e}", config.stream)))?
+    } else {
+        let wanted = PullConfig {
+            durable_name: Some(name.clone()),
+            filter_subjects: config.filter_subjects.clone(),
+            ack_policy: AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(config.ack_wait_secs),
+            ..Default::default()
+        };
+        stream
+            .get_or_create_consumer(&name, wanted)
+            .await
+            .map_err(|e| TransportError::transient(format!("consumer {name:?} on {:?}: {e}", config.stream)))?
+    };
+    let policy = consumer.cached_info().config.ack_policy;
+    if policy != AckPolicy::Explicit {
+        return Err(TransportError::permanent(format!(
+            "consumer {name:?} acknowledges with {policy:?}; ferry needs explicit acknowledgements to ack each message after its route"
+        )));
+    }
+    Ok(consumer)
+}
+
+/// What one message's fields say, read before the message is split.
+fn incoming(message: &jetstream::Message) -> Result<Incoming, String> {
+    let info = message.info().map_err(|e| format!("not a JetStream message: {e}"))?;
+    let published = Timestamp(i64::try_from(info.published.unix_timestamp_nanos() / 1_000_000).unwrap_or(0));
+    let headers = message
+        .headers
+        .iter()
+        .flat_map(|map| map.iter())
+        .flat_map(|(name, values)| values.iter().map(move |v| (name.to_string(), v.as_str().to_owned())))
+        .collect();
+    Ok(Incoming {
+        subject: message.subject.to_string(),
+        headers,
+        payload: message.payload.clone(),
+        stream: info.stream.to_owned(),
+        sequence: info.stream_sequence,
+        delivered: info.delivered,
+        published,
+    })
+}
+
+#[async_trait]
+impl Receiver for NatsReceiver {
+    async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
+        let receiver = self.name.as_str();
+        let c = &self.config;
+        let client = connect(
+            &c.url,
+            c.tls.as_ref(),
+            Identity { role: "receiver", name: receiver },
+            (c.reconnect_initial_ms, c.reconnect_max_ms),
+            &self.metrics,
+            false,
+        )
+        .await?;
+        let js = jetstream::new(client);
+        // Ready while the consumer answers pull requests. (A handle of its
+        // own: the family's guard must not be held across awaits.)
+        let ready = self
+            .metrics
+            .connected
+            .get_or_create(&labels(&[("kind", "nats"), ("role", "receiver"), ("name", receiver)]))
+            .clone();
+        let mut failures = 0u32;
+        'consumer: while !shutdown.is_cancelled() {
+            let consumer = match consumer(&js, receiver, c).await {
+                Ok(consumer) => consumer,
+                Err(e) if !e.is_transient() => return Err(e),
+                Err(e) => {
+                    ready.set(0);
+                    let delay = backoff().next(&mut failures);
+                    warn!(receiver, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot use the consumer; retrying");
+                    if !sleep_or_shutdown(delay, &shutdown).await {
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let ack_wait = consumer.cached_info().config.ack_wait;
+            info!(receiver, stream = %c.stream, consumer = %consumer.cached_info().name, "consuming");
+            ready.set(1);
+            failures = 0;
+            while !shutdown.is_cancelled() {
+                // Pull only what the route can take now.
+                let Some(room) = ferry_core::ports::room(&sink, &shutdown).await else {
+                    break 'consumer;
+                };
+                let batch = consumer.batch().max_messages(room.clamp(1, MAX_BATCH)).expires(PULL_EXPIRES).messages();
+                let mut batch = tokio::select! {
+                    _ = shutdown.cancelled() => break 'consumer,
+                    b = batch => match b {
+                        Ok(b) => b,
+                        Err(e) => {
+                            ready.set(0);
+                            let delay = backoff().next(&mut failures);
+                            warn!(receiver, error = %e, retry_in_ms = delay.as_millis() as u64, "pull request failed");
+                            if !sleep_or_shutdown(delay, &shutdown).await {
+                                break 'consumer;
+                            }
+                            continue 'consumer;
+                        }
+                    },
+                };
+                ready.set(1);
+                failures = 0;
+                loop {
+                    let next = tokio::select! {
+                        _ = shutdown.cancelled() => break 'consumer,
+                        n = batch.next() => n,
+                    };
+                    match next {
+                        None => break,
+                        Some(Ok(message)) => {
+                            if !self.emit(message, ack_wait, &sink).await {
+                                break 'consumer;
+                            }
+                        }
+                        Some(Err(e)) => {
+                            debug!(receiver, error = %e, "pull request ended");
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        ready.set(0);
+        Ok(())
+    }
+}
+
+impl NatsReceiver {
+    /// Hands one message to the route; false when the route stopped.
+    async fn emit(&self, message: jetstream::Message, ack_wait: Duration, sink: &DeliverySink) -> bool {
+        let read = incoming(&message);
+        let (_, acker) = message.split();
+        let handle = NatsHandle::start(Arc::new(acker), ack_wait, read.as_ref().map_or(1, |m| m.delivered));
+        let m = match read {
+            Ok(m) => m,
+            Err(why) => {
+                warn!(receiver = %self.name, %why, "a message the receiver cannot read is terminated");
+                let _ = Box::new(handle).reject("unreadable").await;
+                return true;
+            }
+        };
+        match to_envelope(&m, self.config.max_payload_bytes) {
+            Ok(envelope) => sink.send(Delivery::new(envelope, Box::new(handle))).await.is_ok(),
+            Err(poison) => {
+                warn!(receiver = %self.name, stream = %m.stream, sequence = m.sequence, reason = poison.label(), "poison message terminated");
+                Metrics::inc(
+                    &self.metrics.ingress_rejected,
+                    &[("kind", "nats"), ("receiver", &self.name), ("reason", poison.label())],
+                );
+                if let Err(e) = Box::new(handle).reject(poison.label()).await {
+                    warn!(receiver = %self.name, error = %e, "could not terminate a poison message; it comes back after the ack wait");
+                }
+                true
+            }
+        }
+    }
+}
+
+/// Settles one received message; keeps it from redelivery while held.
+struct NatsHandle {
+    acker: Arc<Acker>,
+    delivered: i64,
+    heartbeat: CancellationToken,
+}
+
+impl NatsHandle {
+    fn start(acker: Arc<Acker>, ack_wait: Duration, delivered: i64) -> Self {
+        let heartbeat = CancellationToken::new();
+        let stop = heartbeat.clone();
+        let beat = acker.clone();
+        let period = (ack_wait / 2).max(Duration::from_millis(100));
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = tokio::time::sleep(period) => {}
+                }
+                if let Err(e) = beat.ack_with(AckKind::Progress).await {
+                    debug!(error = %e, "progress acknowledgement failed");
+                }
+            }
+        });
+        Self { acker, delivered, heartbeat }
+    }
+}
+
+impl Drop for NatsHandle {
+    fn drop(&mut self) {
+        self.heartbeat.cancel();
+    }
+}
+
+#[async_trait]
+impl DeliveryHandle for NatsHandle {
+    async fn ack(self: Box<Self>) -> Result<(), TransportError> {
+        self.heartbeat.cancel();
+        self.acker.double_ack().await.map_err(|e| TransportError::transient(format!("ack: {e}")))
+    }
+
+    async fn release(self: Box<Self>, after: Duration, _reason: &str) -> Result<(), TransportError> {
+        self.heartbeat.cancel();
+        self.acker.ack_with(AckKind::Nak(Some(after))).await.map_err(|e| TransportError::transient(format!("nak: {e}")))
+    }
+
+    async fn reject(self: Box<Self>, _reason: &str) -> Result<(), TransportError> {
+        self.heartbeat.cancel();
+        self.acker.ack_with(AckKind::Term).await.map_err(|e| TransportError::transient(format!("term: {e}")))
+    }
+
+    async fn extend(&self, _until: Timestamp) -> Result<(), TransportError> {
+        self.acker.ack_with(AckKind::Progress).await.map_err(|e| TransportError::transient(format!("progress: {e}")))
+    }
+
+    fn redelivery_count(&self) -> Option<u32> {
+        Some(u32::try_from(self.delivered.saturating_sub(1)).unwrap_or(0))
+    }
+}

@@ -1,0 +1,245 @@
+//! NATS for the tests: a private `nats-server -js` of the test's own (its
+//! own port and store directory, so a restart touches no other test) and
+//! a JetStream client to make streams, publish and read what arrived.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, stream};
+use futures_util::StreamExt as _;
+
+/// A nats-server with JetStream of the test's own, stopped on drop.
+pub struct PrivateNats {
+    pub port: u16,
+    /// Certificate and key files the server presents (TLS only).
+    tls: Option<(PathBuf, PathBuf)>,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// The port while it is stopped, kept for its next start.
+    held: crate::ports::Held,
+}
+
+impl PrivateNats {
+    fn binary() -> PathBuf {
+        for p in ["/usr/sbin/nats-server", "/usr/bin/nats-server", "/usr/local/bin/nats-server"] {
+            if std::path::Path::new(p).exists() {
+                return PathBuf::from(p);
+            }
+        }
+        PathBuf::from("nats-server")
+    }
+
+    /// Starts one on a free port and waits until it listens; another port
+    /// is tried when one was taken meanwhile.
+    pub async fn start() -> Self {
+        Self::start_with_tls(None).await
+    }
+
+    /// As [`PrivateNats::start`], serving TLS only with `cert` and `key`
+    /// (PEM) when given.
+    pub async fn start_with_tls(tls: Option<(PathBuf, PathBuf)>) -> Self {
+        let mut n = Self {
+            port: crate::ports::broker_port(),
+            tls,
+            dir: tempfile::tempdir().expect("tempdir"),
+            child: None,
+            held: crate::ports::Held::default(),
+        };
+        for _ in 0..5 {
+            if n.try_start().await {
+                return n;
+            }
+            n.stop();
+            n.port = crate::ports::broker_port();
+        }
+        panic!("private nats-server did not start on any of five ports");
+    }
+
+    /// `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts it on the same port and store: streams and their messages
+    /// survive.
+    pub async fn restart(&mut self) {
+        if !self.try_start().await {
+            panic!("private nats-server did not listen on port {} again", self.port);
+        }
+    }
+
+    async fn try_start(&mut self) -> bool {
+        self.stop();
+        self.held = crate::ports::Held::default();
+        let mut command = Command::new(Self::binary());
+        command.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"]).arg(self.dir.path());
+        if let Some((cert, key)) = &self.tls {
+            command.arg("--tls").arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
+        }
+        let child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("nats-server starts (is it installed? scripts/provision nats)");
+        let pid = child.id();
+        crate::leftovers::record(pid);
+        self.child = Some(child);
+        for _ in 0..400 {
+            if crate::ports::listens(pid, self.port) {
+                return true;
+            }
+            if self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_)))) {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    }
+
+    /// Stops it (SIGKILL: JetStream keeps what it acknowledged) and holds
+    /// its port until it starts again.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            crate::leftovers::forget(child.id());
+            self.held = crate::ports::Held::ports([self.port]);
+        }
+    }
+}
+
+impl Drop for PrivateNats {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A JetStream client for a test.
+pub struct Nats {
+    pub client: async_nats::Client,
+    pub js: jetstream::Context,
+}
+
+impl Nats {
+    pub async fn connect(url: &str) -> Self {
+        let client = async_nats::connect(url).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        let js = jetstream::new(client.clone());
+        Self { client, js }
+    }
+
+    /// Over TLS, verifying the server with the CA certificate `ca`.
+    pub async fn connect_tls(url: &str, ca: &std::path::Path) -> Self {
+        let client = async_nats::ConnectOptions::new()
+            .add_root_certificates(ca.to_path_buf())
+            .require_tls(true)
+            .connect(url)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        let js = jetstream::new(client.clone());
+        Self { client, js }
+    }
+
+    /// A file-backed stream `name` on `subjects` with a duplicate window of
+    /// two minutes.
+    pub async fn stream(&self, name: &str, subjects: &[&str]) {
+        self.js
+            .create_stream(stream::Config {
+                name: name.to_owned(),
+                subjects: subjects.iter().map(|s| (*s).to_owned()).collect(),
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("create stream {name}: {e}"));
+    }
+
+    /// Publishes to JetStream and waits for the stream's acknowledgement.
+    pub async fn publish(&self, subject: &str, payload: &str, headers: &[(&str, &str)]) {
+        self.try_publish(subject, payload, headers).await.expect("the stream acknowledged");
+    }
+
+    /// As [`Nats::publish`], saying why the stream did not acknowledge (a
+    /// server still recovering its streams after a restart, say).
+    pub async fn try_publish(&self, subject: &str, payload: &str, headers: &[(&str, &str)]) -> Result<(), String> {
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.append(*k, *v);
+        }
+        let pending = self
+            .js
+            .publish_with_headers(subject.to_owned(), map, payload.to_owned().into())
+            .await
+            .map_err(|e| e.to_string())?;
+        pending.await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// How many messages `stream` holds.
+    pub async fn count(&self, stream: &str) -> u64 {
+        let mut s = self.js.get_stream(stream).await.expect("stream");
+        s.info().await.expect("stream info").state.messages
+    }
+
+    /// Every message of `stream` from the start, read by an ephemeral
+    /// consumer that acknowledges nothing: subject, headers and payload.
+    pub async fn read_all(&self, stream: &str) -> Vec<(String, Vec<(String, String)>, String)> {
+        let total = self.count(stream).await;
+        let s = self.js.get_stream(stream).await.expect("stream");
+        let consumer: consumer::PullConsumer = s
+            .create_consumer(consumer::pull::Config { ack_policy: consumer::AckPolicy::None, ..Default::default() })
+            .await
+            .expect("ephemeral consumer");
+        let mut out = Vec::new();
+        if total == 0 {
+            return out;
+        }
+        let mut batch = consumer
+            .fetch()
+            .max_messages(usize::try_from(total).unwrap_or(usize::MAX))
+            .expires(Duration::from_secs(5))
+            .messages()
+            .await
+            .expect("fetch");
+        while let Some(Ok(m)) = batch.next().await {
+            let headers = m
+                .message
+                .headers
+                .iter()
+                .flat_map(|h| h.iter())
+                .flat_map(|(k, vs)| vs.iter().map(move |v| (k.to_string(), v.as_str().to_owned())))
+                .collect();
+            out.push((
+                m.message.subject.to_string(),
+                headers,
+                String::from_utf8_lossy(&m.message.payload).into_owned(),
+            ));
+        }
+        out
+    }
+
+    /// What a durable consumer still has: (pending, waiting for an ack).
+    pub async fn backlog(&self, stream: &str, consumer: &str) -> (u64, usize) {
+        let s = self.js.get_stream(stream).await.expect("stream");
+        let info = s.consumer_info(consumer).await.expect("consumer info");
+        (info.num_pending, info.num_ack_pending)
+    }
+}
+
+impl Nats {
+    /// Waits until the durable `consumer` of `stream` has nothing pending
+    /// and nothing waiting for an acknowledgement (`what` says why, for
+    /// the failure message).
+    pub async fn wait_drained(&self, stream: &str, consumer: &str, what: &str) {
+        crate::eventually_async(what, || async {
+            let backlog = self.backlog(stream, consumer).await;
+            if backlog == (0, 0) { Ok(backlog) } else { Err(backlog) }
+        })
+        .await;
+    }
+}
+
+/// The value of header `name` in a message [`Nats::read_all`] returned.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
