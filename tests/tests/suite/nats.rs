@@ -11,10 +11,10 @@
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, topic};
+use ferry_tests::mqtt::{TestMqtt, broker_url, topic};
 use ferry_tests::nats::{Nats, PrivateNats, header};
 use ferry_tests::ports::ClosedPort;
-use ferry_tests::rabbit::{Rabbit, URL091};
+use ferry_tests::rabbit::{PrivateRabbit, Rabbit, URL091};
 use ferry_tests::{eventually_async, unique};
 use lapin::types::AMQPValue;
 
@@ -151,7 +151,12 @@ async fn while_the_target_is_down_nothing_is_acknowledged_and_nothing_is_lost() 
     let nats = Nats::connect(&server.url()).await;
     let stream = stream_name("OUTAGE");
     nats.stream(&stream, &["outage.>"]).await;
-    let mut target = PrivateMosquitto::start().await;
+    // A private RabbitMQ with a durable queue: what ferry sends once it is
+    // back waits there for the test (an MQTT target would drop what came
+    // before the test's subscription after its restart).
+    let mut target = PrivateRabbit::start().await;
+    let queue = unique("nats-outage");
+    Rabbit::connect_to(&target.url091()).await.declare_queue(&queue).await;
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
         r#"
@@ -161,7 +166,7 @@ url = "{url}"
 stream = "{stream}"
 
 [senders.out]
-type = "mqtt"
+type = "amqp091"
 url = "{target}"
 reconnect_max_ms = 500
 
@@ -174,13 +179,13 @@ max_replay_attempts = 1000
 
 [[routes.bindings]]
 sender = "out"
-address = "landed/{{nats.subject}}"
+address = "{queue}"
 "#,
         url = server.url(),
-        target = target.url(),
+        target = target.url091(),
     ));
     let daemon = Daemon::start(&ws, 2);
-    target.stop();
+    target.stop().await;
     for i in 0..20 {
         nats.publish(&format!("outage.m{i}"), &format!("m-{i}"), &[("Nats-Msg-Id", &format!("m-{i}"))]).await;
     }
@@ -191,11 +196,10 @@ address = "landed/{{nats.subject}}"
     assert_eq!(u64::try_from(unacked).unwrap_or(0) + pending, 20, "every message still at the source");
 
     target.restart().await;
-    let mut sub = TestMqtt::connect(&target.url()).await;
-    sub.subscribe("landed/#").await;
+    let got = Rabbit::connect_to(&target.url091()).await.collect(&queue, 20, WAIT).await;
     let seen: std::collections::BTreeSet<String> =
-        sub.collect(20).await.iter().map(|p| String::from_utf8_lossy(&p.payload).into_owned()).collect();
-    assert_eq!(seen.len(), 20, "each of the 20 once: {seen:?}");
+        got.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect();
+    assert_eq!(seen.len(), 20, "each of the 20: {seen:?}");
     nats.wait_drained(&stream, "ferry-in", "nothing left at the source").await;
     assert!(daemon.terminate().success());
 }
