@@ -275,28 +275,16 @@ impl PrivateMosquitto {
             .stderr(Stdio::null())
             .spawn()
             .expect("mosquitto starts (is it installed?)");
-        let pid = child.id();
-        crate::leftovers::record(pid);
-        self.child = Some(child);
-        for _ in 0..200 {
-            if crate::ports::listens(pid, self.port) && self.second_port.is_none_or(|p| crate::ports::listens(pid, p)) {
-                return true;
-            }
-            if self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_)))) {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        false
+        crate::leftovers::record(child.id());
+        let ports: Vec<u16> = [self.port].into_iter().chain(self.second_port).collect();
+        let child = self.child.insert(child);
+        crate::ports::until_listening(child, &ports, Duration::from_secs(5)).await
     }
 
     /// Stops it (SIGKILL) and waits for the port to close.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            crate::leftovers::forget(child.id());
-            self.held = crate::ports::Held::ports([self.port].into_iter().chain(self.second_port));
+        if let Some(child) = self.child.take() {
+            self.held = crate::ports::kill_and_hold(child, [self.port].into_iter().chain(self.second_port));
         }
     }
 }

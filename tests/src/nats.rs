@@ -83,29 +83,16 @@ impl PrivateNats {
             .stderr(Stdio::null())
             .spawn()
             .expect("nats-server starts (is it installed? scripts/provision nats)");
-        let pid = child.id();
-        crate::leftovers::record(pid);
-        self.child = Some(child);
-        for _ in 0..400 {
-            if crate::ports::listens(pid, self.port) {
-                return true;
-            }
-            if self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_)))) {
-                return false;
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-        false
+        crate::leftovers::record(child.id());
+        let child = self.child.insert(child);
+        crate::ports::until_listening(child, &[self.port], Duration::from_secs(10)).await
     }
 
     /// Stops it (SIGKILL: JetStream keeps what it acknowledged) and holds
     /// its port until it starts again.
     pub fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-            crate::leftovers::forget(child.id());
-            self.held = crate::ports::Held::ports([self.port]);
+        if let Some(child) = self.child.take() {
+            self.held = crate::ports::kill_and_hold(child, [self.port]);
         }
     }
 }

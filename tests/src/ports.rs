@@ -70,6 +70,33 @@ impl Held {
     }
 }
 
+/// Waits until `child` listens on every one of `ports` (checked every
+/// 25 ms in /proc, up to `patience`): whether it does; false as soon as it
+/// exits (a broker that lost its port to another process).
+pub async fn until_listening(child: &mut std::process::Child, ports: &[u16], patience: std::time::Duration) -> bool {
+    let pid = child.id();
+    let deadline = tokio::time::Instant::now() + patience;
+    while tokio::time::Instant::now() < deadline {
+        if ports.iter().all(|p| listens(pid, *p)) {
+            return true;
+        }
+        if matches!(child.try_wait(), Ok(Some(_))) {
+            return false;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    false
+}
+
+/// Kills a private broker, waits for it to exit, and holds its `ports`
+/// until it starts again.
+pub fn kill_and_hold(mut child: std::process::Child, ports: impl IntoIterator<Item = u16>) -> Held {
+    let _ = child.kill();
+    let _ = child.wait();
+    crate::leftovers::forget(child.id());
+    Held::ports(ports)
+}
+
 /// A port number for a private broker (Mosquitto, RabbitMQ), which cannot
 /// take a bound listener. Free when this returns, but another process may
 /// take it before the broker binds: the broker guards check that their own

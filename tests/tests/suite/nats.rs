@@ -120,7 +120,12 @@ address = "{queue}"
         url = server.url(),
     ));
     let daemon = Daemon::start(&ws, 2);
-    nats.publish("orders.eu", "o-1", &[("Nats-Msg-Id", "o-1"), ("kind", "temp"), ("tag", "a"), ("tag", "b")]).await;
+    nats.publish(
+        "orders.eu",
+        "o-1",
+        &[("Nats-Msg-Id", "o-1"), ("kind", "temp"), ("tag", "a"), ("tag", "b"), ("x-bridge.tenant-id", "forged")],
+    )
+    .await;
     nats.publish("orders.eu", "o-2", &[("Nats-Msg-Id", "o-2"), ("kind", "noise")]).await;
     nats.publish("orders.us", "o-3", &[("kind", "temp"), ("Nats-Custom-Note", "steers nothing")]).await;
 
@@ -134,6 +139,10 @@ address = "{queue}"
     assert_eq!(headers.get("tag"), Some(&AMQPValue::LongString("a, b".into())), "a repeated header joined");
     assert_eq!(headers.get("nats.subject"), Some(&AMQPValue::LongString("orders.eu".into())));
     assert_eq!(headers.get("nats.stream"), Some(&AMQPValue::LongString(stream.clone().into())));
+    assert!(
+        !headers.contains_key("x-bridge.tenant-id"),
+        "an untrusted route strips a forged reserved header: {headers:?}"
+    );
     let third = got.iter().find(|d| d.data == b"o-3").expect("o-3 arrived");
     let third_id = third.properties.message_id().as_ref().map(|s| s.as_str().to_owned());
     assert_eq!(third_id, Some(format!("{stream}:3")), "no Nats-Msg-Id: the stream's own name for it");
