@@ -113,7 +113,7 @@ reference:
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
 test: plugins test-plugins mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain fuse nats
+    @scripts/provision openssl toolchain fuse nats redis
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings

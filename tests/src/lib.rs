@@ -41,6 +41,7 @@ pub mod powercut;
 pub mod python;
 pub mod rabbit;
 pub mod receiver;
+pub mod redis;
 pub mod simplemq;
 pub mod sqs;
 pub mod sqs_proxy;

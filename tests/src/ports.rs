@@ -34,6 +34,16 @@ impl ClosedPort {
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// The same port, now listening: the target that was down is up, on
+    /// the address its clients were given, with no moment in which another
+    /// process could take it. Call from inside a tokio runtime.
+    pub fn listen(self) -> tokio::net::TcpListener {
+        self._socket.listen(128).expect("listen");
+        self._socket.set_nonblocking(true).expect("nonblocking");
+        let std: std::net::TcpListener = self._socket.into();
+        tokio::net::TcpListener::from_std(std).expect("tokio listener")
+    }
 }
 
 impl Default for ClosedPort {

@@ -44,6 +44,8 @@ pub struct WebhookTarget {
     hits: Arc<Mutex<Vec<Hit>>>,
     /// Scripts by the request's `x-ferry-script` header value ("" when none).
     scripts: Arc<Mutex<BTreeMap<String, VecDeque<Answer>>>>,
+    /// The answer once a request's script is used up (200 at first).
+    fallback: Arc<Mutex<Answer>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -52,11 +54,19 @@ impl WebhookTarget {
     /// take their answers from the script set for `K` with
     /// [`WebhookTarget::script`]; all others get 200.
     pub async fn start() -> Self {
+        Self::start_on(tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind")).await
+    }
+
+    /// Starts the target on a listener the test already holds (a
+    /// [`ClosedPort`](crate::ports::ClosedPort) that now listens: a target
+    /// that was down comes up on the same address).
+    pub async fn start_on(listener: tokio::net::TcpListener) -> Self {
         let hits: Arc<Mutex<Vec<Hit>>> = Arc::default();
         let scripts: Arc<Mutex<BTreeMap<String, VecDeque<Answer>>>> = Arc::default();
-        let (h, s) = (hits.clone(), scripts.clone());
+        let fallback = Arc::new(Mutex::new(Answer { status: 200, retry_after: None }));
+        let (h, s, f) = (hits.clone(), scripts.clone(), fallback.clone());
         let app = axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap, body: Bytes| {
-            let (hits, scripts) = (h.clone(), s.clone());
+            let (hits, scripts, fallback) = (h.clone(), s.clone(), f.clone());
             async move {
                 let headers: BTreeMap<String, String> = headers
                     .iter()
@@ -65,7 +75,7 @@ impl WebhookTarget {
                 let key = headers.get("x-ferry-script").cloned().unwrap_or_default();
                 let answer = scripts.lock().expect("scripts").get_mut(&key).and_then(VecDeque::pop_front);
                 hits.lock().expect("hits").push(Hit { path: uri.path().to_owned(), headers, body, at: Instant::now() });
-                let answer = answer.unwrap_or(Answer { status: 200, retry_after: None });
+                let answer = answer.unwrap_or_else(|| *fallback.lock().expect("fallback"));
                 let status = StatusCode::from_u16(answer.status).expect("status");
                 match answer.retry_after {
                     Some(secs) => (status, [("retry-after", secs.to_string())], "scripted").into_response(),
@@ -73,12 +83,11 @@ impl WebhookTarget {
                 }
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let task = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-        Self { addr, hits, scripts, task }
+        Self { addr, hits, scripts, fallback, task }
     }
 
     /// `http://127.0.0.1:PORT` + `path`.
@@ -89,6 +98,12 @@ impl WebhookTarget {
     /// Requests with `x-ferry-script: key` get these answers in turn.
     pub fn script(&self, key: &str, answers: &[Answer]) {
         self.scripts.lock().expect("scripts").insert(key.to_owned(), answers.iter().copied().collect());
+    }
+
+    /// Every request without a script (or past its script's end) gets
+    /// `answer` from now on.
+    pub fn answer_all(&self, answer: Answer) {
+        *self.fallback.lock().expect("fallback") = answer;
     }
 
     /// Everything received so far.

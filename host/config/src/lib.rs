@@ -16,6 +16,7 @@ mod endpoint;
 mod http;
 mod instance;
 mod nats;
+mod redis;
 pub mod reference;
 pub mod schema;
 pub mod substitute;

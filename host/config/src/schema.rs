@@ -14,6 +14,7 @@ pub use crate::endpoint::{
 };
 pub use crate::http::*;
 pub use crate::nats::{NatsReceiverConfig, NatsSenderConfig, subject_problem as nats_subject_problem};
+pub use crate::redis::{RedisStreamsReceiverConfig, RedisStreamsSenderConfig, StartFrom};
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -276,6 +277,8 @@ pub enum ReceiverConfig {
     Http(HttpReceiverConfig),
     Simplemq(SimplemqReceiverConfig),
     Nats(NatsReceiverConfig),
+    #[serde(rename = "redis_streams")]
+    RedisStreams(RedisStreamsReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointReceiverConfig),
     Component(ComponentReceiverConfig),
@@ -292,6 +295,8 @@ pub enum SenderConfig {
     Http(HttpSenderConfig),
     Simplemq(SimplemqSenderConfig),
     Nats(NatsSenderConfig),
+    #[serde(rename = "redis_streams")]
+    RedisStreams(RedisStreamsSenderConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointSenderConfig),
     Component(ComponentSenderConfig),
@@ -308,6 +313,7 @@ impl ReceiverConfig {
             ReceiverConfig::Http(_) => "http",
             ReceiverConfig::Simplemq(_) => "simplemq",
             ReceiverConfig::Nats(_) => "nats",
+            ReceiverConfig::RedisStreams(_) => "redis_streams",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
             ReceiverConfig::Component(_) => "component",
         }
@@ -323,6 +329,7 @@ impl ReceiverConfig {
             ReceiverConfig::Http(c) => c,
             ReceiverConfig::Simplemq(c) => c,
             ReceiverConfig::Nats(c) => c,
+            ReceiverConfig::RedisStreams(c) => c,
             ReceiverConfig::SqsEndpoint(c) => c,
             ReceiverConfig::Component(c) => c,
         }
@@ -338,6 +345,7 @@ impl ReceiverConfig {
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
             ReceiverConfig::Nats(c) => c.wire_format,
+            ReceiverConfig::RedisStreams(c) => c.wire_format,
             ReceiverConfig::SqsEndpoint(c) => c.wire_format,
             ReceiverConfig::Component(c) => c.wire_format,
         }
@@ -364,6 +372,7 @@ impl SenderConfig {
             SenderConfig::Http(_) => "http",
             SenderConfig::Simplemq(_) => "simplemq",
             SenderConfig::Nats(_) => "nats",
+            SenderConfig::RedisStreams(_) => "redis_streams",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
             SenderConfig::Component(_) => "component",
         }
@@ -379,6 +388,7 @@ impl SenderConfig {
             SenderConfig::Http(c) => c,
             SenderConfig::Simplemq(c) => c,
             SenderConfig::Nats(c) => c,
+            SenderConfig::RedisStreams(c) => c,
             SenderConfig::SqsEndpoint(c) => c,
             SenderConfig::Component(c) => c,
         }
@@ -394,6 +404,7 @@ impl SenderConfig {
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
             SenderConfig::Nats(c) => c.wire_format,
+            SenderConfig::RedisStreams(c) => c.wire_format,
             SenderConfig::SqsEndpoint(c) => c.wire_format,
             SenderConfig::Component(c) => c.wire_format,
         }
@@ -409,8 +420,8 @@ impl SenderConfig {
     }
 }
 
-/// `tls = { ... }`: TLS files for `mqtts://`, `amqps://`, `https://` and
-/// NATS `tls://` connections.
+/// `tls = { ... }`: TLS files for `mqtts://`, `amqps://`, `https://`,
+/// NATS `tls://` and `rediss://` connections.
 /// Without `ca_file` the system's trusted roots verify the broker.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -831,6 +842,14 @@ pub struct RouteConfig {
     /// for outbox records. Default 5.
     #[serde(default = "default_max_replay_attempts")]
     pub max_replay_attempts: u32,
+    /// A binding whose target is unavailable (down, unreachable, or saying
+    /// it takes nothing now) holds its messages without spending replays.
+    /// Set, an outage that has lasted this many seconds dead-letters (or
+    /// drops, per `on_permanent_failure`) the messages held for it, with
+    /// reason `target_unavailable`, until a probe finds the target back.
+    /// Default: none, messages wait for as long as the outage lasts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_outage_secs: Option<u64>,
     /// `shared_outbox`: when a binding's partitions together hold this many
     /// records the route stops receiving (nothing is acknowledged or
     /// dropped) until they drain. Default 10000.

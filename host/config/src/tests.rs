@@ -280,6 +280,53 @@ sender = "out"
 }
 
 #[test]
+fn redis_streams_receivers_and_senders_parse_with_defaults_and_check_their_keys() {
+    let text = r#"
+[instance]
+id = "node-1"
+[receivers.rs]
+type = "redis_streams"
+url = "redis://:secret@127.0.0.1:6379/2"
+stream = "orders"
+group = "bridge"
+[senders.out]
+type = "redis_streams"
+url = "rediss://cache.example:6380"
+stream = "audit:{region}"
+maxlen = 10000
+[[routes]]
+id = "one"
+receiver = "rs"
+[[routes.bindings]]
+sender = "out"
+"#;
+    let c = parse_with_env(text, &no_env).expect("valid");
+    let ReceiverConfig::RedisStreams(r) = &c.receivers["rs"] else { panic!("redis receiver") };
+    assert_eq!(r.consumer_name(), "node-1", "the consumer is the instance id");
+    assert_eq!((r.claim_idle_ms, r.group_passive, r.start_from), (30_000, false, crate::StartFrom::Oldest));
+    assert_eq!((r.payload_field.as_str(), r.id_field.as_str()), ("payload", "message_id"));
+    let SenderConfig::RedisStreams(s) = &c.senders["out"] else { panic!("redis sender") };
+    assert_eq!((s.maxlen, s.timeout_ms), (Some(10_000), 10_000));
+
+    let cases = [
+        (text.replace("redis://:secret@127.0.0.1:6379/2", "nats://h"), "receivers.rs.url"),
+        (text.replace("redis://:secret@127.0.0.1:6379/2", "redis://:6379"), "receivers.rs.url"),
+        (text.replace("group = \"bridge\"", "group = \"a b\""), "receivers.rs.group"),
+        (text.replace("group = \"bridge\"", "group = \"g\"\nconsumer = \"\""), "receivers.rs.consumer"),
+        (text.replace("group = \"bridge\"", "group = \"g\"\nclaim_idle_ms = 10"), "receivers.rs.claim_idle_ms"),
+        (text.replace("group = \"bridge\"", "group = \"g\"\nid_field = \"payload\""), "receivers.rs.id_field"),
+        (text.replace("group = \"bridge\"", "group = \"g\"\ntls = { ca_file = \"/ca\" }"), "receivers.rs.tls"),
+        (text.replace("maxlen = 10000", "maxlen = 0"), "senders.out.maxlen"),
+        (text.replace("maxlen = 10000", "payload_field = \"\""), "senders.out.payload_field"),
+        (text.replace("maxlen = 10000", "start_from = \"newest\""), "senders.out"),
+    ];
+    for (bad, path) in cases {
+        let err = parse_with_env(&bad, &no_env).expect_err(path);
+        assert!(err.path.starts_with(path), "expected {path}, got {err}");
+    }
+}
+
+#[test]
 fn secrets_come_from_files_and_are_reported_for_masking() {
     let dir = std::env::temp_dir().join(format!("ferry-secret-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");

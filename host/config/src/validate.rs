@@ -308,7 +308,7 @@ fn check_keep_alive(secs: u64, key: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError> {
+pub(crate) fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError> {
     if initial == 0 {
         return Err(ConfigError::new(format!("{key}.reconnect_initial_ms"), "must be at least 1"));
     }

@@ -100,6 +100,21 @@ pub fn expand_subject(template: &str, envelope: &Envelope) -> Result<String, Tra
     expand_with(template, envelope, subject_token)
 }
 
+/// `value` as exactly one segment of a `:`-separated Redis key: not
+/// empty, without `:`, whitespace or control characters, so a publisher's
+/// header cannot reach another part of the key space.
+pub fn key_segment(value: &str) -> Result<String, TransportError> {
+    if value.is_empty() || value.chars().any(|c| c == ':' || c.is_whitespace() || c.is_control()) {
+        return Err(TransportError::unroutable(format!("{value:?} cannot be one key segment")));
+    }
+    Ok(value.to_owned())
+}
+
+/// Expands a Redis key template, each value one segment ([`key_segment`]).
+pub fn expand_key(template: &str, envelope: &Envelope) -> Result<String, TransportError> {
+    expand_with(template, envelope, key_segment)
+}
+
 fn expand_with(
     template: &str,
     envelope: &Envelope,
@@ -146,6 +161,18 @@ mod tests {
         for hostile in ["a.admin", "*", ">", "", "a b", "x\ny"] {
             e.set_header("tenant", hostile);
             let error = expand_subject("orders.{tenant}", &e).expect_err(hostile);
+            assert!(!error.is_transient(), "{hostile:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_value_is_one_segment() {
+        let mut e = Envelope::new("1", &b""[..]);
+        e.set_header("tenant", "acme");
+        assert_eq!(expand_key("events:{tenant}", &e).expect("ok"), "events:acme");
+        for hostile in ["a:admin", "", "a b", "x\ny"] {
+            e.set_header("tenant", hostile);
+            let error = expand_key("events:{tenant}", &e).expect_err(hostile);
             assert!(!error.is_transient(), "{hostile:?}");
         }
     }

@@ -27,6 +27,9 @@ pub enum FailureReason {
     SendRejected,
     /// Transient failures outlasted `max_replay_attempts`.
     ReplayExhausted,
+    /// The binding's target stayed unavailable for the route's
+    /// `max_outage_secs`.
+    TargetUnavailable,
     /// A generated id at a redelivering source under `unstable_identity = "fail"`.
     UnstableIdentity,
     /// SQS reported a body or attribute digest that does not match what
@@ -52,6 +55,7 @@ impl FailureReason {
             Self::Unroutable => "unroutable",
             Self::SendRejected => "send_rejected",
             Self::ReplayExhausted => "replay_exhausted",
+            Self::TargetUnavailable => "target_unavailable",
             Self::UnstableIdentity => "unstable_identity",
             Self::Md5Mismatch => "md5_mismatch",
             Self::LoopDetected => "loop_detected",

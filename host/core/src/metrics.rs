@@ -141,6 +141,12 @@ pub struct Metrics {
     pub outbox_backpressure: CounterFamily,
     /// Pending outbox records. Labels: route, binding.
     pub outbox_depth: GaugeFamily,
+    /// Whether a binding's target is taking messages (1) or is in an
+    /// outage (0), by route and binding.
+    pub binding_available: GaugeFamily,
+    /// Sends that found their target unavailable (nothing reached it, or
+    /// it takes nothing now), by route and binding.
+    pub send_unavailable: CounterFamily,
     /// Age of the oldest pending outbox record in seconds. Labels: route, binding.
     pub outbox_oldest_age: FloatGaugeFamily,
     /// Outbox partitions whose lease this instance holds (one drainer each).
@@ -192,6 +198,11 @@ pub struct Metrics {
     /// it already had (the same `Nats-Msg-Id` within its duplicate window):
     /// ferry's own resends, suppressed. Labels: sender, stream.
     pub nats_duplicates: CounterFamily,
+    /// Redis Streams fields that could not cross: on ingress a field whose
+    /// name is not UTF-8 (or a second value of a name that held bytes), on
+    /// egress a header named like one of the sender's own fields. Labels:
+    /// name (the receiver or sender), direction (`ingress`, `egress`).
+    pub redis_field_dropped: CounterFamily,
     /// Requests the SQS endpoint answered. Labels: action, queue (empty
     /// for actions on no queue), code (`ok` or the SQS error code).
     pub sqs_endpoint_requests: CounterFamily,
@@ -351,6 +362,8 @@ impl Metrics {
         let nats_header_dropped = counter("nats_header_dropped", "Headers a NATS sender could not send");
         let nats_duplicates =
             counter("nats_duplicates", "Publishes a JetStream stream acknowledged as duplicates (Nats-Msg-Id)");
+        let redis_field_dropped =
+            counter("redis_field_dropped", "Redis Streams fields that could not cross, by name and direction");
         let sqs_endpoint_requests =
             counter("sqs_endpoint_requests", "Requests the SQS endpoint answered, by action, queue and code");
         let sns_endpoint_deliveries = counter(
@@ -380,7 +393,15 @@ impl Metrics {
         );
         let outbox_backpressure =
             counter("outbox_backpressure", "Times a route paused receiving because an outbox partition was full");
+        let send_unavailable =
+            counter("send_unavailable", "Sends that found the target unavailable (an outage: no replay is spent)");
         let reloads = counter("reloads", "SIGHUP reloads of plugins (and config with --watch), by outcome");
+        let binding_available = GaugeFamily::default();
+        registry.register(
+            "binding_available",
+            "Whether a binding's target takes messages (1) or is in an outage (0)",
+            binding_available.clone(),
+        );
         let outbox_depth = GaugeFamily::default();
         registry.register("outbox_depth", "Pending outbox records", outbox_depth.clone());
         let outbox_oldest_age = FloatGaugeFamily::default();
@@ -469,6 +490,8 @@ impl Metrics {
             outbox_duplicate_suppressed,
             outbox_backpressure,
             outbox_depth,
+            binding_available,
+            send_unavailable,
             outbox_oldest_age,
             outbox_leases_held,
             reloads,
@@ -484,6 +507,7 @@ impl Metrics {
             http_header_dropped,
             nats_header_dropped,
             nats_duplicates,
+            redis_field_dropped,
             sqs_endpoint_requests,
             sns_endpoint_deliveries,
             sqs_endpoint_messages,
@@ -573,6 +597,7 @@ pub const LABELS: &[(&str, &[&str])] = &[
     ("http_header_dropped", &["sender"]),
     ("nats_header_dropped", &["sender"]),
     ("nats_duplicates", &["sender", "stream"]),
+    ("redis_field_dropped", &["name", "direction"]),
     ("transport_connected", &["kind", "role", "name"]),
     ("transport_connections", &["kind", "role", "name"]),
     ("sqs_endpoint_requests", &["action", "queue", "code"]),
@@ -585,6 +610,8 @@ pub const LABELS: &[(&str, &[&str])] = &[
     ("plugin_network_refused", &["plugin", "part", "via"]),
     ("plugin_shadow", &["route", "plugin", "shadow", "agreement"]),
     ("tenant_messages", &["route", "tenant"]),
+    ("binding_available", &["route", "binding"]),
+    ("send_unavailable", &["route", "binding"]),
     ("outbox_depth", &["route", "binding"]),
     ("outbox_oldest_age_seconds", &["route", "binding"]),
     ("outbox_leases_held", &["route"]),

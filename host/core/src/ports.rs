@@ -62,6 +62,14 @@ pub trait DeliveryHandle: Send + Sync {
         Ok(())
     }
 
+    /// Whether the message may be held while a target is in an outage,
+    /// for as long as it lasts. False where someone waits for the answer
+    /// (an HTTP caller): the message is released at once instead, and the
+    /// caller retries.
+    fn holds_through_outages(&self) -> bool {
+        true
+    }
+
     /// How many times the source has delivered this message before, when
     /// the transport knows.
     fn redelivery_count(&self) -> Option<u32> {

@@ -26,8 +26,10 @@ use crate::ports::{Delivery, DeliveryHandle, ProcessError, Receiver, SendOutcome
 use crate::tap::TapPoint;
 use crate::trace::DeliveryTrace;
 
+mod availability;
 mod binding;
 mod outbox;
+pub use availability::{Availability, MAX_PROBE_INTERVAL, Pass, Transition};
 pub use binding::{Binding, SendContext, Sent};
 pub use outbox::{Leasing, Outbox, partition_of};
 
@@ -70,6 +72,9 @@ pub struct RoutePolicy {
     /// Redeliveries a source with a delivery count gets before the message
     /// is treated as permanently failed.
     pub max_replay_attempts: u32,
+    /// A binding's outage this long dead-letters the messages held for it
+    /// (`target_unavailable`); `None` holds them for as long as it lasts.
+    pub max_outage: Option<Duration>,
     pub trust_bridge_headers: bool,
     /// Trusted routes: a message that arrives having crossed this many
     /// bridges already is dropped as a loop (`loop_detected`).
@@ -98,6 +103,7 @@ impl RoutePolicy {
             on_expired: c.on_expired,
             on_permanent_failure: c.on_permanent_failure,
             max_replay_attempts: c.max_replay_attempts,
+            max_outage: c.max_outage_secs.map(Duration::from_secs),
             trust_bridge_headers: c.trust_bridge_headers,
             max_hops: c.max_hops,
             dedup_window: Duration::from_secs(c.dedup_window_secs),
@@ -265,6 +271,9 @@ impl Route {
             drainers.spawn(self.clone().keep_leases(outbox.clone(), drainers_stop.clone()));
         }
         running.set(1);
+        for binding in &self.bindings {
+            self.show_availability(binding);
+        }
         info!(route = %self.id, "route started");
 
         loop {
@@ -572,16 +581,38 @@ impl Route {
             }
             _ => {}
         }
+        // Sends made of this message here, for the senders' loss counts.
+        let mut tries: u32 = 0;
+        // Leave to send to a binding in an outage: its turn to probe came.
+        let mut probe: Option<(usize, Pass)> = None;
         loop {
             let mut still_pending = Vec::new();
+            // Plans for bindings whose target is unavailable: held, not
+            // failed.
+            let mut held = Vec::new();
             let mut last_error = String::new();
             // The longest wait a target asked for (HTTP Retry-After).
             let mut not_before = Duration::ZERO;
             let failed_before = failures.len();
             let mut reached = false;
+            let mut sent_any = false;
+            // The longest wait a target that is down asked for.
+            let mut unavailable_wait = Duration::ZERO;
             for plan in pending {
                 let binding = &self.bindings[plan.binding];
-                match binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(attempt)).await {
+                let pass = match probe.take_if(|(b, _)| *b == plan.binding) {
+                    Some((_, pass)) => Some(pass),
+                    None => binding.availability.try_pass(),
+                };
+                let Some(pass) = pass else {
+                    held.push(plan);
+                    continue;
+                };
+                sent_any = true;
+                let sent = binding.deliver(cx, envelope.clone(), &plan.address, earlier.saturating_add(tries)).await;
+                self.observe(binding, &sent, &envelope.id);
+                drop(pass);
+                match sent {
                     Sent::Accepted => accepted.push((plan.binding, plan.address)),
                     Sent::Transient { reason, not_before: Some(wait), after } => {
                         reached |= after.is_none();
@@ -596,10 +627,11 @@ impl Route {
                         last_error = reason;
                         still_pending.push(plan);
                     }
-                    Sent::Unavailable(reason) => {
-                        warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, attempt, sender_connected = false, "send failed, will retry");
+                    Sent::Unavailable { reason, not_before } => {
+                        unavailable_wait = unavailable_wait.max(not_before.unwrap_or_default());
+                        debug!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, error = %reason, "target unavailable; the message is held");
                         last_error = reason;
-                        still_pending.push(plan);
+                        held.push(plan);
                     }
                     Sent::Failed(failure) => {
                         warn!(route, message_id = %envelope.id, binding = %binding.id, address = %plan.address, %failure, "send failed permanently");
@@ -612,55 +644,106 @@ impl Route {
                     }
                 }
             }
-            let outcome = if let Some(f) = failures.get(failed_before) {
-                SendOutcome::Rejected(f.failure.detail.clone())
-            } else if !still_pending.is_empty() {
-                SendOutcome::Failed(last_error.clone())
-            } else {
-                SendOutcome::Delivered
-            };
-            tell_settled(chain, &envelope, &outcome).await;
-            if still_pending.is_empty() {
+            if sent_any {
+                tries = tries.saturating_add(1);
+                let outcome = if let Some(f) = failures.get(failed_before) {
+                    SendOutcome::Rejected(f.failure.detail.clone())
+                } else if !still_pending.is_empty() || !held.is_empty() {
+                    SendOutcome::Failed(last_error.clone())
+                } else {
+                    SendOutcome::Delivered
+                };
+                tell_settled(chain, &envelope, &outcome).await;
+            }
+            if still_pending.is_empty() && held.is_empty() {
                 break;
             }
-            self.count(Count::Retried, "send");
-            if reached {
-                failed = failed.saturating_add(1);
+            if !still_pending.is_empty() {
+                // A target answered about this message and may take it later:
+                // this spends the replay budget.
+                self.count(Count::Retried, "send");
+                if reached {
+                    failed = failed.saturating_add(1);
+                }
+                let delay = self.policy.backoff.delay(attempt).max(not_before);
+                match self.source_retry(&envelope, at, failed, delay, &last_error) {
+                    SourceRetry::Release(settle) => {
+                        self.remember(at, failed, &accepted);
+                        return settle;
+                    }
+                    SourceRetry::Unstable => {
+                        let failure =
+                            Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {last_error}"));
+                        failures.extend(self.fail_all(
+                            std::mem::take(&mut still_pending),
+                            &failure,
+                            self.policy.on_permanent_failure,
+                        ));
+                    }
+                    SourceRetry::Exhausted(count) => {
+                        let detail = format!("delivered {} times without success: {last_error}", count + 1);
+                        let failure = Failure::new(FailureReason::ReplayExhausted, detail);
+                        failures.extend(self.fail_all(
+                            std::mem::take(&mut still_pending),
+                            &failure,
+                            self.policy.on_permanent_failure,
+                        ));
+                    }
+                    SourceRetry::Hold => {}
+                }
+                if !still_pending.is_empty() {
+                    if !sleep_or_shutdown(delay, at.shutdown).await {
+                        self.remember(at, failed, &accepted);
+                        return Settle::Release { after: delay, reason: last_error };
+                    }
+                    attempt = attempt.saturating_add(1);
+                }
             }
-            let delay = self.policy.backoff.delay(attempt).max(not_before);
-            match self.source_retry(&envelope, at, failed, delay, &last_error) {
-                SourceRetry::Release(settle) => {
+            if still_pending.is_empty() && !held.is_empty() {
+                // An outage, not a failure of this message: it waits for the
+                // binding here (the source keeps it reserved), however long
+                // that takes, unless the route set max_outage_secs.
+                held = self.outage_over(held, &mut failures);
+                let Some(first) = held.first().map(|p| p.binding) else { break };
+                if !at.handle.holds_through_outages() {
+                    // Someone waits for the answer: told to come back when
+                    // the next probe may go.
                     self.remember(at, failed, &accepted);
-                    return settle;
+                    let after = self.bindings[first].availability.next_probe_in().unwrap_or_default();
+                    return Settle::Release {
+                        after: after.max(unavailable_wait),
+                        reason: format!("target unavailable: {last_error}"),
+                    };
                 }
-                SourceRetry::Unstable => {
-                    let failure =
-                        Failure::new(FailureReason::UnstableIdentity, format!("{UNSTABLE_IDENTITY}: {last_error}"));
-                    failures.extend(self.fail_all(still_pending, &failure, self.policy.on_permanent_failure));
-                    break;
+                // The target asked not to be tried again sooner (an HTTP
+                // Retry-After): this message waits that long even if another
+                // send ends the outage first.
+                if !unavailable_wait.is_zero() && !sleep_or_shutdown(unavailable_wait, at.shutdown).await {
+                    self.remember(at, failed, &accepted);
+                    return Settle::Release { after: unavailable_wait, reason: last_error };
                 }
-                SourceRetry::Exhausted(count) => {
-                    let detail = format!("delivered {} times without success: {last_error}", count + 1);
-                    let failure = Failure::new(FailureReason::ReplayExhausted, detail);
-                    failures.extend(self.fail_all(still_pending, &failure, self.policy.on_permanent_failure));
-                    break;
+                match self.wait_available(first, at.shutdown).await {
+                    Some(pass) => probe = Some((first, pass)),
+                    None if at.shutdown.is_cancelled() => {
+                        self.remember(at, failed, &accepted);
+                        let reason = format!("the route stopped while its target was unavailable: {last_error}");
+                        return Settle::Release { after: self.policy.backoff.delay(0), reason };
+                    }
+                    // max_outage_secs came: the next round fails what is held.
+                    None => {}
                 }
-                SourceRetry::Hold => {}
             }
-            if !sleep_or_shutdown(delay, at.shutdown).await {
-                self.remember(at, failed, &accepted);
-                return Settle::Release { after: delay, reason: last_error };
-            }
-            attempt = attempt.saturating_add(1);
             if envelope.is_expired_at(self.clock.now()) {
                 // Stale data is not delivered late: what is still pending
                 // follows on_expired, like a message that arrived expired.
                 self.count_expired();
                 let detail = format!("message expired while waiting to retry: {last_error}");
                 let failure = Failure::new(FailureReason::Expired, detail);
+                still_pending.append(&mut held);
                 failures.extend(self.fail_all(still_pending, &failure, self.policy.on_expired));
                 break;
             }
+            still_pending.append(&mut held);
             pending = still_pending;
         }
 
@@ -685,6 +768,88 @@ impl Route {
             }
         }
         settle
+    }
+
+    /// Tells binding `binding`'s availability how the send of `message_id`
+    /// through it ended; logs and shows (`ferry_binding_available`) an
+    /// outage's start (naming the send that found it) and end once each.
+    pub(crate) fn observe(&self, binding: &Binding, sent: &Sent, message_id: &str) {
+        let transition = match sent {
+            Sent::Unavailable { not_before, .. } => {
+                self.metrics.send_unavailable.get_or_create(&self.binding_labels(binding)).inc();
+                binding.availability.unreachable(&self.policy.backoff, *not_before)
+            }
+            // The header mapper asked for a delay: nothing was sent.
+            Sent::Transient { after: Some(_), .. } => return,
+            _ => binding.availability.reached(),
+        };
+        if transition != Transition::Same {
+            let reason = match sent {
+                Sent::Unavailable { reason, .. } => reason.as_str(),
+                _ => "",
+            };
+            availability::log_transition(&self.id, &binding.id, transition, (message_id, reason));
+            self.show_availability(binding);
+        }
+    }
+
+    /// Sets a binding's `ferry_binding_available` gauge.
+    fn show_availability(&self, binding: &Binding) {
+        let up = i64::from(binding.availability.is_available());
+        self.metrics.binding_available.get_or_create(&self.binding_labels(binding)).set(up);
+    }
+
+    fn binding_labels(&self, binding: &Binding) -> crate::metrics::Labels {
+        crate::metrics::labels(&[("route", &self.id), ("binding", &binding.id)])
+    }
+
+    /// The bindings whose target is in an outage now, with how long it has
+    /// lasted (for `/readyz`).
+    pub fn unavailable_bindings(&self) -> Vec<(String, Duration)> {
+        self.bindings.iter().filter_map(|b| b.availability.down_for().map(|d| (b.id.clone(), d))).collect()
+    }
+
+    /// Waits until binding `index` may be sent to again (its outage ended or
+    /// its turn to probe came). `None` when `shutdown` fired or the route's
+    /// `max_outage_secs` came first.
+    async fn wait_available(&self, index: usize, shutdown: &CancellationToken) -> Option<Pass> {
+        let availability = &self.bindings[index].availability;
+        match self.policy.max_outage {
+            None => availability.pass(shutdown).await,
+            Some(limit) => {
+                let left = limit.saturating_sub(availability.down_for().unwrap_or_default());
+                tokio::time::timeout(left, availability.pass(shutdown)).await.ok().flatten()
+            }
+        }
+    }
+
+    /// The held plans whose binding's outage has lasted `max_outage_secs`
+    /// fail for good (`target_unavailable`); the others are returned.
+    fn outage_over(&self, held: Vec<Plan>, failures: &mut Vec<BindingFailure>) -> Vec<Plan> {
+        let mut kept = Vec::new();
+        for plan in held {
+            let binding = &self.bindings[plan.binding];
+            match self.outage_exceeded(binding) {
+                Some(failure) => failures.push(BindingFailure {
+                    binding: binding.id.clone(),
+                    address: plan.address,
+                    failure,
+                    action: self.policy.on_permanent_failure,
+                }),
+                None => kept.push(plan),
+            }
+        }
+        kept
+    }
+
+    /// The failure of a copy held for `binding` when its outage has lasted
+    /// the route's `max_outage_secs`.
+    fn outage_exceeded(&self, binding: &Binding) -> Option<Failure> {
+        let limit = self.policy.max_outage?;
+        let down = binding.availability.down_for().filter(|d| *d >= limit)?;
+        let detail =
+            format!("the target has been unavailable for {} s (max_outage_secs = {})", down.as_secs(), limit.as_secs());
+        Some(Failure::new(FailureReason::TargetUnavailable, detail))
     }
 
     /// Remembers a message that goes back to its source unfinished: the

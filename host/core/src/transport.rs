@@ -194,6 +194,13 @@ pub trait TypedTransport: Send + Sync + 'static {
         None
     }
 
+    /// `ferry validate --explain`: which failed sends this transport's
+    /// sender counts as the target being unavailable (an outage: the
+    /// message is held, no replay is spent).
+    fn outage_note(&self) -> &'static str {
+        "a send that gets no answer"
+    }
+
     /// Why this transport's sender lost what `find` looks for, where it
     /// can say.
     fn lost_note(&self, find: Find) -> Option<&'static str> {
@@ -230,6 +237,7 @@ pub trait Transport: Send + Sync {
     fn lossy_note(&self) -> &'static str;
     fn lost_note(&self, find: Find) -> Option<&'static str>;
     fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str>;
+    fn outage_note(&self) -> &'static str;
 }
 
 fn wrong_kind(transport: &str, got: &str) -> String {
@@ -330,5 +338,9 @@ impl<T: TypedTransport> Transport for T {
 
     fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str> {
         T::sender_config(config).and_then(|c| TypedTransport::sender_warning(self, c))
+    }
+
+    fn outage_note(&self) -> &'static str {
+        TypedTransport::outage_note(self)
     }
 }

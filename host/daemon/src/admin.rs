@@ -43,6 +43,9 @@ pub struct Readiness {
     pub transports: Vec<(String, String, String)>,
     /// Every route id.
     pub routes: Vec<String>,
+    /// (route, binding) of every binding: one whose target is in an outage
+    /// (`ferry_binding_available` 0) is named.
+    pub bindings: Vec<(String, String)>,
 }
 
 /// Readiness as the running bridge sees it; a reload replaces it.
@@ -210,6 +213,11 @@ async fn ready(State(state): State<AdminState>) -> Response {
     for route in &readiness.routes {
         if m.route_running.get_or_create(&ferry_core::metrics::RouteLabels::new(route)).get() != 1 {
             not_ready.push(format!("route {route}: not running"));
+        }
+    }
+    for (route, binding) in &readiness.bindings {
+        if Metrics::gauge(&m.binding_available, &[("route", route), ("binding", binding)]) != 1 {
+            not_ready.push(format!("route {route} binding {binding}: target unavailable; its messages are held"));
         }
     }
     let ready = not_ready.is_empty();

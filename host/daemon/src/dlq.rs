@@ -283,7 +283,7 @@ pub async fn replay_entries(
                 Sent::Accepted => {
                     report.lines.push(format!("{id}: sent {} to {} as {}", entry.envelope.id, binding.id, envelope.id))
                 }
-                Sent::Unavailable(e) | Sent::Transient { reason: e, .. } => {
+                Sent::Unavailable { reason: e, .. } | Sent::Transient { reason: e, .. } => {
                     report.lines.push(format!("{id}: {} failed: {e}; kept", binding.id));
                     all_sent = false;
                 }
@@ -319,7 +319,7 @@ async fn deliver_when_connected(binding: &Binding, cx: SendContext<'_>, envelope
     let deadline = tokio::time::Instant::now() + CONNECT_WAIT;
     loop {
         match binding.deliver(cx, envelope.clone(), address, 0).await {
-            Sent::Unavailable(_) if tokio::time::Instant::now() < deadline => {
+            Sent::Unavailable { .. } if tokio::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
             other => return other,

@@ -117,6 +117,13 @@ fn explain_binding(
     if let Some(warning) = transports::of_sender(sender).ok().and_then(|t| t.sender_warning(sender)) {
         lines.push(format!("  WARN  {warning}"));
     }
+    if let Ok(t) = transports::of_sender(sender) {
+        let until = match route.max_outage_secs {
+            Some(secs) => format!("for up to {secs} s (max_outage_secs), then dead-lettered as target_unavailable"),
+            None => "for as long as the outage lasts".to_owned(),
+        };
+        lines.push(format!("    outage: {}; the message is held, no replay spent, {until}", t.outage_note()));
+    }
     // The address template's headers, so that the probes can be addressed.
     let view = |envelope: &ferry_envelope::Envelope| {
         let mut envelope = envelope.clone();

@@ -323,6 +323,7 @@ impl Rig {
                         address: b.address.clone(),
                         header_mapper,
                         meters: Default::default(),
+                        availability: Default::default(),
                     })
                 })
                 .collect();

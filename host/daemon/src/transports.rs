@@ -15,6 +15,7 @@ pub static TRANSPORTS: &[&dyn Transport] = &[
     &ferry_transport_http::Http,
     &ferry_transport_http::Simplemq,
     &ferry_transport_nats::Nats,
+    &ferry_transport_redis::RedisStreams,
     &ferry_sqs_endpoint::SqsEndpoint,
     &ferry_wasm::transport::Component,
 ];

@@ -192,6 +192,7 @@ mod tests {
         let readiness: SharedReadiness = Arc::new(std::sync::RwLock::new(Readiness {
             transports: Vec::new(),
             routes: vec!["r".into(), "idle".into()],
+            bindings: Vec::new(),
         }));
         let watchdog = Watchdog::new(1, store.clone(), metrics.clone(), readiness);
         let stop = CancellationToken::new();

@@ -141,19 +141,23 @@ impl Sender for Amqp091Sender {
             Ok(Ok(Confirmation::Nack(_))) => Err(TransportError::transient("broker nacked the message")),
             Ok(Ok(Confirmation::NotRequested)) => {
                 self.supervisor.mark_broken(generation).await;
-                Err(TransportError::transient("channel is not in confirm mode"))
+                Err(TransportError::unavailable("channel is not in confirm mode"))
             }
             Ok(Err(e)) => {
                 self.supervisor.mark_broken(generation).await;
                 if is_not_found(&e) {
                     Err(TransportError::permanent(format!("exchange {exchange:?} does not exist: {e}")))
                 } else {
-                    Err(TransportError::transient(format!("publish failed: {e}")))
+                    // The channel or connection closed under the publish.
+                    Err(TransportError::unavailable(format!("publish failed: {e}")))
                 }
             }
             Err(_) => {
                 self.supervisor.mark_broken(generation).await;
-                Err(TransportError::transient(format!("no confirm from the broker within {} ms", timeout.as_millis())))
+                Err(TransportError::unavailable(format!(
+                    "no confirm from the broker within {} ms",
+                    timeout.as_millis()
+                )))
             }
         }
     }

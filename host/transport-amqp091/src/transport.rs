@@ -124,4 +124,8 @@ impl TypedTransport for Amqp091 {
         features.push(feature("headers (18)", Find::Extras));
         Probe { input, features, extras_in: EXTRA + 6 }
     }
+
+    fn outage_note(&self) -> &'static str {
+        "not connected, the channel or connection closed under the publish, or no confirm within send_timeout_ms"
+    }
 }

@@ -90,7 +90,9 @@ async fn connect(
     }
 }
 
-/// Classifies the broker's outcome.
+/// Classifies the broker's outcome: `resource-limit-exceeded` says the
+/// broker takes nothing now (*unavailable*); released and modified are
+/// about this message (*transient*); any other rejection is *permanent*.
 fn outcome_result(outcome: Outcome) -> Result<(), TransportError> {
     match outcome {
         Outcome::Accepted(_) => Ok(()),
@@ -105,7 +107,7 @@ fn outcome_result(outcome: Outcome) -> Result<(), TransportError> {
                 .unwrap_or_else(|| "no condition".to_owned());
             match condition {
                 Some(ErrorCondition::AmqpError(AmqpError::ResourceLimitExceeded)) => {
-                    Err(TransportError::transient(format!("broker throttled the message: {description}")))
+                    Err(TransportError::unavailable(format!("broker throttled the message: {description}")))
                 }
                 Some(c) => {
                     Err(TransportError::permanent(format!("broker rejected the message ({c:?}): {description}")))
@@ -147,7 +149,10 @@ impl Sender for Amqp10Sender {
             }
             Err(_) => {
                 self.supervisor.mark_broken(generation).await;
-                Err(TransportError::transient(format!("no outcome from the broker within {} ms", timeout.as_millis())))
+                Err(TransportError::unavailable(format!(
+                    "no outcome from the broker within {} ms",
+                    timeout.as_millis()
+                )))
             }
         }
     }
@@ -162,7 +167,8 @@ fn classify_send_error(e: fe2o3_amqp::link::SendError) -> TransportError {
     match e {
         SendError::MessageSizeExceeded(e) => TransportError::permanent(format!("message too large for the link: {e}")),
         SendError::MessageEncodeError => TransportError::permanent("message could not be encoded"),
-        other => TransportError::transient(format!("send failed: {other}")),
+        // The link, session or connection went away under the send.
+        other => TransportError::unavailable(format!("send failed: {other}")),
     }
 }
 

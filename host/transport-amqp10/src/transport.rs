@@ -122,4 +122,8 @@ impl TypedTransport for Amqp10 {
         features.push(feature("application properties (18)", Find::Extras));
         Probe { input, features, extras_in: EXTRA + 6 }
     }
+
+    fn outage_note(&self) -> &'static str {
+        "not connected, the link or session gone, resource-limit-exceeded, or no outcome within send_timeout_ms"
+    }
 }

@@ -418,6 +418,12 @@ impl DeliveryHandle for HttpDeliveryHandle {
         Ok(())
     }
 
+    /// The caller is waiting: a target outage answers it 503 with
+    /// `Retry-After` at once rather than holding the request.
+    fn holds_through_outages(&self) -> bool {
+        false
+    }
+
     /// The caller redelivers (it retries on 503), so the route gives a
     /// message that failed transiently back to it at once rather than
     /// holding the request while it retries.

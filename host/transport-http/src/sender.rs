@@ -124,27 +124,37 @@ pub(crate) async fn read_capped(mut response: reqwest::Response, limit: usize) -
     }
 }
 
-/// A non-2xx answer as a failure: 408, 429 and 5xx are transient, held back
-/// by the server's `Retry-After`; every other status is permanent. The
-/// reason is `what`, the status and the start of the answer (at most
-/// [`ERROR_BODY_BYTES`] are read; a body that breaks off is no reason to
-/// wait for more).
+/// A non-2xx answer as a failure, classified once for every HTTP sender:
+/// 408, 429, 502, 503 and 504 say the target takes nothing now
+/// (*unavailable*: an outage, no replay is spent), any other 5xx that it
+/// failed on this message and may take it later (*transient*), every other
+/// status that it never will (*permanent*). A `Retry-After` holds the next
+/// try back. The reason is `what`, the status and the start of the answer
+/// (at most [`ERROR_BODY_BYTES`] are read; a body that breaks off is no
+/// reason to wait for more).
 pub(crate) async fn failure(what: &str, response: reqwest::Response) -> TransportError {
     let status = response.status();
     let wait = retry_after(response.headers());
     let (start, _) = read_capped(response, ERROR_BODY_BYTES).await;
     let text: String = String::from_utf8_lossy(&start).chars().filter(|c| !c.is_control()).take(200).collect();
     let reason = format!("{what} answered {status}: {}", text.trim());
-    let code = status.as_u16();
-    if code == 408 || code == 429 || status.is_server_error() {
-        let e = TransportError::transient(reason);
-        match wait {
-            Some(w) => e.retry_after(w),
-            None => e,
-        }
-    } else {
-        TransportError::permanent(reason)
+    let e = match status.as_u16() {
+        408 | 429 | 502 | 503 | 504 => TransportError::unavailable(reason),
+        _ if status.is_server_error() => TransportError::transient(reason),
+        _ => return TransportError::permanent(reason),
+    };
+    match wait {
+        Some(w) => e.retry_after(w),
+        None => e,
     }
+}
+
+/// A request that got no answer: refused, reset, timed out, a DNS or TLS
+/// failure. Nothing reached the target, so it is *unavailable*; a request
+/// that could not even be built is *permanent*.
+pub(crate) fn no_answer(what: &str, e: &reqwest::Error) -> TransportError {
+    let reason = format!("{what}: {}", error_chain(e));
+    if e.is_builder() { TransportError::permanent(reason) } else { TransportError::unavailable(reason) }
 }
 
 fn with_tls(mut builder: reqwest::ClientBuilder, tls: &TlsConfig) -> Result<reqwest::ClientBuilder, TransportError> {
@@ -230,10 +240,7 @@ impl Sender for HttpSender {
             headers.insert(auth::SIGNATURE, v);
         }
         let request = self.client.request(self.method.clone(), url.clone()).headers(headers).body(body);
-        let response = request.send().await.map_err(|e| {
-            // Timeouts, refused connections, resets: the target may come back.
-            TransportError::transient(format!("{} {}: {}", self.method, redact(&url), error_chain(&e)))
-        })?;
+        let response = request.send().await.map_err(|e| no_answer(&format!("{} {}", self.method, redact(&url)), &e))?;
         if response.status().is_success() {
             return Ok(());
         }

@@ -4,7 +4,8 @@
 //! invisible for the queue's visibility timeout), `PUT
 //! …/messages/{id}` extends that timeout, `DELETE …/messages/{id}`
 //! acknowledges. Every call carries `Authorization: Bearer <api key>` (one
-//! key per queue). 408, 429 and 5xx are transient.
+//! key per queue). Failures are classified as every HTTP sender's are (see
+//! [`failure`](crate::sender::failure)).
 //!
 //! Content is base64 text; by default it holds the JSON wire format of
 //! seed 004, so headers cross a queue that has none. With
@@ -79,7 +80,7 @@ fn message_url(api_url: &str, queue: &str, id: &str) -> Result<String, Transport
 const MAX_ANSWER_BYTES: usize = 4 * 1024 * 1024;
 
 fn unreachable_error(what: &str, e: &reqwest::Error) -> TransportError {
-    TransportError::transient(format!("SimpleMQ {what}: {e}"))
+    crate::sender::no_answer(&format!("SimpleMQ {what}"), e)
 }
 
 #[derive(Debug, Deserialize)]

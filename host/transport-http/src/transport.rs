@@ -118,6 +118,10 @@ impl TypedTransport for Http {
         ];
         Probe { input, features, extras_in: EXTRA + 1 }
     }
+
+    fn outage_note(&self) -> &'static str {
+        "a refused or reset connection, DNS, TLS, a connect or request timeout, or 408, 429, 502, 503, 504"
+    }
 }
 
 #[async_trait]
@@ -247,5 +251,9 @@ impl TypedTransport for Simplemq {
         };
         features.push(feature("other headers (12)", Find::Extras));
         Probe { input, features, extras_in: if mqbridge { EXTRA + 1 } else { EXTRA + 6 } }
+    }
+
+    fn outage_note(&self) -> &'static str {
+        "a refused or reset connection, DNS, TLS, a connect or request timeout, or 408, 429, 502, 503, 504"
     }
 }

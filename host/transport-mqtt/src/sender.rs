@@ -63,7 +63,7 @@ impl Connection {
             Err(_) => return,
         };
         for w in waiters {
-            let _ = w.send(Err(TransportError::transient(reason.to_owned())));
+            let _ = w.send(Err(TransportError::unavailable(reason.to_owned())));
         }
     }
 }
@@ -149,7 +149,7 @@ impl Sender for MqttSender {
             let _order = conn.submit.lock().await;
             match conn.queued.lock() {
                 Ok(mut q) if !q.dead => q.waiters.push_back(tx),
-                _ => return Err(TransportError::transient("connection lost")),
+                _ => return Err(TransportError::unavailable("connection lost")),
             }
             if let Err(e) = conn
                 .client
@@ -168,15 +168,16 @@ impl Sender for MqttSender {
                 if let Ok(mut q) = conn.queued.lock() {
                     q.waiters.pop_back();
                 }
-                return Err(TransportError::transient(format!("publish not queued: {e}")));
+                return Err(TransportError::unavailable(format!("publish not queued: {e}")));
             }
         }
         match tokio::time::timeout(Duration::from_millis(shared.config.ack_timeout_ms), rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(TransportError::transient("connection closed before the broker acknowledged")),
-            Err(_) => {
-                Err(TransportError::transient(format!("no acknowledgement within {} ms", shared.config.ack_timeout_ms)))
-            }
+            Ok(Err(_)) => Err(TransportError::unavailable("connection closed before the broker acknowledged")),
+            Err(_) => Err(TransportError::unavailable(format!(
+                "no acknowledgement within {} ms",
+                shared.config.ack_timeout_ms
+            ))),
         }
     }
 
@@ -310,7 +311,7 @@ async fn connection_loop(shared: Arc<Shared>, stop: CancellationToken) {
         let reason = error.clone().unwrap_or_else(|| "sender closed".to_owned());
         conn.fail_all(&format!("mqtt connection lost: {reason}"));
         for (_, w) in by_pkid.drain() {
-            let _ = w.send(Err(TransportError::transient(format!(
+            let _ = w.send(Err(TransportError::unavailable(format!(
                 "mqtt connection lost before the acknowledgement: {reason}"
             ))));
         }

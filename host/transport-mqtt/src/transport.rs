@@ -126,4 +126,8 @@ impl TypedTransport for Mqtt {
             _ => None,
         }
     }
+
+    fn outage_note(&self) -> &'static str {
+        "not connected, the connection lost before the acknowledgement, or no acknowledgement within ack_timeout_ms"
+    }
 }

@@ -98,7 +98,7 @@ pub async fn probe(url: &str, tls: Option<&TlsConfig>) -> Result<Client, Transpo
     let attempt = options(tls, url, name, 200, 1000).connect(url);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Ok(Ok(client)) => Ok(client),
-        Ok(Err(e)) => Err(TransportError::transient(format!("connect: {e}"))),
-        Err(_) => Err(TransportError::transient("connect: timed out")),
+        Ok(Err(e)) => Err(TransportError::unavailable(format!("connect: {e}"))),
+        Err(_) => Err(TransportError::unavailable("connect: timed out")),
     }
 }

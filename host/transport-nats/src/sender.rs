@@ -96,11 +96,20 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, TransportError>
     Ok(map)
 }
 
+/// A failed JetStream publish, classified once: no stream answering for the
+/// subject (no responders), no PubAck in time, a broken connection or a
+/// stream at its `max_ack_pending` say the target takes nothing now
+/// (*unavailable*: an outage, no replay is spent); a message over the
+/// server's `max_payload` never fits (*permanent*); anything else the
+/// stream answered is about this message (*transient*).
 fn publish_error(e: &async_nats::jetstream::context::PublishError) -> TransportError {
     match e.kind() {
         PublishErrorKind::MaxPayloadExceeded => TransportError::permanent(format!("publish: {e}")),
         PublishErrorKind::StreamNotFound => {
-            TransportError::transient(format!("publish: no stream takes this subject (yet): {e}"))
+            TransportError::unavailable(format!("publish: no stream takes this subject (yet): {e}"))
+        }
+        PublishErrorKind::TimedOut | PublishErrorKind::BrokenPipe | PublishErrorKind::MaxAckPending => {
+            TransportError::unavailable(format!("publish: {e}"))
         }
         _ => TransportError::transient(format!("publish: {e}")),
     }
@@ -119,8 +128,8 @@ impl Sender for NatsSender {
             link.client
                 .publish_with_headers(subject, headers, payload)
                 .await
-                .map_err(|e| TransportError::transient(format!("publish: {e}")))?;
-            return link.client.flush().await.map_err(|e| TransportError::transient(format!("flush: {e}")));
+                .map_err(|e| TransportError::unavailable(format!("publish: {e}")))?;
+            return link.client.flush().await.map_err(|e| TransportError::unavailable(format!("flush: {e}")));
         }
         let pending = link
             .js

@@ -132,4 +132,8 @@ impl TypedTransport for Nats {
     fn lossy_note(&self) -> &'static str {
         "NATS headers are text: a name with a space, ':' or a non-ASCII character cannot be sent"
     }
+
+    fn outage_note(&self) -> &'static str {
+        "not connected, no stream answering for the subject (no responders), no PubAck in time, or max ack pending"
+    }
 }

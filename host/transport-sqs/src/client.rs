@@ -102,9 +102,11 @@ const THROTTLING: [&str; 5] = [
     "KmsThrottled",
 ];
 
-/// Classifies an SDK error once: network, timeouts, throttling, 5xx and
-/// a queue that does not exist (yet) are transient; anything else the
-/// service refused (validation) is permanent.
+/// Classifies an SDK error once. No answer (a refused or broken
+/// connection, DNS, a timeout), throttling and 5xx say the service takes
+/// nothing now (*unavailable*: an outage, no replay is spent); a queue that
+/// does not exist (yet) is *transient*; anything else the service refused
+/// (validation) is *permanent*.
 pub fn classify<E, R>(err: SdkError<E, R>) -> TransportError
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -119,18 +121,18 @@ where
             let server_side = status.contains("status: 5") || status.contains("StatusCode(5");
             if THROTTLING.contains(&code)
                 || code.contains("Throttl")
-                || code.contains("QueueDoesNotExist")
-                || code == "AWS.SimpleQueueService.NonExistentQueue"
                 || server_side
                 || code.contains("InternalError")
                 || code.contains("ServiceUnavailable")
             {
+                TransportError::unavailable(text)
+            } else if code.contains("QueueDoesNotExist") || code == "AWS.SimpleQueueService.NonExistentQueue" {
                 TransportError::transient(text)
             } else {
                 TransportError::permanent(text)
             }
         }
-        _ => TransportError::transient(text),
+        _ => TransportError::unavailable(text),
     }
 }
 

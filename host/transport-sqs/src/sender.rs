@@ -24,7 +24,7 @@ use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, names};
 use sha2::{Digest, Sha256};
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::attributes::{AttributeValue, Selection, body, md5_of_body, md5_of_selection, select};
 use crate::client::{QueueTarget, classify, client, queue_url};
@@ -259,8 +259,9 @@ async fn send_entries(sdk: &Client, url: &str, entries: &[PreparedMessage]) -> V
     for failed in out.failed() {
         let Some(i) = failed.id().parse::<usize>().ok().filter(|i| *i < entries.len()) else { continue };
         let why = format!("{}: {}", failed.code(), failed.message().unwrap_or(""));
-        let throttled = failed.code().contains("Throttl");
-        results[i] = if failed.sender_fault() && !throttled {
+        results[i] = if failed.code().contains("Throttl") {
+            Err(TransportError::unavailable(why))
+        } else if failed.sender_fault() {
             Err(TransportError::permanent(why))
         } else {
             Err(TransportError::transient(why))
@@ -293,8 +294,11 @@ async fn batch_loop(sender: std::sync::Weak<SqsSender>, mut rx: mpsc::Receiver<(
         let any_transient = results.iter().any(|r| matches!(r, Err(e) if e.is_transient()));
         this.metrics.connected.get_or_create(&conn_labels).set(if any_transient { 0 } else { 1 });
         for ((_, reply), result) in batch.into_iter().zip(results) {
-            if let Err(e) = &result {
-                warn!(sender = %this.name, error = %e, "send failed");
+            match &result {
+                // An outage is logged once, by the route, when it starts.
+                Err(e) if e.is_unavailable() => debug!(sender = %this.name, error = %e, "send failed"),
+                Err(e) => warn!(sender = %this.name, error = %e, "send failed"),
+                Ok(()) => {}
             }
             let _ = reply.send(result);
         }

@@ -97,6 +97,10 @@ impl TypedTransport for Sqs {
             _ => None,
         }
     }
+
+    fn outage_note(&self) -> &'static str {
+        "no answer (connection, DNS, timeout), throttling, or a 5xx"
+    }
 }
 
 /// The `--explain` probe of an SQS message (the SQS endpoint's receivers

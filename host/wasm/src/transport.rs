@@ -817,4 +817,8 @@ impl TypedTransport for Component {
         let _ = find;
         Some("the component decides what it carries")
     }
+
+    fn outage_note(&self) -> &'static str {
+        "nothing: a component's transient result is transient (a component cannot say unavailable yet)"
+    }
 }

@@ -399,15 +399,16 @@ async fn a_generated_id_that_fails_transiently_is_dead_lettered_as_unstable_iden
     let rabbit = Rabbit::connect().await;
     let src = unique("bb-unstable-in");
     rabbit.declare_queue(&src).await;
-    // The target is down for the whole test: its port refuses connections.
-    let down = ferry_tests::ports::ClosedPort::new();
-    let sender =
-        format!("type = \"amqp091\"\nurl = \"amqp://guest:guest@{}/%2f\"\nreconnect_initial_ms = 100", down.addr());
+    // The target fails every message for itself (500: transient, a
+    // failure of the message that spends the budget, not an outage).
+    let target = ferry_tests::webhook::WebhookTarget::start().await;
+    target.answer_all(ferry_tests::webhook::answer(500, None));
+    let sender = format!("type = \"http\"\nurl = \"{}\"", target.url("/fail"));
     let ws = Workspace::with_plugins(&[]);
     ws.config(&config(
         &amqp091_receiver(&src),
         &sender,
-        "nowhere",
+        "",
         "unstable_identity = \"fail\"\nmax_replay_attempts = 1000",
     ));
     let daemon = Daemon::start_with_connected(&ws, &[("receiver", "in")]);

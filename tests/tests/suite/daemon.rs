@@ -116,7 +116,8 @@ impl Outage {
     async fn publish_while_target_is_down(&mut self, daemon: &Daemon, id: &str, payload: &str) {
         self.target.stop();
         self.publisher.publish_with(&format!("{}/x", self.src), payload, &[("mqtt.message-id", id)]).await;
-        daemon.wait_for_line(&[&format!("message_id={id}"), "will retry"], WAIT);
+        // Taken and held: in flight, not acknowledged.
+        daemon.wait_for_total("ferry_messages_in_flight", "", 1.0, WAIT);
     }
 
     /// Restarts the target and subscribes to the destination on it.

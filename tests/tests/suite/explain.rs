@@ -68,6 +68,10 @@ async fn mqtt_to_sqs_keeps_as_many_user_properties_as_the_report_says() {
     let report = explain(&ws);
     assert!(report.contains("ok    identity (mqtt.message-id) -> message_attributes.mqtt.message-id"), "{report}");
     assert!(report.contains("ok    user property -> message_attributes.probe-text"), "{report}");
+    assert!(
+        report.contains("outage: no answer (connection, DNS, timeout), throttling, or a 5xx; the message is held, no replay spent, for as long as the outage lasts"),
+        "{report}"
+    );
     let promised: usize = report
         .split("LOST  other user properties (13): only ")
         .nth(1)

@@ -337,8 +337,9 @@ async fn http_callers_cannot_forge_reserved_headers() {
             }
             "hello".to_owned()
         };
-        // The caller hears 503 while the webhook fails, and sends again, as
-        // a webhook caller does; the same idempotency key keeps its identity.
+        // The caller hears 503 while the webhook fails, and sends again after
+        // its Retry-After, as a webhook caller does; the same idempotency
+        // key keeps its identity.
         let request = request.body(body).timeout(WAIT);
         let mut statuses = Vec::new();
         for _ in 0..5 {
@@ -347,6 +348,8 @@ async fn http_callers_cannot_forge_reserved_headers() {
             if reply.status() == 200 {
                 break;
             }
+            let wait = reply.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1);
+            tokio::time::sleep(Duration::from_secs(wait.min(10))).await;
         }
         assert_eq!(statuses.last(), Some(&200), "accepted once the webhook took it: {statuses:?}");
         f.check(&ws, daemon, if wire { "HTTP, JSON wire format" } else { "HTTP X-Ferry- headers" }).await;

@@ -13,8 +13,8 @@ use std::time::Duration;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, topic};
 use ferry_tests::nats::{Nats, PrivateNats, header};
-use ferry_tests::ports::ClosedPort;
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit, URL091};
+use ferry_tests::webhook::{WebhookTarget, answer};
 use ferry_tests::{eventually_async, unique};
 use lapin::types::AMQPValue;
 
@@ -198,9 +198,9 @@ address = "{queue}"
     for i in 0..20 {
         nats.publish(&format!("outage.m{i}"), &format!("m-{i}"), &[("Nats-Msg-Id", &format!("m-{i}"))]).await;
     }
-    // Each failed and went back (a NAK with the route's backoff), and none
-    // is acknowledged while the target is down.
-    daemon.wait_for_total("ferry_messages_retried_total", "route=\"outage\"", 20.0, WAIT);
+    // The target is unavailable: the messages in hand are held (progress
+    // acks), no replay is spent, and none is acknowledged meanwhile.
+    daemon.wait_for_total("ferry_send_unavailable_total", "route=\"outage\"", 2.0, WAIT);
     let (pending, unacked) = nats.backlog(&stream, "ferry-in").await;
     assert_eq!(u64::try_from(unacked).unwrap_or(0) + pending, 20, "every message still at the source");
 
@@ -219,7 +219,10 @@ async fn a_message_that_keeps_failing_is_dead_lettered_after_the_replay_budget_a
     let nats = Nats::connect(&server.url()).await;
     let stream = stream_name("POISON");
     nats.stream(&stream, &["poison.>"]).await;
-    let nobody = ClosedPort::new();
+    // The target fails every message for itself: a 500 spends the budget
+    // (a target that is down would only delay it).
+    let target = WebhookTarget::start().await;
+    target.answer_all(answer(500, None));
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
         r#"
@@ -230,8 +233,7 @@ stream = "{stream}"
 
 [senders.out]
 type = "http"
-url = "http://{nobody}/hook"
-connect_timeout_ms = 200
+url = "{hook}"
 
 [[routes]]
 id = "poison"
@@ -243,7 +245,7 @@ backoff = {{ initial_ms = 20, max_ms = 50 }}
 sender = "out"
 "#,
         url = server.url(),
-        nobody = nobody.addr(),
+        hook = target.url("/hook"),
     ));
     let daemon = Daemon::start(&ws, 2);
     nats.publish("poison.a", "never lands", &[("Nats-Msg-Id", "p-1")]).await;

@@ -1,6 +1,7 @@
 //! SQS routes through the real daemon, against moto_server and Mosquitto:
 //! the header mapping both ways and its "crossing transports" effects,
-//! redelivery with a growing receive count ending in the DLQ, and a
+//! redelivery with a growing receive count ending in the DLQ, a target
+//! outage that holds the message without counting receives, and a
 //! message held for longer than its visibility timeout delivered once.
 
 use std::collections::HashMap;
@@ -8,9 +9,10 @@ use std::time::Duration;
 
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace};
 use ferry_tests::http::{get, sample, wait_for_sample};
-use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, topic, user_property};
+use ferry_tests::mqtt::{TestMqtt, broker_url, topic, user_property};
 use ferry_tests::sqs::{self, attribute, create_queue, depth, receive, receive_first, text};
 use ferry_tests::unique;
+use ferry_tests::webhook::{WebhookTarget, answer};
 
 fn sqs_to_mqtt(admin: &str, queue_url: &str, mqtt_url: &str, dst: &str, route_extra: &str, processors: &str) -> String {
     format!(
@@ -155,17 +157,49 @@ async fn attributes_over_the_sqs_limit_are_counted_on_the_metrics_endpoint() {
     assert_eq!(daemon.terminate().code(), Some(0));
 }
 
+/// `[receivers.q]` on `queue_url` and one route to `[senders.out]`
+/// (`sender`, a TOML body).
+fn sqs_to(admin: &str, queue_url: &str, sender: &str, route_extra: &str) -> String {
+    format!(
+        r#"
+[admin]
+listen = "{admin}"
+[receivers.q]
+type = "sqs"
+queue_url = "{queue_url}"
+endpoint_url = "{endpoint}"
+wait_time_seconds = 1
+visibility_timeout = 2
+[senders.out]
+{sender}
+[[routes]]
+id = "sqs-in"
+receiver = "q"
+{route_extra}
+[routes.backoff]
+initial_ms = 100
+max_ms = 200
+[[routes.bindings]]
+sender = "out"
+"#,
+        endpoint = sqs::endpoint(),
+    )
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_target_makes_sqs_redeliver_with_a_growing_count_until_the_dlq() {
     let client = sqs::client();
     let (_, url) = create_queue(&client, "bb-sqs-replay", false).await;
-    let mut target = PrivateMosquitto::start().await;
+    // The target fails the message for itself (500): each failure spends
+    // a replay, and SQS counts the receives.
+    let target = WebhookTarget::start().await;
+    target.answer_all(answer(500, None));
     let admin = ANY_PORT.to_owned();
     let ws = Workspace::with_plugins(&[]);
-    ws.config(&sqs_to_mqtt(&admin, &url, &target.url(), &unique("bb/dlq"), "max_replay_attempts = 2", ""));
-    let daemon = Daemon::start(&ws, 2);
+    let sender = format!("type = \"http\"\nurl = \"{}\"", target.url("/hook"));
+    ws.config(&sqs_to(&admin, &url, &sender, "max_replay_attempts = 2"));
+    let daemon = Daemon::start(&ws, 1);
     let admin = daemon.admin();
-    target.stop();
     sqs::send(&client, &url, "never delivered", HashMap::new()).await;
 
     daemon.wait_for_total("ferry_messages_dead_lettered_total", "", 1.0, Duration::from_secs(30));
@@ -178,6 +212,43 @@ async fn a_failing_target_makes_sqs_redeliver_with_a_growing_count_until_the_dlq
     assert_eq!(dead.len(), 1, "dead-lettered once the replays ran out:\n{log}");
     assert_eq!(dead[0]["reason"], "replay_exhausted");
     assert_eq!(dead[0]["envelope"]["headers"]["sqs.ApproximateReceiveCount"]["value"], 3);
+    assert_eq!(target.count(), 3, "one send per receive");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_down_longer_than_the_budget_holds_the_sqs_message_without_counting_receives() {
+    let client = sqs::client();
+    let (_, url) = create_queue(&client, "bb-sqs-outage", false).await;
+    // Down for the first 20 s (its port refuses connections), far longer
+    // than the budget (2 replays of 100-200 ms) and ten times the queue's
+    // visibility timeout.
+    let down = ferry_tests::ports::ClosedPort::new();
+    let admin = ANY_PORT.to_owned();
+    let ws = Workspace::with_plugins(&[]);
+    let sender = format!("type = \"http\"\nurl = \"http://{}/hook\"\nconnect_timeout_ms = 500", down.addr());
+    ws.config(&sqs_to(&admin, &url, &sender, "max_replay_attempts = 2"));
+    let daemon = Daemon::start(&ws, 1);
+    sqs::send(&client, &url, "waits out the outage", HashMap::new()).await;
+    daemon.wait_for_total("ferry_send_unavailable_total", "route=\"sqs-in\"", 1.0, Duration::from_secs(30));
+    let admin = daemon.admin();
+    let (status, body) = get(&admin, "/readyz").expect("readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("target unavailable"), "{body}");
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert!(ws.dead_letters().is_empty());
+    let target = WebhookTarget::start_on(down.listen()).await;
+    let hits = target.wait_for(1, Duration::from_secs(30), |_| true).await;
+    assert_eq!(hits.len(), 1, "delivered once the target is back");
+    assert_eq!(hits[0].body.as_ref(), b"waits out the outage");
+    let receives: u64 =
+        hits[0].header("x-ferry-sqs.approximatereceivecount").and_then(|v| v.parse().ok()).expect("receive count");
+    assert!(receives <= 2, "held at the source, not given back to be counted: {receives}");
+    assert_eq!(sqs::wait_until_empty(&client, &url).await, (0, 0), "deleted once delivered");
+    wait_for_sample(&admin, "ferry_binding_available", "route=\"sqs-in\"", 1.0, Duration::from_secs(10));
+    let (_, metrics) = get(&admin, "/metrics").expect("metrics");
+    assert_eq!(sample(&metrics, "ferry_messages_retried_total", "route=\"sqs-in\""), None, "no replay spent");
+    assert_eq!(daemon.terminate().code(), Some(0));
+    assert!(ws.dead_letters().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -26,6 +26,9 @@ pub struct Binding {
     pub header_mapper: Option<SharedHeaderMapper>,
     /// Metric handles, resolved on the first send (`Default::default()`).
     pub meters: BindingMeters,
+    /// Whether its target takes messages now, shared by every copy sent
+    /// through it (`Default::default()`).
+    pub availability: super::Availability,
 }
 
 /// A binding's per-send metric handles for the route that sends through it.
@@ -39,9 +42,12 @@ pub struct BindingMeters(
 pub enum Sent {
     /// The target accepted it.
     Accepted,
-    /// Nothing was attempted: the sender has no connection. Not a failure
-    /// of the message; it does not use up a replay.
-    Unavailable(String),
+    /// The target as a whole cannot take messages now: nothing reached it,
+    /// or it said so for everything. Not a failure of the message: it does
+    /// not use up a replay; the binding is in an outage until a send
+    /// reaches it again.
+    /// `not_before` when the target asked not to be tried again sooner.
+    Unavailable { reason: String, not_before: Option<Duration> },
     /// Try again later: `after` when the header mapper named a delay (not
     /// a failed send); `not_before` when the target failed and asked not to
     /// be tried again sooner (an HTTP `Retry-After`).
@@ -108,7 +114,7 @@ impl Binding {
                 age.observe(age_ms.max(0) as f64 / 1000.0);
                 Sent::Accepted
             }
-            Err(e) if e.is_unavailable() => Sent::Unavailable(e.reason),
+            Err(e) if e.is_unavailable() => Sent::Unavailable { not_before: e.retry_after, reason: e.reason },
             Err(e) if e.is_transient() => Sent::Transient { after: None, not_before: e.retry_after, reason: e.reason },
             Err(e) => Sent::Failed(e.failure()),
         }

@@ -529,9 +529,32 @@ impl Route {
             self.finish_failed(outbox, record, token, failure, stop).await;
             return;
         }
+        // A binding in an outage: the record waits for its turn to probe (or
+        // for the end of the outage) without spending a replay.
+        let pass = match binding.availability.try_pass() {
+            Some(pass) => pass,
+            None => {
+                if let Some(failure) = self.outage_exceeded(binding) {
+                    self.finish_failed(outbox, record, token, failure, stop).await;
+                    return;
+                }
+                match self.wait_available(index, stop).await {
+                    Some(pass) => pass,
+                    None => {
+                        match self.outage_exceeded(binding) {
+                            Some(failure) => self.finish_failed(outbox, record, token, failure, stop).await,
+                            None => self.put_back(outbox, &record, token, Duration::ZERO).await,
+                        }
+                        return;
+                    }
+                }
+            }
+        };
         let trace = DeliveryTrace::resume(&record.envelope);
         let cx = self.send_context(&trace);
         let sent = binding.deliver(cx, record.envelope.clone(), &record.address, record.replay_count).await;
+        self.observe(binding, &sent, &record.envelope.id);
+        drop(pass);
         self.tell_chain(&record.envelope, &sent).await;
         match sent {
             Sent::Accepted => {
@@ -540,11 +563,12 @@ impl Route {
                     warn!(binding = %binding.id, error = %e, "cannot complete an outbox record; it will be sent again");
                 }
             }
-            Sent::Unavailable(reason) => {
-                // Nothing was sent: the record waits for the connection
-                // without spending a replay.
-                debug!(binding = %binding.id, %reason, "sender not connected; the record waits");
-                self.put_back(outbox, &record, token, UNAVAILABLE_WAIT).await;
+            Sent::Unavailable { reason, not_before } => {
+                // An outage: the record waits for the binding (and no less
+                // than the target asked) without spending a replay.
+                debug!(binding = %binding.id, %reason, "target unavailable; the record waits");
+                let wait = not_before.unwrap_or_default().max(UNAVAILABLE_WAIT);
+                self.put_back(outbox, &record, token, wait).await;
             }
             Sent::Transient { after: Some(after), reason, .. } => {
                 // The header mapper asked for a delay: not a failed send.
@@ -592,7 +616,7 @@ impl Route {
         }
         let outcome = match sent {
             Sent::Accepted => SendOutcome::Delivered,
-            Sent::Unavailable(reason) | Sent::Transient { reason, .. } => SendOutcome::Failed(reason.clone()),
+            Sent::Unavailable { reason, .. } | Sent::Transient { reason, .. } => SendOutcome::Failed(reason.clone()),
             Sent::Failed(failure) => SendOutcome::Rejected(failure.detail.clone()),
         };
         tell_settled(&chain, envelope, &outcome).await;

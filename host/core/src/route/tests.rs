@@ -136,6 +136,7 @@ fn policy() -> RoutePolicy {
         on_expired: FailureAction::Drop,
         on_permanent_failure: FailureAction::Dlq,
         max_replay_attempts: 5,
+        max_outage: None,
         trust_bridge_headers: false,
         max_hops: 8,
         dedup_window: Duration::from_secs(300),
@@ -162,6 +163,7 @@ fn harness(
             address: format!("out/{i}"),
             header_mapper: None,
             meters: Default::default(),
+            availability: Default::default(),
         })
         .collect();
     let dlq = Arc::new(MemoryDlq::default());
@@ -684,4 +686,188 @@ async fn a_generated_id_is_released_by_default_and_failed_as_unstable_identity_w
     run_until_settled(&h, 1).await;
     assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("gen-2".into())]);
     assert!(h.dlq.entries.lock().expect("lock").is_empty());
+}
+
+/// A target that is down (every send unavailable) until `until`, then
+/// takes everything.
+struct DownUntil {
+    until: tokio::time::Instant,
+    attempts: AtomicUsize,
+    sent: Mutex<Vec<String>>,
+}
+
+impl DownUntil {
+    fn new(down: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            until: tokio::time::Instant::now() + down,
+            attempts: AtomicUsize::new(0),
+            sent: Mutex::default(),
+        })
+    }
+}
+
+#[async_trait]
+impl Sender for DownUntil {
+    async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
+        self.attempts.fetch_add(1, Ordering::SeqCst);
+        if tokio::time::Instant::now() < self.until {
+            return Err(TransportError::unavailable("connection refused"));
+        }
+        self.sent.lock().expect("lock").push(msg.envelope.id.clone());
+        Ok(())
+    }
+}
+
+/// The harness's route with binding `index` sending through `sender`.
+fn with_sender(mut h: Harness, index: usize, sender: Arc<dyn Sender>) -> Harness {
+    let route = Arc::get_mut(&mut h.route).expect("not shared yet");
+    route.bindings[index].sender = sender;
+    h
+}
+
+/// Runs the route until `n` deliveries settled or `bound` of (paused) time
+/// passed, then shuts it down.
+async fn run_for(h: &Harness, n: usize, bound: Duration) {
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(h.route.clone().run(shutdown.clone()));
+    let end = tokio::time::Instant::now() + bound;
+    while h.log.lock().expect("lock").len() < n && tokio::time::Instant::now() < end {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    shutdown.cancel();
+    task.await.expect("join").expect("route result");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_outage_longer_than_the_whole_budget_delays_messages_and_never_fails_them() {
+    // A source that counts redeliveries (SQS, AMQP, NATS) and one that does
+    // not (MQTT): both keep the message through 10 minutes of outage, with
+    // the budget (5 replays, about 3 s of backoff) never touched.
+    for count in [Some(0), None] {
+        let messages: Vec<Envelope> = (0..3)
+            .map(|i| {
+                let mut e = env(&format!("m{i}"));
+                if let Some(c) = count {
+                    e.set_header("test.count", HeaderValue::Integer(c));
+                }
+                e
+            })
+            .collect();
+        let target = DownUntil::new(Duration::from_secs(600));
+        let mut p = policy();
+        p.backoff.initial = Duration::from_millis(100);
+        p.backoff.max = Duration::from_secs(60);
+        let h = with_sender(harness(messages, vec![], 1, p), 0, target.clone());
+        run_for(&h, 3, Duration::from_secs(900)).await;
+        let mut log = h.log.lock().expect("lock").clone();
+        log.sort_by_key(|s| format!("{s:?}"));
+        assert_eq!(log, ["m0", "m1", "m2"].map(|m| Settled::Acked(m.into())), "{count:?}");
+        assert!(h.dlq.entries.lock().expect("lock").is_empty());
+        assert_eq!(target.sent.lock().expect("lock").len(), 3);
+        // One probe at a time, at the backoff's pace and at most
+        // MAX_PROBE_INTERVAL apart (about 6 probes to reach it, then one
+        // every 5 s): not one send per message per backoff step.
+        let attempts = target.attempts.load(Ordering::SeqCst);
+        assert!((600 / 5..=600 / 5 + 20).contains(&attempts), "{attempts} attempts");
+        let text = h.route.metrics.render();
+        assert!(!text.contains("ferry_messages_retried_total"), "{text}");
+        assert!(text.contains("ferry_binding_available{route=\"r1\",binding=\"b0\"} 1"), "{text}");
+        let unavailable = Metrics::count(&h.route.metrics.send_unavailable, &[("route", "r1"), ("binding", "b0")]);
+        assert_eq!(unavailable as usize, attempts - 3);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_gauge_shows_an_outage_while_it_lasts() {
+    let target = DownUntil::new(Duration::from_secs(60));
+    let h = with_sender(harness(vec![env("m1")], vec![], 1, policy()), 0, target.clone());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(h.route.clone().run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(Metrics::gauge(&h.route.metrics.binding_available, &[("route", "r1"), ("binding", "b0")]), 0);
+    let down = h.route.unavailable_bindings();
+    assert_eq!(down.len(), 1);
+    assert_eq!(down[0].0, "b0");
+    assert!(h.log.lock().expect("lock").is_empty());
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(Metrics::gauge(&h.route.metrics.binding_available, &[("route", "r1"), ("binding", "b0")]), 1);
+    assert!(h.route.unavailable_bindings().is_empty());
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Acked("m1".into())]);
+    shutdown.cancel();
+    task.await.expect("join").expect("route result");
+}
+
+#[tokio::test(start_paused = true)]
+async fn max_outage_secs_dead_letters_what_is_held_as_target_unavailable() {
+    let mut p = policy();
+    p.max_outage = Some(Duration::from_secs(20));
+    let mut counted = env("m1");
+    counted.set_header("test.count", HeaderValue::Integer(0));
+    let target = DownUntil::new(Duration::from_secs(3600));
+    let h = with_sender(harness(vec![counted, env("m2")], vec![], 1, p), 0, target.clone());
+    run_for(&h, 2, Duration::from_secs(60)).await;
+    let dlq = h.dlq.entries.lock().expect("lock").clone();
+    assert_eq!(dlq.len(), 2);
+    assert!(dlq.iter().all(|d| d.reason == FailureReason::TargetUnavailable), "{dlq:?}");
+    assert_eq!(dlq[0].binding.as_deref(), Some("b0"));
+    let mut log = h.log.lock().expect("lock").clone();
+    log.sort_by_key(|s| format!("{s:?}"));
+    assert_eq!(log, vec![Settled::Acked("m1".into()), Settled::Acked("m2".into())]);
+    let text = h.route.metrics.render();
+    assert!(
+        text.contains("ferry_messages_dead_lettered_total{route=\"r1\",reason=\"target_unavailable\"} 2"),
+        "{text}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn fan_out_with_one_binding_down_keeps_the_other_flowing() {
+    let messages: Vec<Envelope> = (0..5).map(|i| env(&format!("m{i}"))).collect();
+    let down = DownUntil::new(Duration::from_secs(120));
+    let up = DownUntil::new(Duration::ZERO);
+    let h = harness(messages, vec![], 2, RoutePolicy { dispatch_mode: DispatchMode::FanOut, ..policy() });
+    let h = with_sender(with_sender(h, 0, down.clone()), 1, up.clone());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(h.route.clone().run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    // The binding that is up took the copies of every message the route
+    // holds (max_in_flight = 4); none is settled, since the other copy of
+    // each is still held, and the fifth waits at the source.
+    assert_eq!(up.sent.lock().expect("lock").len(), 4);
+    assert!(down.sent.lock().expect("lock").is_empty());
+    assert!(h.log.lock().expect("lock").is_empty());
+    tokio::time::sleep(Duration::from_secs(90)).await;
+    assert_eq!(down.sent.lock().expect("lock").len(), 5);
+    assert_eq!(up.sent.lock().expect("lock").len(), 5, "the binding that took its copies gets none twice");
+    assert_eq!(h.log.lock().expect("lock").len(), 5);
+    assert!(h.dlq.entries.lock().expect("lock").is_empty());
+    shutdown.cancel();
+    task.await.expect("join").expect("route result");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_poison_message_still_dead_letters_while_the_others_flow() {
+    // The target refuses m1 for itself (transient, every time) and takes
+    // the others: m1 spends its budget and is dead-lettered; the others
+    // are acknowledged.
+    let h = harness(vec![env("ok1"), env("m1"), env("ok2")], vec![], 1, policy());
+    struct Picky(Arc<FakeSender>);
+    #[async_trait]
+    impl Sender for Picky {
+        async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
+            if msg.envelope.id == "m1" {
+                return Err(TransportError::transient("422 unprocessable"));
+            }
+            self.0.send(msg).await
+        }
+    }
+    let inner = Arc::new(FakeSender::default());
+    let h = with_sender(h, 0, Arc::new(Picky(inner.clone())));
+    run_for(&h, 3, Duration::from_secs(120)).await;
+    let dlq = h.dlq.entries.lock().expect("lock").clone();
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].envelope.id, "m1");
+    assert_eq!(dlq[0].reason, FailureReason::ReplayExhausted);
+    assert_eq!(inner.sent.lock().expect("lock").len(), 2);
+    assert_eq!(h.log.lock().expect("lock").len(), 3);
 }

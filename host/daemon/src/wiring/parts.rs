@@ -433,6 +433,7 @@ pub(super) fn make_bindings(
                 address: b.address.clone(),
                 header_mapper,
                 meters: Default::default(),
+                availability: Default::default(),
             })
         })
         .collect()

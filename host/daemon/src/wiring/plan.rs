@@ -277,7 +277,15 @@ pub(super) async fn prepare(
         let (kind, role, name) = super::endpoint::READINESS;
         transports.push((kind.to_owned(), role.to_owned(), name.to_owned()));
     }
-    let readiness = Readiness { transports, routes: config.routes.iter().map(|r| r.id.clone()).collect() };
+    let readiness = Readiness {
+        transports,
+        routes: config.routes.iter().map(|r| r.id.clone()).collect(),
+        bindings: config
+            .routes
+            .iter()
+            .flat_map(|r| r.bindings.iter().map(|b| (r.id.clone(), b.id().to_owned())))
+            .collect(),
+    };
     Ok(Prepared { senders, routes, kept, swaps, plugins, readiness })
 }
 

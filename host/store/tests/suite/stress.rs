@@ -150,6 +150,7 @@ async fn flood(store: Arc<dyn Store>, metrics: Metrics, n: usize, partitions: u3
             address: format!("out-{i}"),
             header_mapper: None,
             meters: Default::default(),
+            availability: Default::default(),
         })
         .collect();
     let route = Arc::new(Route {
@@ -170,6 +171,7 @@ async fn flood(store: Arc<dyn Store>, metrics: Metrics, n: usize, partitions: u3
             on_expired: FailureAction::Dlq,
             on_permanent_failure: FailureAction::Dlq,
             max_replay_attempts: 50,
+            max_outage: None,
             trust_bridge_headers: false,
             max_hops: 8,
             dedup_window: Duration::from_secs(300),

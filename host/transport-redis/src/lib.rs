@@ -1,0 +1,31 @@
+//! ferry's Redis Streams transport, on redis-rs.
+//!
+//! - [`ingress`]: a stream entry -> envelope (the payload field, the
+//!   identity field, other fields as headers, the stream, entry id,
+//!   delivery count and time as `redis.*` headers).
+//! - [`egress`]: envelope -> `XADD` (stream key templates, the identity
+//!   and payload fields, headers as fields).
+//! - [`receiver`]: [`RedisReceiver`], a consumer in a consumer group: an
+//!   entry is acknowledged only after its route is done with it, held
+//!   entries are kept from other consumers, idle ones are claimed.
+//! - [`sender`]: [`RedisSender`], which completes a send once Redis
+//!   answered with the new entry's id.
+//! - [`entry`]: entries out of Redis's replies.
+//! - [`fixture`]: fixture entries in and outbound `XADD`s as JSON, for
+//!   `ferry test`.
+//! - [`link`]: connections and the `--connect` probe.
+//! - [`transport`]: [`RedisStreams`], the crate's entry in the daemon's
+//!   transport table.
+
+pub mod egress;
+pub mod entry;
+pub mod fixture;
+pub mod ingress;
+pub mod link;
+pub mod receiver;
+pub mod sender;
+pub mod transport;
+
+pub use receiver::RedisReceiver;
+pub use sender::RedisSender;
+pub use transport::RedisStreams;

@@ -1,0 +1,326 @@
+//! A target that is down delays messages and never fails them (issue 55):
+//! every source ferry has, in both delivery modes, against a target that is
+//! down for longer than the whole retry budget, with messages published
+//! before and during the outage. Every message arrives once the target is
+//! back, none is dead-lettered or spends a replay, and a source that counts
+//! its redeliveries did not count the outage (SQS `ApproximateReceiveCount`
+//! ≤ 2). An HTTP caller, which waits for its answer, is told 503 with
+//! `Retry-After` at once.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::Duration;
+
+use fe2o3_amqp::types::messaging::{Data, Message, Properties};
+use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace, with_admin};
+use ferry_tests::http::{get, sample};
+use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::nats::{Nats, PrivateNats};
+use ferry_tests::ports::ClosedPort;
+use ferry_tests::rabbit::{Amqp10Client, PrivateRabbit, Rabbit, URL10, URL091};
+use ferry_tests::sqs::{self, create_queue};
+use ferry_tests::unique;
+use ferry_tests::webhook::WebhookTarget;
+use lapin::BasicProperties;
+
+/// Longer than the whole retry budget of every route here (5 replays of
+/// 50-200 ms) many times over, and than an SQS visibility timeout of 2 s.
+const OUTAGE: Duration = Duration::from_secs(20);
+const WAIT: Duration = Duration::from_secs(60);
+const MODES: [(&str, &str); 2] = [("direct", "direct_hold"), ("outbox", "shared_outbox")];
+
+/// The sources of one test, each with a route per delivery mode to the
+/// `[senders.out]` the test gives, and how to publish to each.
+struct Sources {
+    mqtt: HashMap<&'static str, String>,
+    sqs: HashMap<&'static str, String>,
+    amqp091: HashMap<&'static str, String>,
+    amqp10: HashMap<&'static str, String>,
+    nats: HashMap<&'static str, String>,
+    nats_server: PrivateNats,
+    publisher: TestMqtt,
+    sqs_client: aws_sdk_sqs::Client,
+    rabbit: Rabbit,
+    amqp10_client: Amqp10Client,
+    nats_client: Nats,
+}
+
+impl Sources {
+    async fn new() -> Self {
+        let sqs_client = sqs::client();
+        let rabbit = Rabbit::connect().await;
+        let nats_server = PrivateNats::start().await;
+        let nats_client = Nats::connect(&nats_server.url()).await;
+        let (mut mqtt, mut queues, mut amqp091, mut amqp10, mut nats) =
+            (HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
+        for (mode, _) in MODES {
+            mqtt.insert(mode, unique(&format!("outage/{mode}")));
+            queues.insert(mode, create_queue(&sqs_client, &format!("outage-{mode}"), false).await.1);
+            let q = unique(&format!("outage-091-{mode}"));
+            rabbit.declare_queue(&q).await;
+            amqp091.insert(mode, q);
+            let q = unique(&format!("outage-10-{mode}"));
+            rabbit.declare_queue(&q).await;
+            amqp10.insert(mode, q);
+            let stream = unique(&format!("OUTAGE_{mode}")).replace(['-', '/', '.'], "_");
+            nats_client.stream(&stream, &[&format!("{stream}.>")]).await;
+            nats.insert(mode, stream);
+        }
+        Self {
+            mqtt,
+            sqs: queues,
+            amqp091,
+            amqp10,
+            nats,
+            nats_server,
+            publisher: TestMqtt::connect(&broker_url()).await,
+            sqs_client,
+            rabbit,
+            amqp10_client: Amqp10Client::connect(URL10).await,
+            nats_client,
+        }
+    }
+
+    /// `[receivers.*]` and `[[routes]]` for every source and mode, each
+    /// route to `[senders.out]` at `address`.
+    fn config(&self, address: &str) -> String {
+        let mut out = String::new();
+        for (mode, delivery) in MODES {
+            let receivers = [
+                (
+                    "mqtt",
+                    format!(
+                        "type = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"\ntopics = [\"{}/#\"]",
+                        broker_url(),
+                        unique("ferry-outage"),
+                        self.mqtt[mode]
+                    ),
+                ),
+                (
+                    "sqs",
+                    format!(
+                        "type = \"sqs\"\nqueue_url = \"{}\"\nendpoint_url = \"{}\"\nwait_time_seconds = 1\nvisibility_timeout = 2",
+                        self.sqs[mode],
+                        sqs::endpoint()
+                    ),
+                ),
+                ("amqp091", format!("type = \"amqp091\"\nurl = \"{URL091}\"\nqueue = \"{}\"", self.amqp091[mode])),
+                (
+                    "amqp10",
+                    format!("type = \"amqp10\"\nurl = \"{URL10}\"\naddress = \"/amq/queue/{}\"", self.amqp10[mode]),
+                ),
+                (
+                    "nats",
+                    format!("type = \"nats\"\nurl = \"{}\"\nstream = \"{}\"", self.nats_server.url(), self.nats[mode]),
+                ),
+            ];
+            for (source, receiver) in receivers {
+                let id = format!("{source}-{mode}");
+                out.push_str(&format!(
+                    "[receivers.{id}]\n{receiver}\n\n[[routes]]\nid = \"{id}\"\nreceiver = \"{id}\"\n\
+                     delivery_mode = \"{delivery}\"\nmax_in_flight = 8\nbackoff = {{ initial_ms = 50, max_ms = 200 }}\n\n\
+                     [[routes.bindings]]\nsender = \"out\"\naddress = \"{address}\"\n\n"
+                ));
+            }
+        }
+        out
+    }
+
+    /// The receivers whose connection `/readyz` reports.
+    fn parts() -> Vec<(&'static str, String)> {
+        let mut parts = Vec::new();
+        for (mode, _) in MODES {
+            for source in ["mqtt", "sqs", "amqp091", "amqp10", "nats"] {
+                parts.push(("receiver", format!("{source}-{mode}")));
+            }
+        }
+        parts
+    }
+
+    /// Publishes message `tag` to every source and mode; returns the bodies
+    /// sent, by route id.
+    async fn publish(&mut self, tag: &str) -> Vec<(String, String)> {
+        let mut sent = Vec::new();
+        for (mode, _) in MODES {
+            let body = |source: &str| format!("{source}-{mode}:{tag}");
+            let b = body("mqtt");
+            self.publisher.publish_with(&format!("{}/x", self.mqtt[mode]), &b, &[("mqtt.message-id", &b)]).await;
+            sent.push((format!("mqtt-{mode}"), b));
+            let b = body("sqs");
+            sqs::send(&self.sqs_client, &self.sqs[mode], &b, HashMap::new()).await;
+            sent.push((format!("sqs-{mode}"), b));
+            let b = body("amqp091");
+            let properties = BasicProperties::default().with_message_id(b.clone().into());
+            self.rabbit.publish("", &self.amqp091[mode], b.as_bytes(), properties).await;
+            sent.push((format!("amqp091-{mode}"), b));
+            let b = body("amqp10");
+            let message = Message::builder()
+                .properties(Properties::builder().message_id(b.clone()).build())
+                .data(Data(b.clone().into_bytes().into()))
+                .build();
+            self.amqp10_client.send(&format!("/amq/queue/{}", self.amqp10[mode]), message).await;
+            sent.push((format!("amqp10-{mode}"), b));
+            let b = body("nats");
+            let subject = format!("{}.x", self.nats[mode]);
+            self.nats_client.publish(&subject, &b, &[("Nats-Msg-Id", &b)]).await;
+            sent.push((format!("nats-{mode}"), b));
+        }
+        sent
+    }
+
+    async fn clean_up(self) {
+        for (mode, _) in MODES {
+            self.rabbit.delete_queue(&self.amqp091[mode]).await;
+            self.rabbit.delete_queue(&self.amqp10[mode]).await;
+        }
+        self.amqp10_client.close().await;
+    }
+}
+
+/// Waits until every route of `sent` sees its binding available again,
+/// then asserts that each met the outage and that nothing was
+/// dead-lettered or spent a replay.
+async fn assert_back_with_no_replay_spent(admin: &str, sent: &[(String, String)]) {
+    let routes: BTreeSet<&String> = sent.iter().map(|(r, _)| r).collect();
+    ferry_tests::eventually("every binding available again", || {
+        let (_, metrics) = get(admin, "/metrics").expect("metrics");
+        let down: Vec<&&String> = routes
+            .iter()
+            .filter(|r| sample(&metrics, "ferry_binding_available", &format!("route=\"{r}\"")) != Some(1.0))
+            .collect();
+        if down.is_empty() { Ok(()) } else { Err(format!("{down:?}")) }
+    })
+    .await;
+    let (_, metrics) = get(admin, "/metrics").expect("metrics");
+    assert_eq!(sample(&metrics, "ferry_messages_dead_lettered_total", ""), None, "{metrics}");
+    assert_eq!(sample(&metrics, "ferry_messages_retried_total", "reason=\"send\""), None, "{metrics}");
+    for route in routes {
+        let labels = format!("route=\"{route}\"");
+        assert!(
+            sample(&metrics, "ferry_send_unavailable_total", &labels).unwrap_or(0.0) >= 1.0,
+            "{route} met the outage:\n{metrics}"
+        );
+        assert_eq!(sample(&metrics, "ferry_binding_available", &labels), Some(1.0), "{route} is back:\n{metrics}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_target_down_longer_than_the_budget_delays_every_source_and_fails_nothing() {
+    let mut sources = Sources::new().await;
+    let down = ClosedPort::new();
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[senders.out]\ntype = \"http\"\nurl = \"http://{}/hook\"\nconnect_timeout_ms = 500\n\n{}",
+            down.addr(),
+            sources.config("")
+        ),
+    ));
+    let parts = Sources::parts();
+    let parts: Vec<(&str, &str)> = parts.iter().map(|(r, n)| (*r, n.as_str())).collect();
+    let daemon = Daemon::start_with_connected(&ws, &parts);
+    let admin = daemon.admin();
+
+    let mut sent = sources.publish("before").await;
+    tokio::time::sleep(OUTAGE / 2).await;
+    sent.extend(sources.publish("during").await);
+    tokio::time::sleep(OUTAGE / 2).await;
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+    let (status, body) = get(&admin, "/readyz").expect("readyz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("binding out: target unavailable"), "{body}");
+
+    let target = WebhookTarget::start_on(down.listen()).await;
+    let hits = target.wait_for(sent.len(), WAIT, |_| true).await;
+    let bodies: BTreeMap<String, usize> = hits.iter().fold(BTreeMap::new(), |mut m, h| {
+        *m.entry(String::from_utf8_lossy(&h.body).into_owned()).or_default() += 1;
+        m
+    });
+    let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !bodies.contains_key(*b)).collect();
+    assert!(missing.is_empty(), "every message arrives once the target is back; missing {missing:?}");
+    for hit in hits.iter().filter(|h| h.header("x-ferry-sqs.approximatereceivecount").is_some()) {
+        let count: u64 = hit.header("x-ferry-sqs.approximatereceivecount").and_then(|c| c.parse().ok()).expect("count");
+        assert!(count <= 2, "SQS did not count the outage: {count} receives of {:?}", hit.body);
+    }
+    assert_back_with_no_replay_spent(&admin, &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty());
+    sources.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rabbitmq_target_stopped_longer_than_the_budget_delays_every_source_and_fails_nothing() {
+    let mut sources = Sources::new().await;
+    let mut target = PrivateRabbit::start().await;
+    let queue = unique("outage-target");
+    Rabbit::connect_to(&target.url091()).await.declare_queue(&queue).await;
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[senders.out]\ntype = \"amqp091\"\nurl = \"{}\"\nreconnect_initial_ms = 100\nreconnect_max_ms = 500\n\n{}",
+            target.url091(),
+            sources.config(&queue)
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 1);
+    let admin = daemon.admin();
+    target.stop().await;
+
+    let mut sent = sources.publish("before").await;
+    tokio::time::sleep(OUTAGE / 2).await;
+    sent.extend(sources.publish("during").await);
+    tokio::time::sleep(OUTAGE / 2).await;
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+
+    target.restart().await;
+    let got = Rabbit::connect_to(&target.url091()).await.collect(&queue, sent.len(), WAIT).await;
+    let bodies: BTreeSet<String> = got.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect();
+    let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !bodies.contains(*b)).collect();
+    assert!(missing.is_empty(), "every message arrives once the target is back; missing {missing:?}");
+    assert_back_with_no_replay_spent(&admin, &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty());
+    sources.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_http_caller_is_told_503_with_retry_after_at_once_while_the_target_is_down() {
+    let down = ClosedPort::new();
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[receivers.in]\ntype = \"http\"\nlisten = \"{ANY_PORT}\"\npath = \"/in\"\n\
+             [senders.out]\ntype = \"http\"\nurl = \"http://{}/hook\"\nconnect_timeout_ms = 500\n\
+             [[routes]]\nid = \"web\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"out\"\n",
+            down.addr()
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 0);
+    let url = format!("{}/in", daemon.http_url("in"));
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(20)).build().expect("client");
+    for _ in 0..3 {
+        let started = std::time::Instant::now();
+        let reply = client.post(&url).body("m").send().await.expect("POST");
+        assert_eq!(reply.status(), 503);
+        assert!(reply.headers().contains_key("retry-after"));
+        assert!(started.elapsed() < Duration::from_secs(10), "answered without holding the request");
+    }
+    let target = WebhookTarget::start_on(down.listen()).await;
+    let reply = ferry_tests::eventually_async("a 200 once the target is back", || {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let reply = client.post(&url).body("after").send().await.expect("POST");
+            if reply.status() == 200 { Ok(reply.status()) } else { Err(reply.status()) }
+        }
+    })
+    .await;
+    assert_eq!(reply, 200);
+    assert!(target.hits().iter().any(|h| h.body.as_ref() == b"after"));
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty());
+}
