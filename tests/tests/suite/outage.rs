@@ -1,23 +1,30 @@
 //! A target that is down delays messages and never fails them (issue 55):
-//! every source ferry has, in both delivery modes, against a target that is
-//! down for longer than the whole retry budget, with messages published
+//! every source ferry has (MQTT, SQS, AMQP 0-9-1, AMQP 1.0, NATS,
+//! SimpleMQ's fake, ferry's own SQS endpoint), in both delivery modes,
+//! against a target that is down for longer than the whole retry budget
+//! (an HTTP target refusing connections, a private RabbitMQ and a private
+//! Mosquitto stopped, SQS cut off), with messages published
 //! before and during the outage. Every message arrives once the target is
 //! back, none is dead-lettered or spends a replay, and a source that counts
 //! its redeliveries did not count the outage (SQS `ApproximateReceiveCount`
 //! ≤ 2). An HTTP caller, which waits for its answer, is told 503 with
 //! `Retry-After` at once.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use fe2o3_amqp::types::messaging::{Data, Message, Properties};
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace, with_admin};
 use ferry_tests::http::{get, sample};
-use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url};
 use ferry_tests::nats::{Nats, PrivateNats};
 use ferry_tests::ports::ClosedPort;
 use ferry_tests::rabbit::{Amqp10Client, PrivateRabbit, Rabbit, URL10, URL091};
+use ferry_tests::simplemq::FakeSimpleMq;
 use ferry_tests::sqs::{self, create_queue};
+use ferry_tests::tcp_proxy::TcpProxy;
 use ferry_tests::unique;
 use ferry_tests::webhook::WebhookTarget;
 use lapin::BasicProperties;
@@ -37,6 +44,11 @@ struct Sources {
     amqp10: HashMap<&'static str, String>,
     nats: HashMap<&'static str, String>,
     nats_server: PrivateNats,
+    simplemq: HashMap<&'static str, String>,
+    simplemq_server: FakeSimpleMq,
+    endpoint: HashMap<&'static str, String>,
+    /// The daemon's SQS endpoint, once it listens.
+    endpoint_client: Option<aws_sdk_sqs::Client>,
     publisher: TestMqtt,
     sqs_client: aws_sdk_sqs::Client,
     rabbit: Rabbit,
@@ -50,8 +62,10 @@ impl Sources {
         let rabbit = Rabbit::connect().await;
         let nats_server = PrivateNats::start().await;
         let nats_client = Nats::connect(&nats_server.url()).await;
+        let simplemq_server = FakeSimpleMq::start(Duration::from_secs(5)).await;
         let (mut mqtt, mut queues, mut amqp091, mut amqp10, mut nats) =
             (HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new(), HashMap::new());
+        let (mut simplemq, mut endpoint) = (HashMap::new(), HashMap::new());
         for (mode, _) in MODES {
             mqtt.insert(mode, unique(&format!("outage/{mode}")));
             queues.insert(mode, create_queue(&sqs_client, &format!("outage-{mode}"), false).await.1);
@@ -64,6 +78,10 @@ impl Sources {
             let stream = unique(&format!("OUTAGE_{mode}")).replace(['-', '/', '.'], "_");
             nats_client.stream(&stream, &[&format!("{stream}.>")]).await;
             nats.insert(mode, stream);
+            let q = unique(&format!("outage-smq-{mode}"));
+            simplemq_server.create_queue(&q, "key");
+            simplemq.insert(mode, q);
+            endpoint.insert(mode, unique(&format!("outage-ep-{mode}")));
         }
         Self {
             mqtt,
@@ -72,6 +90,10 @@ impl Sources {
             amqp10,
             nats,
             nats_server,
+            simplemq,
+            simplemq_server,
+            endpoint,
+            endpoint_client: None,
             publisher: TestMqtt::connect(&broker_url()).await,
             sqs_client,
             rabbit,
@@ -83,7 +105,11 @@ impl Sources {
     /// `[receivers.*]` and `[[routes]]` for every source and mode, each
     /// route to `[senders.out]` at `address`.
     fn config(&self, address: &str) -> String {
-        let mut out = String::new();
+        let mut out = format!("[endpoints.sqs]\nlisten = \"{ANY_PORT}\"\n");
+        for (mode, _) in MODES {
+            out.push_str(&format!("[endpoints.sqs.queues.\"{}\"]\n", self.endpoint[mode]));
+        }
+        out.push('\n');
         for (mode, delivery) in MODES {
             let receivers = [
                 (
@@ -112,6 +138,16 @@ impl Sources {
                     "nats",
                     format!("type = \"nats\"\nurl = \"{}\"\nstream = \"{}\"", self.nats_server.url(), self.nats[mode]),
                 ),
+                (
+                    "simplemq",
+                    format!(
+                        "type = \"simplemq\"\nqueue = \"{}\"\napi_key = \"key\"\napi_url = \"{}\"\n\
+                         polling_interval_ms = 100\nextend_every_secs = 1",
+                        self.simplemq[mode],
+                        self.simplemq_server.url()
+                    ),
+                ),
+                ("endpoint", format!("type = \"sqs_endpoint\"\nqueue = \"{}\"", self.endpoint[mode])),
             ];
             for (source, receiver) in receivers {
                 let id = format!("{source}-{mode}");
@@ -129,7 +165,7 @@ impl Sources {
     fn parts() -> Vec<(&'static str, String)> {
         let mut parts = Vec::new();
         for (mode, _) in MODES {
-            for source in ["mqtt", "sqs", "amqp091", "amqp10", "nats"] {
+            for source in ["mqtt", "sqs", "amqp091", "amqp10", "nats", "simplemq"] {
                 parts.push(("receiver", format!("{source}-{mode}")));
             }
         }
@@ -163,7 +199,49 @@ impl Sources {
             let subject = format!("{}.x", self.nats[mode]);
             self.nats_client.publish(&subject, &b, &[("Nats-Msg-Id", &b)]).await;
             sent.push((format!("nats-{mode}"), b));
+            let b = body("simplemq");
+            self.simplemq_server.put(&self.simplemq[mode], &BASE64.encode(&b));
+            sent.push((format!("simplemq-{mode}"), b));
+            let b = body("endpoint");
+            let client = self.endpoint_client.as_ref().expect("the endpoint is known: call listening()");
+            let url = client
+                .get_queue_url()
+                .queue_name(&self.endpoint[mode])
+                .send()
+                .await
+                .expect("queue url")
+                .queue_url
+                .expect("url");
+            sqs::send(client, &url, &b, HashMap::new()).await;
+            sent.push((format!("endpoint-{mode}"), b));
         }
+        sent
+    }
+
+    /// Takes the address of the daemon's SQS endpoint.
+    fn listening(&mut self, daemon: &Daemon) {
+        let listen = daemon.listener("sqs_endpoint", "sqs");
+        self.endpoint_client = Some(sqs::client_for(&format!("http://{listen}")));
+    }
+
+    /// Asserts that no SimpleMQ message was handed out more than twice.
+    fn assert_simplemq_held(&self) {
+        for (mode, _) in MODES {
+            for m in self.simplemq_server.messages(&self.simplemq[mode]) {
+                assert!(m.receives <= 2, "SimpleMQ did not count the outage: {} receives of {}", m.receives, m.id);
+            }
+        }
+    }
+
+    /// Publishes a message to every source before and during an outage
+    /// that lasts [`OUTAGE`] from now; asserts that nothing was
+    /// dead-lettered meanwhile. What was sent, by route.
+    async fn through_outage(&mut self, ws: &Workspace) -> Vec<(String, String)> {
+        let mut sent = self.publish("before").await;
+        tokio::time::sleep(OUTAGE / 2).await;
+        sent.extend(self.publish("during").await);
+        tokio::time::sleep(OUTAGE / 2).await;
+        assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
         sent
     }
 
@@ -174,6 +252,12 @@ impl Sources {
         }
         self.amqp10_client.close().await;
     }
+}
+
+/// Asserts that every message `sent` arrived (`arrived` has its body).
+fn assert_all_arrived(sent: &[(String, String)], arrived: &BTreeSet<String>) {
+    let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !arrived.contains(*b)).collect();
+    assert!(missing.is_empty(), "every message arrives once the target is back; missing {missing:?}");
 }
 
 /// Waits until every route of `sent` sees its binding available again,
@@ -221,24 +305,16 @@ async fn an_http_target_down_longer_than_the_budget_delays_every_source_and_fail
     let parts: Vec<(&str, &str)> = parts.iter().map(|(r, n)| (*r, n.as_str())).collect();
     let daemon = Daemon::start_with_connected(&ws, &parts);
     let admin = daemon.admin();
+    sources.listening(&daemon);
 
-    let mut sent = sources.publish("before").await;
-    tokio::time::sleep(OUTAGE / 2).await;
-    sent.extend(sources.publish("during").await);
-    tokio::time::sleep(OUTAGE / 2).await;
-    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+    let sent = sources.through_outage(&ws).await;
     let (status, body) = get(&admin, "/readyz").expect("readyz");
     assert_eq!(status, 503, "{body}");
     assert!(body.contains("binding out: target unavailable"), "{body}");
 
     let target = WebhookTarget::start_on(down.listen()).await;
     let hits = target.wait_for(sent.len(), WAIT, |_| true).await;
-    let bodies: BTreeMap<String, usize> = hits.iter().fold(BTreeMap::new(), |mut m, h| {
-        *m.entry(String::from_utf8_lossy(&h.body).into_owned()).or_default() += 1;
-        m
-    });
-    let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !bodies.contains_key(*b)).collect();
-    assert!(missing.is_empty(), "every message arrives once the target is back; missing {missing:?}");
+    assert_all_arrived(&sent, &hits.iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect());
     for hit in hits.iter().filter(|h| h.header("x-ferry-sqs.approximatereceivecount").is_some()) {
         let count: u64 = hit.header("x-ferry-sqs.approximatereceivecount").and_then(|c| c.parse().ok()).expect("count");
         assert!(count <= 2, "SQS did not count the outage: {count} receives of {:?}", hit.body);
@@ -246,6 +322,7 @@ async fn an_http_target_down_longer_than_the_budget_delays_every_source_and_fail
     assert_back_with_no_replay_spent(&admin, &sent).await;
     assert!(daemon.terminate().success());
     assert!(ws.dead_letters().is_empty());
+    sources.assert_simplemq_held();
     sources.clean_up().await;
 }
 
@@ -267,22 +344,88 @@ async fn a_rabbitmq_target_stopped_longer_than_the_budget_delays_every_source_an
     ));
     let daemon = Daemon::start(&ws, 1);
     let admin = daemon.admin();
+    sources.listening(&daemon);
     target.stop().await;
 
-    let mut sent = sources.publish("before").await;
-    tokio::time::sleep(OUTAGE / 2).await;
-    sent.extend(sources.publish("during").await);
-    tokio::time::sleep(OUTAGE / 2).await;
-    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+    let sent = sources.through_outage(&ws).await;
 
     target.restart().await;
     let got = Rabbit::connect_to(&target.url091()).await.collect(&queue, sent.len(), WAIT).await;
-    let bodies: BTreeSet<String> = got.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect();
-    let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !bodies.contains(*b)).collect();
-    assert!(missing.is_empty(), "every message arrives once the target is back; missing {missing:?}");
+    assert_all_arrived(&sent, &got.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect());
     assert_back_with_no_replay_spent(&admin, &sent).await;
     assert!(daemon.terminate().success());
     assert!(ws.dead_letters().is_empty());
+    sources.assert_simplemq_held();
+    sources.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_mqtt_target_stopped_longer_than_the_budget_delays_every_source_and_fails_nothing() {
+    let mut sources = Sources::new().await;
+    let mut target = PrivateMosquitto::start().await;
+    let dst = unique("outage/dst");
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    // The sender reconnects slowly enough that the test's subscriber is
+    // back on the restarted target before ferry is.
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[senders.out]\ntype = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"\nreconnect_initial_ms = 1500\n\
+             reconnect_max_ms = 2000\nack_timeout_ms = 2000\n\n{}",
+            target.url(),
+            unique("ferry-outage-out"),
+            sources.config(&format!("{dst}/out"))
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 1);
+    let admin = daemon.admin();
+    sources.listening(&daemon);
+    target.stop();
+
+    let sent = sources.through_outage(&ws).await;
+    target.restart().await;
+    let mut sub = TestMqtt::connect(&target.url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    let got = sub.collect(sent.len()).await;
+    assert_all_arrived(&sent, &got.iter().map(|p| String::from_utf8_lossy(&p.payload).into_owned()).collect());
+    assert_back_with_no_replay_spent(&admin, &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty());
+    sources.assert_simplemq_held();
+    sources.clean_up().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_sqs_target_cut_off_longer_than_the_budget_delays_every_source_and_fails_nothing() {
+    let mut sources = Sources::new().await;
+    let (_, queue) = create_queue(&sources.sqs_client, "outage-target", false).await;
+    let moto: std::net::SocketAddr = sqs::endpoint().trim_start_matches("http://").parse().expect("moto's address");
+    let proxy = TcpProxy::start(moto).await;
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    let endpoint = format!("http://127.0.0.1:{}", proxy.port);
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[senders.out]\ntype = \"sqs\"\nqueue_url = \"{}\"\nendpoint_url = \"{endpoint}\"\n\n{}",
+            queue,
+            sources.config("")
+        ),
+    ));
+    let daemon = Daemon::start(&ws, 1);
+    let admin = daemon.admin();
+    sources.listening(&daemon);
+    proxy.cut();
+
+    let sent = sources.through_outage(&ws).await;
+    proxy.restore();
+    let got = sqs::consume_bodies(&sources.sqs_client, &queue, sent.len(), 120).await;
+    assert_all_arrived(&sent, &got.into_iter().collect());
+    assert_back_with_no_replay_spent(&admin, &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty());
+    sources.assert_simplemq_held();
     sources.clean_up().await;
 }
 
@@ -323,4 +466,74 @@ async fn an_http_caller_is_told_503_with_retry_after_at_once_while_the_target_is
     assert!(target.hits().iter().any(|h| h.body.as_ref() == b"after"));
     assert!(daemon.terminate().success());
     assert!(ws.dead_letters().is_empty());
+}
+
+/// MQTT `<src>/#` to the HTTP senders `bindings` (name, url) in one route.
+fn mqtt_to_webhooks(src: &str, bindings: &[(&str, String)], route_extra: &str) -> String {
+    let mut out = format!(
+        "[receivers.in]\ntype = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"\ntopics = [\"{src}/#\"]\n",
+        broker_url(),
+        unique("ferry-outage-in")
+    );
+    for (name, url) in bindings {
+        out.push_str(&format!("[senders.{name}]\ntype = \"http\"\nurl = \"{url}\"\nconnect_timeout_ms = 500\n"));
+    }
+    out.push_str(&format!(
+        "[[routes]]\nid = \"hooks\"\nreceiver = \"in\"\n{route_extra}\nbackoff = {{ initial_ms = 50, max_ms = 200 }}\n"
+    ));
+    for (name, _) in bindings {
+        out.push_str(&format!("[[routes.bindings]]\nsender = \"{name}\"\n"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fan_out_with_one_target_down_keeps_the_other_flowing_and_catches_up() {
+    let src = unique("outage/fan");
+    let up = WebhookTarget::start().await;
+    let down = ClosedPort::new();
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    let hooks = [("up", up.url("/up")), ("down", format!("http://{}/down", down.addr()))];
+    ws.config(&with_admin(&admin, mqtt_to_webhooks(&src, &hooks, "dispatch_mode = \"fan_out\"")));
+    let daemon = Daemon::start(&ws, 1);
+    let admin = daemon.admin();
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for i in 0..5 {
+        let id = format!("fan-{i}");
+        publisher.publish_with(&format!("{src}/x"), &id, &[("mqtt.message-id", &id)]).await;
+    }
+    // The binding that is up takes every copy while the other is down.
+    assert_eq!(up.wait_for(5, WAIT, |_| true).await.len(), 5);
+    daemon.wait_for_total("ferry_send_unavailable_total", "binding=\"down\"", 1.0, WAIT);
+    let (_, metrics) = get(&admin, "/metrics").expect("metrics");
+    assert_eq!(sample(&metrics, "ferry_binding_available", "binding=\"down\""), Some(0.0), "{metrics}");
+    assert_eq!(sample(&metrics, "ferry_binding_available", "binding=\"up\""), Some(1.0), "{metrics}");
+
+    let back = WebhookTarget::start_on(down.listen()).await;
+    assert_eq!(back.wait_for(5, WAIT, |_| true).await.len(), 5, "the other binding catches up");
+    daemon.wait_for_total("ferry_messages_acked_total", "route=\"hooks\"", 5.0, WAIT);
+    assert_eq!(up.count(), 5, "the binding that took its copies gets none twice");
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn max_outage_secs_dead_letters_what_waited_too_long_as_target_unavailable() {
+    let src = unique("outage/max");
+    let down = ClosedPort::new();
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    let hooks = [("out", format!("http://{}/down", down.addr()))];
+    ws.config(&with_admin(&admin, mqtt_to_webhooks(&src, &hooks, "max_outage_secs = 2")));
+    let daemon = Daemon::start(&ws, 1);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("{src}/x"), "too late", &[("mqtt.message-id", "late-1")]).await;
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "reason=\"target_unavailable\"", 1.0, WAIT);
+    assert!(daemon.terminate().success());
+    let dead = ws.dead_letters();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0]["reason"], "target_unavailable");
+    assert_eq!(dead[0]["envelope"]["id"], "late-1");
+    assert!(dead[0]["detail"].as_str().is_some_and(|d| d.contains("max_outage_secs = 2")), "{}", dead[0]);
 }
