@@ -113,19 +113,35 @@ reference:
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
 test: plugins test-plugins mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain fuse nats redis
+    @scripts/provision openssl toolchain fuse nats redis nextest
+    @echo "just: step fmt"
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
+    @echo "just: step clippy"
     cargo clippy --workspace --all-targets -- -D warnings
     cd processors && cargo clippy --all-targets -- -D warnings
     cd processors && cargo clippy --target wasm32-wasip2 -- -D warnings
     # One build of everything, the ferry binary included (host/daemon/tests
     # makes cargo build it with the test binaries' features, so nothing is
     # compiled twice), then the example test files, then the tests.
-    cargo test --workspace --no-run
+    @echo "just: step build"
+    cargo nextest run --workspace --no-run
+    @echo "just: step examples"
     {{host_target}}/debug/ferry test examples/tests/*.toml
-    cargo test --workspace --no-fail-fast
+    @echo "just: step tests"
+    cargo nextest run --workspace
+    @echo "just: step doctests"
+    cargo test --workspace --doc
+    @echo "just: step plugin tests"
     cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
+
+# Build what the tests need (the daemon, the Rust and test plugins),
+# incrementally, then run only the tests whose name contains FILTER (a
+# nextest filter: `just t outage::`, `just t route::tests::fan_out`).
+# Brokers are not started here: `just test` (or the brokers' recipes)
+# provisions them once.
+t FILTER="": plugins-rust test-plugins
+    cargo nextest run --workspace --no-fail-fast {{FILTER}}
 
 # (CI runs reduced forms of these in `just test`.)
 # The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.

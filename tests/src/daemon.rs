@@ -10,18 +10,85 @@ use std::time::{Duration, Instant};
 
 /// The `ferry` binary of the same build: beside this executable (a bench
 /// binary in `target/<profile>/`) or one level up (a test in
-/// `target/<profile>/deps/`).
+/// `target/<profile>/deps/`). A binary older than the daemon's sources is
+/// refused (`cargo test -p ferry-tests` does not build it): the tests
+/// would run yesterday's daemon without a word.
 pub fn ferry_binary() -> PathBuf {
+    static CHECKED: std::sync::OnceLock<Result<PathBuf, String>> = std::sync::OnceLock::new();
+    match CHECKED.get_or_init(find_ferry_binary) {
+        Ok(bin) => bin.clone(),
+        Err(why) => panic!("{why}"),
+    }
+}
+
+fn find_ferry_binary() -> Result<PathBuf, String> {
     let exe = std::env::current_exe().expect("current exe");
     let dir = exe.parent().expect("exe dir");
     let candidates = [Some(dir.join("ferry")), dir.parent().map(|d| d.join("ferry"))];
-    for bin in candidates.into_iter().flatten() {
-        if bin.is_file() {
-            return bin;
+    let Some(bin) = candidates.into_iter().flatten().find(|b| b.is_file()) else {
+        return Err(format!(
+            "no ferry binary near {}: run the tests with `just t FILTER` (or `just test`), which build it",
+            exe.display()
+        ));
+    };
+    match stale_because(&bin, &crate::repo_root()) {
+        Some(why) => Err(why),
+        None => Ok(bin),
+    }
+}
+
+/// Why `bin` is older than the code it is built from — a source file or
+/// manifest of the daemon or of a `ferry-*` crate it depends on, changed
+/// after it was linked — or `None` when it is not. Files of crates the
+/// daemon does not link (the bench, the fuzz targets, the tests) do not
+/// count: changing them does not rebuild it.
+pub fn stale_because(bin: &Path, root: &Path) -> Option<String> {
+    let built = std::fs::metadata(bin).and_then(|m| m.modified()).ok()?;
+    let manifest = std::fs::read_to_string(root.join("host/daemon/Cargo.toml")).ok()?;
+    let mut crates = vec![root.join("host/daemon")];
+    let dependencies = manifest.split("\n[dependencies]").nth(1)?.split("\n[").next()?;
+    for line in dependencies.lines() {
+        if let Some(rest) = line.trim().strip_prefix("ferry-") {
+            let name = rest.split(['.', ' ', '=']).next().unwrap_or_default();
+            crates.push(root.join("host").join(name));
         }
     }
-    panic!("no ferry binary near {}: run `cargo build -p ferry-daemon` (just test does)", exe.display());
+    let mut newest: Option<(std::time::SystemTime, PathBuf)> = None;
+    let mut note = |path: PathBuf| {
+        if let Ok(t) = std::fs::metadata(&path).and_then(|m| m.modified())
+            && newest.as_ref().is_none_or(|(n, _)| t > *n)
+        {
+            newest = Some((t, path));
+        }
+    };
+    for dir in crates {
+        note(dir.join("Cargo.toml"));
+        let mut pending = vec![dir.join("src")];
+        while let Some(d) = pending.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    pending.push(path);
+                } else {
+                    note(path);
+                }
+            }
+        }
+    }
+    let (changed, file) = newest.filter(|(t, _)| *t > built)?;
+    let ahead = changed.duration_since(built).unwrap_or_default();
+    Some(format!(
+        "{} is older than the code it is built from ({} changed {:.0} s after it was linked): the tests would \
+         run an old daemon. Build it and run the tests with `just t FILTER` (or `just test`).",
+        bin.display(),
+        file.strip_prefix(root).unwrap_or(&file).display(),
+        ahead.as_secs_f64().ceil()
+    ))
 }
+
+/// How long one `ferry` command of a test may run (a `ferry test` of a
+/// JavaScript component compiles 12 MB of it on a cold cache).
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A working directory with a plugin folder and a config file.
 pub struct Workspace {
@@ -66,7 +133,14 @@ impl Workspace {
     /// Runs `ferry <args>` to completion in this directory; `ferry dlq`,
     /// `outbox` and `tap` reach the daemon running here, if one is.
     pub fn ferry(&self, args: &[&str]) -> Output {
-        self.command(args).output().expect("ferry runs")
+        let child = self
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("ferry runs");
+        crate::wait_within(child, COMMAND_TIMEOUT, &format!("ferry {}", args.join(" ")))
     }
 
     /// `ferry <args>` in this directory, with this workspace's environment
@@ -421,5 +495,56 @@ impl Drop for Daemon {
             let _ = child.wait();
             crate::leftovers::forget(child.id());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::SystemTime;
+
+    fn touch(path: &Path, at: SystemTime) {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+        std::fs::write(path, "x").expect("write");
+        std::fs::File::options().write(true).open(path).expect("open").set_modified(at).expect("mtime");
+    }
+
+    #[test]
+    fn a_binary_older_than_a_source_it_links_is_stale_and_others_are_not() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let root = root.path();
+        let t0 = SystemTime::now() - Duration::from_secs(3600);
+        let manifest = "[package]\nname = \"ferry-daemon\"\n\n[dependencies]\nferry-core.workspace = true\nferry-transport-mqtt.workspace = true\nserde = \"1\"\n\n[dev-dependencies]\nferry-bench.workspace = true\n";
+        std::fs::create_dir_all(root.join("host/daemon")).expect("dirs");
+        std::fs::write(root.join("host/daemon/Cargo.toml"), manifest).expect("manifest");
+        std::fs::File::options()
+            .write(true)
+            .open(root.join("host/daemon/Cargo.toml"))
+            .expect("open")
+            .set_modified(t0)
+            .expect("mtime");
+        touch(&root.join("host/daemon/src/main.rs"), t0);
+        touch(&root.join("host/core/src/route/binding.rs"), t0);
+        touch(&root.join("host/transport-mqtt/src/lib.rs"), t0);
+        let bin = root.join("target/debug/ferry");
+        touch(&bin, t0 + Duration::from_secs(60));
+        assert_eq!(stale_because(&bin, root), None);
+
+        // Crates the daemon does not link, and its own tests, do not count.
+        touch(&root.join("host/bench/src/main.rs"), t0 + Duration::from_secs(120));
+        touch(&root.join("host/daemon/tests/it.rs"), t0 + Duration::from_secs(120));
+        assert_eq!(stale_because(&bin, root), None);
+
+        // A one-line change to a linked crate, deep in its tree, does.
+        touch(&root.join("host/core/src/route/binding.rs"), t0 + Duration::from_secs(120));
+        let why = stale_because(&bin, root).expect("stale");
+        assert!(why.contains("host/core/src/route/binding.rs changed 60 s after"), "{why}");
+        assert!(why.contains("just t"), "{why}");
+
+        // Built again: fresh.
+        touch(&bin, t0 + Duration::from_secs(180));
+        assert_eq!(stale_because(&bin, root), None);
+        touch(&root.join("host/transport-mqtt/Cargo.toml"), t0 + Duration::from_secs(240));
+        assert!(stale_because(&bin, root).is_some(), "a manifest counts too");
     }
 }

@@ -133,7 +133,11 @@ pub async fn eventually_within<O: Observation, F: std::future::Future<Output = O
 ) -> O::Value {
     let deadline = tokio::time::Instant::now() + patience;
     loop {
-        let answer = f().await;
+        // One look that never answers (a request to a hung peer) is a
+        // failure too, not a wait without end.
+        let Ok(answer) = tokio::time::timeout_at(deadline + LOOK, f()).await else {
+            panic!("waited {patience:?} for {what}; the last look had not answered {LOOK:?} later");
+        };
         if answer.holds() {
             return answer.into_value();
         }
@@ -141,6 +145,49 @@ pub async fn eventually_within<O: Observation, F: std::future::Future<Output = O
             panic!("waited {patience:?} for {what}; last seen: {}", answer.seen());
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// How much longer than its patience one look of [`eventually_within`]
+/// may take before the wait gives up on it.
+const LOOK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits at most `bound` for `child` to exit and returns what it printed
+/// (its stdout and stderr must be piped, or are empty); a child still
+/// running then is killed and the test fails, naming `what` and showing
+/// its stderr so far.
+pub fn wait_within(mut child: std::process::Child, bound: std::time::Duration, what: &str) -> std::process::Output {
+    use std::io::Read;
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let deadline = std::time::Instant::now() + bound;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err = stderr.join().unwrap_or_default();
+                panic!("{what} did not finish within {bound:?}; killed. stderr:\n{}", String::from_utf8_lossy(&err));
+            }
+        }
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 

@@ -42,7 +42,7 @@ pub fn run_json(module: &str, script: &str, args: &[&str]) -> serde_json::Value 
         .spawn()
         .expect("python starts");
     child.stdin.take().expect("stdin").write_all(script.as_bytes()).expect("script written");
-    let out = child.wait_with_output().expect("python ran");
+    let out = crate::wait_within(child, std::time::Duration::from_secs(120), &format!("python ({module})"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "python failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     let last = stdout.lines().last().unwrap_or_default();

@@ -416,14 +416,24 @@ impl PrivateRabbit {
     pub async fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
-        let _ = self
+        // Bounded: a node that does not answer is killed below.
+        if let Ok(ctl) = self
             .command("rabbitmqctl")
             .arg("-n")
             .arg(&self.node)
             .arg("stop")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
-            .status();
+            .spawn()
+        {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let mut ctl = ctl;
+            while Instant::now() < deadline && matches!(ctl.try_wait(), Ok(None)) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let _ = ctl.kill();
+            let _ = ctl.wait();
+        }
         if let Some(pid) = pid {
             let deadline = Instant::now() + Duration::from_secs(30);
             while Instant::now() < deadline && std::path::Path::new(&format!("/proc/{pid}")).exists() {

@@ -138,7 +138,10 @@ impl Sender for Amqp091Sender {
                 "unroutable: exchange {exchange:?} returned the message ({} {})",
                 returned.reply_code, returned.reply_text
             ))),
-            Ok(Ok(Confirmation::Nack(_))) => Err(TransportError::transient("broker nacked the message")),
+            // A nack is the broker failing (a queue process down, a queue
+            // full with `reject-publish`, the channel closing under
+            // pending confirms), not a verdict on this message.
+            Ok(Ok(Confirmation::Nack(_))) => Err(TransportError::unavailable("broker nacked the message")),
             Ok(Ok(Confirmation::NotRequested)) => {
                 self.supervisor.mark_broken(generation).await;
                 Err(TransportError::unavailable("channel is not in confirm mode"))

@@ -126,6 +126,6 @@ impl TypedTransport for Amqp091 {
     }
 
     fn outage_note(&self) -> &'static str {
-        "not connected, the channel or connection closed under the publish, or no confirm within send_timeout_ms"
+        "not connected, the channel or connection closed under the publish, a basic.nack, or no confirm within send_timeout_ms"
     }
 }
