@@ -120,8 +120,7 @@ pub fn header_of(name: &str, value: &toml_value::Value) -> Result<HeaderValue, S
         T::Float(f) => HeaderValue::Float(*f),
         T::Boolean(b) => HeaderValue::Boolean(*b),
         T::Datetime(d) => {
-            let ms =
-                chrono_free_millis(&d.to_string()).ok_or_else(|| format!("{name}: {d} is not a full date-time"))?;
+            let ms = rfc3339_millis(&d.to_string()).ok_or_else(|| format!("{name}: {d} is not a full date-time"))?;
             HeaderValue::Time(Timestamp(ms))
         }
         T::Table(t) if t.len() == 1 && t.contains_key("base64") => match &t["base64"] {
@@ -143,35 +142,16 @@ pub fn header_of(name: &str, value: &toml_value::Value) -> Result<HeaderValue, S
 }
 
 /// Milliseconds since the epoch of an RFC 3339 date-time with an offset
-/// (`2026-12-01T10:00:00Z`, `…+01:00`, fractions allowed).
-pub fn chrono_free_millis(s: &str) -> Option<i64> {
-    let (date, rest) = s.split_once(['T', ' '])?;
-    let mut d = date.splitn(3, '-');
-    let (y, m, day): (i64, i64, i64) = (d.next()?.parse().ok()?, d.next()?.parse().ok()?, d.next()?.parse().ok()?);
-    let (time, offset_secs) = if let Some(t) = rest.strip_suffix(['Z', 'z']) {
-        (t, 0)
-    } else {
-        let at = rest.rfind(['+', '-'])?;
-        let (t, off) = rest.split_at(at);
-        let sign = if off.starts_with('-') { -1 } else { 1 };
-        let (oh, om) = off[1..].split_once(':')?;
-        (t, sign * (oh.parse::<i64>().ok()? * 3600 + om.parse::<i64>().ok()? * 60))
-    };
-    let mut t = time.splitn(3, ':');
-    let (h, min): (i64, i64) = (t.next()?.parse().ok()?, t.next()?.parse().ok()?);
-    let sec_text = t.next()?;
-    let (whole, frac) = sec_text.split_once('.').unwrap_or((sec_text, ""));
-    let sec: i64 = whole.parse().ok()?;
-    let ms: i64 = format!("{:0<3}", frac.get(..frac.len().min(3))?).parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(((days * 86_400 + h * 3600 + min * 60 + sec - offset_secs) * 1000) + ms)
+/// (`2026-12-01T10:00:00Z`, `…+01:00`, fractions allowed; a space for the
+/// `T` too, as RFC 3339 allows), read by the `time` crate: a month 13, a
+/// February 30th or an hour 24 is no date.
+pub fn rfc3339_millis(s: &str) -> Option<i64> {
+    let mut text = s.to_owned();
+    if text.as_bytes().get(10) == Some(&b' ') {
+        text.replace_range(10..11, "T");
+    }
+    let at = time::OffsetDateTime::parse(&text, &time::format_description::well_known::Rfc3339).ok()?;
+    i64::try_from(at.unix_timestamp_nanos().div_euclid(1_000_000)).ok()
 }
 
 /// The TOML value type fixtures are read as (re-exported so transports need
@@ -186,10 +166,17 @@ mod tests {
 
     #[test]
     fn date_times_become_epoch_millis() {
-        assert_eq!(chrono_free_millis("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(chrono_free_millis("2026-12-01T10:00:00.250Z"), Some(1_796_119_200_250));
-        assert_eq!(chrono_free_millis("2026-12-01T11:00:00+01:00"), Some(1_796_119_200_000));
-        assert_eq!(chrono_free_millis("2026-12-01"), None);
+        assert_eq!(rfc3339_millis("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(rfc3339_millis("2026-12-01T10:00:00.250Z"), Some(1_796_119_200_250));
+        assert_eq!(rfc3339_millis("2026-12-01T11:00:00+01:00"), Some(1_796_119_200_000));
+        assert_eq!(rfc3339_millis("2026-12-01"), None);
+        assert_eq!(rfc3339_millis("2026-12-01 10:00:00Z"), Some(1_796_119_200_000));
+        assert_eq!(rfc3339_millis("1969-12-31T23:59:59.999Z"), Some(-1));
+        // What the hand-written reader took for dates.
+        assert_eq!(rfc3339_millis("2026-13-01T10:00:00Z"), None, "month 13");
+        assert_eq!(rfc3339_millis("2026-02-30T10:00:00Z"), None, "February 30th");
+        assert_eq!(rfc3339_millis("2026-12-01T24:00:00Z"), None, "hour 24");
+        assert_eq!(rfc3339_millis("2026-12-01T10:00:00+1:00"), None, "a one-digit offset");
     }
 
     #[test]

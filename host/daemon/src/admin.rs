@@ -158,12 +158,23 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     }
 }
 
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
-    let mut differ = a.len() ^ b.len();
-    for (i, byte) in b.iter().enumerate() {
-        differ |= usize::from(a.get(i).copied().unwrap_or(0) ^ byte);
+/// Whether the token presented is the admin token, in time that does not
+/// depend on where they differ (`subtle`; only the length may show).
+fn same_secret(presented: &[u8], token: &[u8]) -> bool {
+    use subtle::ConstantTimeEq;
+    presented.ct_eq(token).into()
+}
+
+#[cfg(test)]
+mod secret_tests {
+    #[test]
+    fn only_the_whole_token_is_the_token() {
+        assert!(super::same_secret(b"s3cret-token", b"s3cret-token"));
+        assert!(!super::same_secret(b"s3cret-toke", b"s3cret-token"), "a prefix");
+        assert!(!super::same_secret(b"s3cret-tokenX", b"s3cret-token"), "longer");
+        assert!(!super::same_secret(b"s3cret-tokem", b"s3cret-token"), "one byte off");
+        assert!(!super::same_secret(b"", b"s3cret-token"));
     }
-    differ == 0
 }
 
 async fn refuse_when_read_only(State(state): State<AdminState>, request: Request, next: Next) -> Response {

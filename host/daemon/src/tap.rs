@@ -96,8 +96,49 @@ pub async fn run(args: &TapArgs) -> ExitCode {
     read_events(response, args).await
 }
 
+/// The data of server-sent events, read from a stream's bytes as the event
+/// stream format says: lines end with CRLF, LF or CR; a blank line ends an
+/// event; `data` fields join with `\n`; a line starting with `:` is a
+/// comment. Bytes wait in one buffer until their line is whole, so a
+/// character split across network chunks is decoded whole.
+#[derive(Default)]
+struct EventStream {
+    pending: Vec<u8>,
+    data: Vec<String>,
+}
+
+impl EventStream {
+    /// Takes the next bytes of the stream; the data of each event they
+    /// complete.
+    fn feed(&mut self, chunk: &[u8]) -> Vec<String> {
+        self.pending.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n' || *b == b'\r') {
+            let terminator = match (self.pending[end], self.pending.get(end + 1)) {
+                (b'\r', Some(b'\n')) => 2,
+                // A CR last in the buffer may be the first half of a CRLF.
+                (b'\r', None) => break,
+                _ => 1,
+            };
+            let line: Vec<u8> = self.pending.drain(..end + terminator).take(end).collect();
+            let line = String::from_utf8_lossy(&line);
+            if line.is_empty() {
+                if !self.data.is_empty() {
+                    events.push(std::mem::take(&mut self.data).join("\n"));
+                }
+                continue;
+            }
+            let (field, value) = line.split_once(':').unwrap_or((&line, ""));
+            if field == "data" {
+                self.data.push(value.strip_prefix(' ').unwrap_or(value).to_owned());
+            }
+        }
+        events
+    }
+}
+
 async fn read_events(mut response: reqwest::Response, args: &TapArgs) -> ExitCode {
-    let mut buffer = String::new();
+    let mut stream = EventStream::default();
     let mut seen = 0u64;
     let mut out = std::io::stdout().lock();
     loop {
@@ -109,14 +150,7 @@ async fn read_events(mut response: reqwest::Response, args: &TapArgs) -> ExitCod
                 return ExitCode::from(2);
             }
         };
-        buffer.push_str(&String::from_utf8_lossy(&chunk));
-        while let Some(end) = buffer.find("\n\n") {
-            let block: String = buffer.drain(..end + 2).collect();
-            let data: Vec<&str> = block.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
-            if data.is_empty() {
-                continue; // a keep-alive comment
-            }
-            let text = data.join("\n");
+        for text in stream.feed(&chunk) {
             let line = match args.format {
                 Format::Json => text,
                 Format::Text => match serde_json::from_str::<Value>(&text) {
@@ -186,4 +220,28 @@ fn encode(segment: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::EventStream;
+
+    #[test]
+    fn a_character_split_across_chunks_arrives_whole() {
+        let event = "data: {\"subject\":\"Malmö ✓\"}\n\n".as_bytes();
+        let split = event.iter().position(|b| *b == 0xC3).expect("the ö") + 1;
+        let mut stream = EventStream::default();
+        assert!(stream.feed(&event[..split]).is_empty());
+        assert_eq!(stream.feed(&event[split..]), vec!["{\"subject\":\"Malmö ✓\"}".to_owned()]);
+    }
+
+    #[test]
+    fn crlf_cr_comments_and_several_data_lines_are_read_as_the_format_says() {
+        let mut stream = EventStream::default();
+        let got = stream.feed(b": keep-alive\r\n\r\ndata: one\r\ndata:two\r\n\r\ndata: three\r");
+        assert_eq!(got, vec!["one\ntwo".to_owned()], "a comment is no event");
+        // The CR may be half of a CRLF: the event ends with the next line.
+        assert_eq!(stream.feed(b"\n\r\n"), vec!["three".to_owned()]);
+        assert_eq!(stream.feed(b"data: four\r\rdata: five\n\n"), vec!["four".to_owned(), "five".to_owned()]);
+    }
 }

@@ -118,7 +118,7 @@ fn parse_amz_date(s: &str) -> Option<i64> {
         return None;
     }
     let rfc3339 = format!("{}-{}-{}T{}:{}:{}Z", &s[0..4], &s[4..6], &s[6..8], &s[9..11], &s[11..13], &s[13..15]);
-    ferry_core::wire::chrono_free_millis(&rfc3339).map(|ms| ms / 1000)
+    ferry_core::wire::rfc3339_millis(&rfc3339).map(|ms| ms / 1000)
 }
 
 /// The canonical request SigV4 signs.

@@ -216,8 +216,18 @@ pub fn request_headers(envelope: &Envelope, config: &HttpSenderConfig) -> (Heade
 
 /// `Retry-After` in seconds (an HTTP date is not read), capped.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let secs: u64 = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim().parse().ok()?;
-    Some(Duration::from_secs(secs).min(MAX_RETRY_AFTER))
+    retry_after_at(headers, std::time::SystemTime::now())
+}
+
+/// `Retry-After` as seen at `now`: delay-seconds, or an HTTP date (a date
+/// already past is no wait), capped at [`MAX_RETRY_AFTER`].
+fn retry_after_at(headers: &HeaderMap, now: std::time::SystemTime) -> Option<Duration> {
+    let value = headers.get(reqwest::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => httpdate::parse_http_date(value).ok()?.duration_since(now).unwrap_or_default(),
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 #[async_trait]
@@ -307,6 +317,23 @@ mod tests {
     }
 
     #[test]
+    fn retry_after_is_read_as_an_http_date_too() {
+        let now = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000);
+        let mut h = HeaderMap::new();
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_str(&later).expect("header"));
+        assert_eq!(retry_after_at(&h, now), Some(Duration::from_secs(7)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(60));
+        h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_str(&past).expect("header"));
+        assert_eq!(retry_after_at(&h, now), Some(Duration::ZERO), "a date already past is no wait");
+        let far = httpdate::fmt_http_date(now + Duration::from_secs(86_400));
+        h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_str(&far).expect("header"));
+        assert_eq!(retry_after_at(&h, now), Some(MAX_RETRY_AFTER));
+        h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_static("soon"));
+        assert_eq!(retry_after_at(&h, now), None);
+    }
+
+    #[test]
     fn retry_after_is_read_in_seconds_and_capped() {
         let mut h = HeaderMap::new();
         h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_static("3"));
@@ -314,6 +341,6 @@ mod tests {
         h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_static("999999"));
         assert_eq!(retry_after(&h), Some(MAX_RETRY_AFTER));
         h.insert(reqwest::header::RETRY_AFTER, HttpValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
-        assert_eq!(retry_after(&h), None);
+        assert_eq!(retry_after(&h), Some(Duration::ZERO), "a date long past");
     }
 }
