@@ -1,9 +1,14 @@
 //! Keeping secrets out of logs: every transport logs its broker URL through
 //! [`url`], which masks the password.
 
-/// `scheme://user:secret@host/...` -> `scheme://user:****@host/...`. A URL
-/// without a password is returned as it is.
+/// `scheme://user:secret@host/...` -> `scheme://user:****@host/...`, for
+/// each URL of a comma-separated list (`nats://a:4222,nats://u:p@b:4222`).
+/// A URL without a password is returned as it is.
 pub fn url(raw: &str) -> String {
+    raw.split(',').map(one_url).collect::<Vec<_>>().join(",")
+}
+
+fn one_url(raw: &str) -> String {
     let Some(scheme_end) = raw.find("://") else {
         return raw.to_owned();
     };
@@ -29,5 +34,10 @@ mod tests {
         assert_eq!(super::url("amqp://user@h"), "amqp://user@h");
         assert_eq!(super::url("amqp://h/vhost"), "amqp://h/vhost");
         assert_eq!(super::url("not a url"), "not a url");
+        assert_eq!(
+            super::url("nats://a:pw-a@h1:4222, nats://h2:4222,tls://b:pw-b@h3:4222"),
+            "nats://a:****@h1:4222, nats://h2:4222,tls://b:****@h3:4222",
+            "every URL of a list"
+        );
     }
 }

@@ -131,19 +131,25 @@ pub fn render(path: &Path) -> ExitCode {
     }
 }
 
-/// Masks the password of every `url` value, and the text of every secret
+/// Masks the password of every URL (each of a list too) under a key that
+/// names URLs (`url`, `…_url`, `urls`), and the text of every secret
 /// (secret files, the admin token) wherever it appears.
 fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
-                if k == "url"
-                    && let serde_json::Value::String(s) = v
-                    && let Ok(mut url) = url::Url::parse(s)
-                    && url.password().is_some()
-                {
-                    let _ = url.set_password(Some("****"));
-                    *s = url.to_string();
+                if k == "url" || k.ends_with("_url") || k == "urls" {
+                    match v {
+                        serde_json::Value::String(s) => *s = ferry_core::redact::url(s),
+                        serde_json::Value::Array(items) => {
+                            for item in items {
+                                if let serde_json::Value::String(s) = item {
+                                    *s = ferry_core::redact::url(s);
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
                 }
                 mask_secrets(v, secrets);
             }
@@ -348,6 +354,24 @@ async fn handle_reload_signals(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn render_masks_every_password_of_a_url_list_and_every_url_key() {
+        let mut config = serde_json::json!({
+            "receivers": { "in": { "type": "nats", "url": "nats://a:pw-one@h1:4222,nats://b:pw-two@h2:4222" } },
+            "senders": {
+                "out": { "type": "sqs", "endpoint_url": "http://k:pw-three@h:4566" },
+                "many": { "urls": ["amqp://c:pw-four@h:5672"] }
+            },
+            "admin": { "token": "the-admin-token" }
+        });
+        mask_secrets(&mut config, &["the-admin-token".to_owned()]);
+        let text = config.to_string();
+        for secret in ["pw-one", "pw-two", "pw-three", "pw-four", "the-admin-token"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert!(text.contains("nats://a:****@h1:4222,nats://b:****@h2:4222"), "{text}");
+    }
 
     #[test]
     fn url_passwords_are_masked() {
