@@ -12,7 +12,9 @@ use crate::{TlsConfig, WireFormat};
 #[serde(deny_unknown_fields)]
 pub struct NatsReceiverConfig {
     /// `nats://[user:password@]host[:port]` (port 4222), or `tls://` for
-    /// TLS. Several servers of one cluster: separated by commas.
+    /// TLS. Several servers of one cluster: separated by commas, each read
+    /// by the client's own parser (`ferry validate` names one it cannot
+    /// read); the client reaches whichever answers.
     pub url: String,
     /// TLS files for `tls://`: `{ ca_file, cert_file, key_file }` (PEM),
     /// every key optional. Without `ca_file` the system's roots verify the
@@ -66,7 +68,9 @@ pub struct NatsReceiverConfig {
 #[serde(deny_unknown_fields)]
 pub struct NatsSenderConfig {
     /// `nats://[user:password@]host[:port]` (port 4222), or `tls://` for
-    /// TLS. Several servers of one cluster: separated by commas.
+    /// TLS. Several servers of one cluster: separated by commas, each read
+    /// by the client's own parser (`ferry validate` names one it cannot
+    /// read); the client reaches whichever answers.
     pub url: String,
     /// TLS files for `tls://`: `{ ca_file, cert_file, key_file }` (PEM),
     /// every key optional. Without `ca_file` the system's roots verify the

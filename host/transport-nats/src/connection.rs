@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use async_nats::{Client, ConnectOptions, Event};
+use async_nats::{Client, ConnectOptions, Event, ServerAddr};
 use ferry_config::TlsConfig;
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
@@ -19,6 +19,25 @@ pub struct Identity<'a> {
     pub role: &'static str,
     /// The receiver's or sender's name.
     pub name: &'a str,
+}
+
+/// The servers of `url`: one NATS URL or a comma-separated list of them
+/// (`nats://a:4222,nats://b:4222`), each read by async-nats's own parser
+/// (`nats://` and port 4222 when left out). The client tries them in turn
+/// and reconnects to whichever answers. An entry it cannot read is a
+/// config error naming it (its password masked).
+pub fn servers(url: &str) -> Result<Vec<ServerAddr>, String> {
+    let mut out = Vec::new();
+    for entry in url.split(',').map(str::trim) {
+        if entry.is_empty() {
+            return Err(format!("an empty entry in the server list {:?}", ferry_core::redact::url(url)));
+        }
+        let addr = entry
+            .parse::<ServerAddr>()
+            .map_err(|e| format!("{:?} is not a NATS server URL: {e}", ferry_core::redact::url(entry)))?;
+        out.push(addr);
+    }
+    Ok(out)
 }
 
 /// Client options: `url`'s credentials, `tls` files (`tls://` requires
@@ -86,7 +105,7 @@ pub async fn connect(
                 }
             }
         })
-        .connect(url)
+        .connect(servers(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?)
         .await
         .map_err(|e| TransportError::permanent(format!("url: {e}")))
 }
@@ -95,10 +114,25 @@ pub async fn connect(
 /// with a deadline; what the server says it is.
 pub async fn probe(url: &str, tls: Option<&TlsConfig>) -> Result<Client, TransportError> {
     let name = format!("ferry-probe-{}", std::process::id());
-    let attempt = options(tls, url, name, 200, 1000).connect(url);
+    let servers = servers(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
+    let attempt = options(tls, url, name, 200, 1000).connect(servers);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(TransportError::unavailable(format!("connect: {e}"))),
         Err(_) => Err(TransportError::unavailable("connect: timed out")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_server_list_is_read_entry_by_entry_and_a_bad_entry_is_named_without_its_password() {
+        let list = super::servers("nats://a:pw@h1:4222, nats://h2:4223,h3").expect("a list");
+        assert_eq!(list.len(), 3);
+        assert_eq!(list[1].port(), 4223);
+        assert_eq!(list[2].port(), 4222, "the default port");
+        let e = super::servers("nats://u:secret@h1:4222,nats://u:secret@h2:notaport").expect_err("a bad port");
+        assert!(e.contains("h2:notaport") && !e.contains("secret"), "{e}");
+        assert!(super::servers("nats://h1:4222,").is_err(), "an empty entry");
     }
 }

@@ -7,7 +7,7 @@ use ferry_config::{NatsReceiverConfig, NatsSenderConfig, ReceiverConfig, SenderC
 use ferry_core::TransportError;
 use ferry_core::fidelity::{CONTENT_TYPE, EXTRA, Find, ID, Probe, SUBJECT, TEXT_VALUE, extras, feature, table, text};
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
-use ferry_core::transport::{Parts, TypedTransport};
+use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
@@ -30,6 +30,14 @@ impl TypedTransport for Nats {
 
     fn sender_config(config: &SenderConfig) -> Option<&NatsSenderConfig> {
         if let SenderConfig::Nats(c) = config { Some(c) } else { None }
+    }
+
+    fn check_receiver(&self, config: &NatsReceiverConfig) -> Result<(), KeyProblem> {
+        crate::connection::servers(&config.url).map(drop).map_err(|e| KeyProblem::new("url", e))
+    }
+
+    fn check_sender(&self, config: &NatsSenderConfig) -> Result<(), KeyProblem> {
+        crate::connection::servers(&config.url).map(drop).map_err(|e| KeyProblem::new("url", e))
     }
 
     fn receiver(

@@ -628,3 +628,58 @@ sender = "js"
     again.wait_drained(&from, "ferry-js", "nothing left at the source").await;
     assert!(daemon.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_list_with_one_server_down_reaches_the_other_and_validate_reads_every_entry() {
+    let mut down = PrivateNats::start().await;
+    let up = PrivateNats::start().await;
+    let nats = Nats::connect(&up.url()).await;
+    let stream = stream_name("LISTED");
+    nats.stream(&stream, &["listed.>"]).await;
+    let down_url = down.url();
+    down.stop();
+    let dst = unique("nats/listed");
+    let ws = Workspace::with_plugins(&[]);
+    let config = |list: &str| {
+        format!(
+            r#"
+[receivers.in]
+type = "nats"
+url = "{list}"
+stream = "{stream}"
+
+[senders.out]
+type = "mqtt"
+url = "{mqtt}"
+client_id = "{client}"
+
+[[routes]]
+id = "listed"
+receiver = "in"
+
+[[routes.bindings]]
+sender = "out"
+address = "{dst}/out"
+"#,
+            mqtt = broker_url(),
+            client = unique("ferry-listed"),
+        )
+    };
+    // An entry the client cannot read is refused by validate, by name.
+    ws.config(&config(&format!("{down_url},nats://u:secret@127.0.0.1:notaport")));
+    let out = ws.ferry(&["validate", "-c", "ferry.toml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("notaport") && !stderr.contains("secret"), "{stderr}");
+
+    // The stopped server first in the list: the client reaches the other.
+    ws.config(&config(&format!("{down_url}, {}", up.url())));
+    assert!(ws.ferry(&["validate", "-c", "ferry.toml"]).status.success());
+    let daemon = Daemon::start(&ws, 2);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{dst}/#")).await;
+    nats.publish("listed.a", "through the list", &[("Nats-Msg-Id", "l-1")]).await;
+    let got = sub.next(WAIT).await.expect("bridged from the server that is up");
+    assert_eq!(got.payload.as_ref(), b"through the list");
+    assert!(daemon.terminate().success());
+}
