@@ -910,12 +910,21 @@ fn not_found() -> SqsError {
 }
 
 /// `x-amz-sns-attr-{name}` of raw HTTP delivery (binary values base64;
-/// control characters, which a header cannot carry, as `%XX`).
+/// control characters, which a header cannot carry, as the `%XX` of each
+/// of their UTF-8 bytes, so the value decodes back to the text).
 fn attribute_header(a: &Attr) -> (String, String) {
     let value = a
         .as_text()
         .chars()
-        .map(|c| if c.is_control() { format!("%{:02X}", c as u32) } else { c.to_string() })
+        .map(|c| {
+            let mut utf8 = [0; 4];
+            let bytes = c.encode_utf8(&mut utf8).as_bytes();
+            if c.is_control() {
+                percent_encoding::percent_encode(bytes, percent_encoding::CONTROLS).to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect();
     (format!("x-amz-sns-attr-{}", a.name), value)
 }
@@ -935,5 +944,22 @@ fn check_subscription_attribute(protocol: &str, key: &str, value: &str) -> Resul
             Err(SqsError::sns_invalid("Attributes Reason: DeliveryPolicy: failed to parse JSON"))
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod attribute_header_tests {
+    use crate::model::{Attr, AttrValue};
+
+    #[test]
+    fn a_control_character_is_escaped_byte_by_byte_and_decodes_back() {
+        let text = "a\u{85}b\nc é";
+        let attr = Attr { name: "note".into(), data_type: "String".into(), value: AttrValue::Text(text.into()) };
+        let (name, value) = super::attribute_header(&attr);
+        assert_eq!(name, "x-amz-sns-attr-note");
+        // U+0085 is two bytes in UTF-8; one `%85` would decode to invalid UTF-8.
+        assert_eq!(value, "a%C2%85b%0Ac é");
+        let back = percent_encoding::percent_decode_str(&value).decode_utf8().expect("valid UTF-8");
+        assert_eq!(back, text);
     }
 }
