@@ -302,7 +302,7 @@ fn outgoing(cx: &Context<'_>, kind: (bool, bool, i64), input: &Value) -> Result<
 
 fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest as _;
-    sha2::Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(sha2::Sha256::digest(bytes))
 }
 
 /// The digests and ids a send answers with.

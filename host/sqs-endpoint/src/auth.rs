@@ -39,7 +39,7 @@ struct Claim {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {

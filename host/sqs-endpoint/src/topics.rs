@@ -481,7 +481,7 @@ impl Topics {
             let arn = format!("{}:{}", self.arn(&topic), uuid::Uuid::new_v4());
             let token = webhook.then(|| {
                 let bytes: [u8; 32] = rand::random();
-                bytes.iter().map(|b| format!("{b:02x}")).collect::<String>()
+                hex::encode(bytes)
             });
             let record = Subscription {
                 arn: arn.clone(),

@@ -14,12 +14,7 @@ pub fn sign(secret: &str, body: &[u8]) -> String {
     let mut mac = <Hmac<Sha256>>::new_from_slice(secret.as_bytes()).expect("HMAC takes keys of any length");
     mac.update(body);
     let digest = mac.finalize().into_bytes();
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256=");
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("sha256={}", hex::encode(digest))
 }
 
 /// Whether `Authorization: Bearer <token>` is there and right.

@@ -216,7 +216,7 @@ pub fn md5_of_selection(selection: &Selection) -> Option<String> {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 #[cfg(test)]

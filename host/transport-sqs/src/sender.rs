@@ -201,7 +201,7 @@ pub fn dedup_id(envelope: &Envelope) -> String {
     hash.update(envelope.subject.as_deref().unwrap_or("").as_bytes());
     hash.update([0u8]);
     hash.update(envelope.id.as_bytes());
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(hash.finalize())
 }
 
 fn to_sdk(value: &AttributeValue) -> Option<MessageAttributeValue> {
