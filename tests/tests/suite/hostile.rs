@@ -32,6 +32,7 @@ use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace, with_admin};
 use ferry_tests::http::{get, wait_for_sample};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10, URL091};
+use ferry_tests::redis::{PrivateRedis, Redis};
 use ferry_tests::simplemq::{FakeSimpleMq, content};
 use ferry_tests::webhook::{Hit, WebhookTarget, answer};
 use ferry_tests::{eventually, sqs, unique};
@@ -371,6 +372,25 @@ async fn simplemq_producers_cannot_forge_reserved_headers() {
     let daemon = f.daemon(&ws).await;
     smq.put(&queue, &content(&f.document()));
     f.check(&ws, daemon, "SimpleMQ, JSON wire format").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redis_stream_producers_cannot_forge_reserved_headers() {
+    let f = Forgery::start().await;
+    let server = PrivateRedis::start().await;
+    let redis = Redis::connect(&server.url()).await;
+    let stream = unique("hostile-redis");
+    let receiver =
+        format!("type = \"redis_streams\"\nurl = \"{}\"\nstream = \"{stream}\"\ngroup = \"bridge\"", server.url());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&f.config(&receiver, ""));
+    let daemon = f.daemon(&ws).await;
+    // Every reserved name as a field of the entry, beside its identity.
+    let id = unique("redis-id");
+    let headers = f.headers();
+    let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    redis.add_message(&stream, &id, "hello", &headers).await;
+    f.check(&ws, daemon, "Redis Streams fields").await;
 }
 
 /// The forged headers are a trusted route's to keep (a bridge-to-bridge
