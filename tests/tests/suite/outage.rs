@@ -224,13 +224,20 @@ impl Sources {
         self.endpoint_client = Some(sqs::client_for(&format!("http://{listen}")));
     }
 
-    /// Asserts that no SimpleMQ message was handed out more than twice.
-    fn assert_simplemq_held(&self) {
+    /// Once every message `sent` arrived: every binding is available
+    /// again, none spent a replay, the daemon stops cleanly with nothing
+    /// dead-lettered, and no SimpleMQ message was handed out more than
+    /// twice. Then the queues go.
+    async fn after_the_outage(self, daemon: Daemon, ws: &Workspace, sent: &[(String, String)]) {
+        assert_back_with_no_replay_spent(&daemon.admin(), sent).await;
+        assert!(daemon.terminate().success());
+        assert!(ws.dead_letters().is_empty());
         for (mode, _) in MODES {
             for m in self.simplemq_server.messages(&self.simplemq[mode]) {
                 assert!(m.receives <= 2, "SimpleMQ did not count the outage: {} receives of {}", m.receives, m.id);
             }
         }
+        self.clean_up().await;
     }
 
     /// Publishes a message to every source before and during an outage
@@ -319,11 +326,7 @@ async fn an_http_target_down_longer_than_the_budget_delays_every_source_and_fail
         let count: u64 = hit.header("x-ferry-sqs.approximatereceivecount").and_then(|c| c.parse().ok()).expect("count");
         assert!(count <= 2, "SQS did not count the outage: {count} receives of {:?}", hit.body);
     }
-    assert_back_with_no_replay_spent(&admin, &sent).await;
-    assert!(daemon.terminate().success());
-    assert!(ws.dead_letters().is_empty());
-    sources.assert_simplemq_held();
-    sources.clean_up().await;
+    sources.after_the_outage(daemon, &ws, &sent).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -343,7 +346,6 @@ async fn a_rabbitmq_target_stopped_longer_than_the_budget_delays_every_source_an
         ),
     ));
     let daemon = Daemon::start(&ws, 1);
-    let admin = daemon.admin();
     sources.listening(&daemon);
     target.stop().await;
 
@@ -352,11 +354,7 @@ async fn a_rabbitmq_target_stopped_longer_than_the_budget_delays_every_source_an
     target.restart().await;
     let got = Rabbit::connect_to(&target.url091()).await.collect(&queue, sent.len(), WAIT).await;
     assert_all_arrived(&sent, &got.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect());
-    assert_back_with_no_replay_spent(&admin, &sent).await;
-    assert!(daemon.terminate().success());
-    assert!(ws.dead_letters().is_empty());
-    sources.assert_simplemq_held();
-    sources.clean_up().await;
+    sources.after_the_outage(daemon, &ws, &sent).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -379,7 +377,6 @@ async fn an_mqtt_target_stopped_longer_than_the_budget_delays_every_source_and_f
         ),
     ));
     let daemon = Daemon::start(&ws, 1);
-    let admin = daemon.admin();
     sources.listening(&daemon);
     target.stop();
 
@@ -389,11 +386,7 @@ async fn an_mqtt_target_stopped_longer_than_the_budget_delays_every_source_and_f
     sub.subscribe(&format!("{dst}/#")).await;
     let got = sub.collect(sent.len()).await;
     assert_all_arrived(&sent, &got.iter().map(|p| String::from_utf8_lossy(&p.payload).into_owned()).collect());
-    assert_back_with_no_replay_spent(&admin, &sent).await;
-    assert!(daemon.terminate().success());
-    assert!(ws.dead_letters().is_empty());
-    sources.assert_simplemq_held();
-    sources.clean_up().await;
+    sources.after_the_outage(daemon, &ws, &sent).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -414,7 +407,6 @@ async fn an_sqs_target_cut_off_longer_than_the_budget_delays_every_source_and_fa
         ),
     ));
     let daemon = Daemon::start(&ws, 1);
-    let admin = daemon.admin();
     sources.listening(&daemon);
     proxy.cut();
 
@@ -422,11 +414,7 @@ async fn an_sqs_target_cut_off_longer_than_the_budget_delays_every_source_and_fa
     proxy.restore();
     let got = sqs::consume_bodies(&sources.sqs_client, &queue, sent.len(), 120).await;
     assert_all_arrived(&sent, &got.into_iter().collect());
-    assert_back_with_no_replay_spent(&admin, &sent).await;
-    assert!(daemon.terminate().success());
-    assert!(ws.dead_letters().is_empty());
-    sources.assert_simplemq_held();
-    sources.clean_up().await;
+    sources.after_the_outage(daemon, &ws, &sent).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
