@@ -8,9 +8,9 @@ const MAX_ID_LEN: usize = 64;
 /// Settles the instance id (the config's, else `$FERRY_INSTANCE_ID`, else
 /// the host name) and gives every MQTT receiver and sender without a
 /// `client_id` the default `ferry-<instance id>-<name>`, so two instances
-/// of one config never take each other's client id at a broker, and every
-/// Redis Streams receiver without a `consumer` the instance id, so two
-/// instances are two consumers of their group.
+/// of one config never take each other's client id at a broker. (A
+/// transport that reads its own keys takes the instance id from the
+/// [`crate::InstanceConfig`] it is handed.)
 pub(crate) fn resolve(config: &mut Config, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
     let id = match config.instance.id.take() {
         Some(id) => checked(id, "instance.id")?,
@@ -21,14 +21,8 @@ pub(crate) fn resolve(config: &mut Config, env: &dyn Fn(&str) -> Option<String>)
     };
     let client_id = |name: &str| format!("ferry-{id}-{name}");
     for (name, receiver) in &mut config.receivers {
-        match receiver {
-            ReceiverConfig::Mqtt(m) => {
-                m.client_id.get_or_insert_with(|| client_id(name));
-            }
-            ReceiverConfig::RedisStreams(r) => {
-                r.consumer.get_or_insert_with(|| id.clone());
-            }
-            _ => {}
+        if let ReceiverConfig::Mqtt(m) = receiver {
+            m.client_id.get_or_insert_with(|| client_id(name));
         }
     }
     for (name, sender) in &mut config.senders {

@@ -15,8 +15,7 @@ mod component;
 mod endpoint;
 mod http;
 mod instance;
-mod nats;
-mod redis;
+mod part;
 pub mod reference;
 pub mod schema;
 pub mod substitute;
@@ -86,11 +85,15 @@ fn parse_collecting_secrets(
     let mut value: toml::Value = toml::from_str(text).map_err(|e| ConfigError::new("(file)", toml_message(&e)))?;
     let mut secrets = Vec::new();
     substitute::substitute_value(&mut value, "", env, &mut secrets)?;
+    let receivers = part::take_tables(&mut value, "receivers")?;
+    let senders = part::take_tables(&mut value, "senders")?;
     let mut config: Config = serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." { "(file)".to_owned() } else { path };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
+    config.receivers.extend(receivers.into_iter().map(|(name, part)| (name, ReceiverConfig::Table(part))));
+    config.senders.extend(senders.into_iter().map(|(name, part)| (name, SenderConfig::Table(part))));
     instance::resolve(&mut config, env)?;
     validate::validate(&config)?;
     Ok((config, secrets))
@@ -107,14 +110,129 @@ mod tests;
 /// their doc comments as descriptions, serde's names and defaults. Any
 /// string may also be written as `{ file = "…" }` (a secret read from a
 /// file), which the schema allows wherever it allows a string.
+///
+/// Only the built-in transports' tables are in it; the daemon's
+/// [`json_schema_with`] adds those of the transports that read their own.
 pub fn json_schema() -> serde_json::Value {
-    let mut schema = serde_json::to_value(schemars::schema_for!(Config)).unwrap_or_default();
+    json_schema_with(|_| Vec::new())
+}
+
+/// A transport's `[receivers.NAME]` and `[senders.NAME]` keys, for the
+/// schema: its `type` and the schemas of its two config types (made with
+/// the generator handed to it, so the tables they share are defined once).
+pub struct PartSchemas {
+    pub kind: &'static str,
+    pub receiver: schemars::Schema,
+    pub sender: schemars::Schema,
+}
+
+/// [`json_schema`] with the tables `parts` adds: each transport's receiver
+/// and sender become a variant of `ReceiverConfig` and `SenderConfig`
+/// with its `type` and the `wire_format` every part has.
+pub fn json_schema_with(parts: impl FnOnce(&mut schemars::SchemaGenerator) -> Vec<PartSchemas>) -> serde_json::Value {
+    let mut generator = schemars::generate::SchemaSettings::default().into_generator();
+    let root = generator.root_schema_for::<Config>();
+    let wire_format = generator.subschema_for::<WireFormat>();
+    let added = parts(&mut generator);
+    let mut schema = serde_json::to_value(root).unwrap_or_default();
+    let defs: serde_json::Map<String, serde_json::Value> =
+        generator.definitions().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    add_parts(&mut schema, defs, &added, &serde_json::to_value(wire_format).unwrap_or_default());
     allow_secret_files(&mut schema);
     if let Some(map) = schema.as_object_mut() {
         map.insert("title".into(), "ferry configuration".into());
     }
     schema
 }
+
+/// Puts `parts` into `schema`: their definitions into `$defs` (those of
+/// their config types inlined as the variants), each as one more variant
+/// of `ReceiverConfig` and `SenderConfig`.
+fn add_parts(
+    schema: &mut serde_json::Value,
+    defs: serde_json::Map<String, serde_json::Value>,
+    parts: &[PartSchemas],
+    wire_format: &serde_json::Value,
+) {
+    let mut defs = defs;
+    let mut variant = |part: &schemars::Schema, kind: &str| {
+        let mut node = serde_json::to_value(part).unwrap_or_default();
+        if let Some(name) = node.get("$ref").and_then(|r| r.as_str()).and_then(|r| r.strip_prefix("#/$defs/")) {
+            node = defs.remove(name).unwrap_or_default();
+        }
+        if let Some(map) = node.as_object_mut() {
+            let properties = map.entry("properties").or_insert_with(|| serde_json::json!({}));
+            if let Some(properties) = properties.as_object_mut() {
+                let mut with_type = serde_json::Map::new();
+                with_type.insert("type".into(), serde_json::json!({ "type": "string", "const": kind }));
+                with_type.extend(std::mem::take(properties));
+                let mut format = wire_format.clone();
+                if let Some(f) = format.as_object_mut() {
+                    f.insert("description".into(), WIRE_FORMAT_DOC.into());
+                    f.insert("default".into(), "none".into());
+                }
+                with_type.insert("wire_format".into(), format);
+                *properties = with_type;
+            }
+            let required = map.entry("required").or_insert_with(|| serde_json::json!([]));
+            if let Some(list) = required.as_array_mut() {
+                list.insert(0, "type".into());
+            }
+        }
+        node
+    };
+    // The built-in tables are in the document's schema already.
+    let built_in: Vec<String> = schema
+        .pointer("/$defs/ReceiverConfig/oneOf")
+        .and_then(|l| l.as_array())
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.pointer("/properties/type/const").and_then(|c| c.as_str()).map(str::to_owned))
+        .collect();
+    let variants: Vec<(serde_json::Value, serde_json::Value)> = parts
+        .iter()
+        .filter(|p| !built_in.iter().any(|k| k == p.kind))
+        .map(|p| (variant(&p.receiver, p.kind), variant(&p.sender, p.kind)))
+        .collect();
+    let Some(all) = schema.get_mut("$defs").and_then(|d| d.as_object_mut()) else { return };
+    for (name, def) in defs {
+        all.entry(name).or_insert(def);
+    }
+    for (def, pick) in [("ReceiverConfig", 0), ("SenderConfig", 1)] {
+        if let Some(list) = all.get_mut(def).and_then(|d| d.get_mut("oneOf")).and_then(|l| l.as_array_mut()) {
+            list.extend(variants.iter().map(|v| if pick == 0 { v.0.clone() } else { v.1.clone() }));
+        }
+    }
+    // The generator also defined the built-in transports' config types,
+    // which the document's variants have inline: only what is named stays.
+    loop {
+        let mut named = std::collections::BTreeSet::new();
+        refs(schema, &mut named);
+        let Some(all) = schema.get_mut("$defs").and_then(|d| d.as_object_mut()) else { return };
+        let before = all.len();
+        all.retain(|name, _| named.contains(name));
+        if all.len() == before {
+            return;
+        }
+    }
+}
+
+/// The names of the definitions `value` refers to (`#/$defs/NAME`).
+fn refs(value: &serde_json::Value, out: &mut std::collections::BTreeSet<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(name) = map.get("$ref").and_then(|r| r.as_str()).and_then(|r| r.strip_prefix("#/$defs/")) {
+                out.insert(name.to_owned());
+            }
+            map.values().for_each(|v| refs(v, out));
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| refs(v, out)),
+        _ => {}
+    }
+}
+
+/// The description of `wire_format` in every part's table.
+const WIRE_FORMAT_DOC: &str = "`\"json\"`: payloads are the [JSON wire format](../concepts/wire-format.md#the-json-wire-format) (headers and body in one document): a receiver unpacks them (what is not that JSON stays a plain body), a sender packs into it. Default `\"none\"`.";
 
 /// `{"type": "string", …}` becomes `{"anyOf": [{…}, {"type": "object",
 /// "properties": {"file": {"type": "string"}}, …}]}`.

@@ -1,5 +1,5 @@
 //! The configuration reference of the book (`docs/src/reference/config.md`),
-//! generated from [`crate::json_schema`]: every section and every key, with
+//! generated from [`crate::json_schema_with`]: every section and every key, with
 //! its type, default and the doc comment of its field. `ferry reference`
 //! writes it; a test fails when the committed page is not what the config
 //! types say now.
@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 
 use serde_json::{Map, Value};
 
-/// The page, in Markdown.
-pub fn config_markdown() -> String {
-    let schema = crate::json_schema();
+/// The page of `schema` (the daemon's: [`crate::json_schema_with`] every
+/// transport's tables), in Markdown.
+pub fn config_markdown(schema: &Value) -> String {
     let defs = schema["$defs"].as_object().cloned().unwrap_or_default();
     let page = Page { defs: &defs, nested: Default::default() };
     let mut out = String::from(
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn every_key_of_every_section_is_on_the_page() {
-        let page = config_markdown();
+        let page = config_markdown(&crate::json_schema());
         for key in ["`url`", "`max_in_flight`", "`dedup_window_secs`", "`call_timeout_ms`", "`share_group`"] {
             assert!(page.contains(&format!("| {key} |")), "{key} missing");
         }
@@ -310,7 +310,7 @@ mod tests {
 
     #[test]
     fn types_and_defaults_read_as_written_in_toml() {
-        let page = config_markdown();
+        let page = config_markdown(&crate::json_schema());
         let row = |key: &str, section: &str| -> String {
             let start = page.find(&format!("## {section}")).expect("section");
             let rest = &page[start..];

@@ -13,8 +13,7 @@ pub use crate::endpoint::{
     SqsEndpointSenderConfig, SqsEndpointTopic,
 };
 pub use crate::http::*;
-pub use crate::nats::{NatsReceiverConfig, NatsSenderConfig, subject_problem as nats_subject_problem};
-pub use crate::redis::{RedisStreamsReceiverConfig, RedisStreamsSenderConfig, StartFrom};
+pub use crate::part::PartTable;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -266,9 +265,12 @@ fn default_pool_size() -> usize {
     8
 }
 
+// The built-in transports whose config is still written here, or a
+// [`PartTable`] for a transport that reads its own (serde's `remote =
+// "Self"` makes the derived code the helpers of the impls in `part.rs`).
 /// `[receivers.NAME]`, chosen by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
     Sqs(SqsReceiverConfig),
@@ -276,17 +278,18 @@ pub enum ReceiverConfig {
     Amqp091(Amqp091ReceiverConfig),
     Http(HttpReceiverConfig),
     Simplemq(SimplemqReceiverConfig),
-    Nats(NatsReceiverConfig),
-    #[serde(rename = "redis_streams")]
-    RedisStreams(RedisStreamsReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointReceiverConfig),
     Component(ComponentReceiverConfig),
+    /// A transport that reads its own keys (see [`PartTable`]).
+    #[serde(skip)]
+    #[schemars(skip)]
+    Table(PartTable),
 }
 
 /// `[senders.NAME]`, chosen by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "lowercase")]
+#[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
     Sqs(SqsSenderConfig),
@@ -294,17 +297,18 @@ pub enum SenderConfig {
     Amqp091(Amqp091SenderConfig),
     Http(HttpSenderConfig),
     Simplemq(SimplemqSenderConfig),
-    Nats(NatsSenderConfig),
-    #[serde(rename = "redis_streams")]
-    RedisStreams(RedisStreamsSenderConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointSenderConfig),
     Component(ComponentSenderConfig),
+    /// A transport that reads its own keys (see [`PartTable`]).
+    #[serde(skip)]
+    #[schemars(skip)]
+    Table(PartTable),
 }
 
 impl ReceiverConfig {
     /// The receiver's `type`: its transport's name in config and metrics.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &str {
         match self {
             ReceiverConfig::Mqtt(_) => "mqtt",
             ReceiverConfig::Sqs(_) => "sqs",
@@ -312,10 +316,9 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(_) => "amqp091",
             ReceiverConfig::Http(_) => "http",
             ReceiverConfig::Simplemq(_) => "simplemq",
-            ReceiverConfig::Nats(_) => "nats",
-            ReceiverConfig::RedisStreams(_) => "redis_streams",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
             ReceiverConfig::Component(_) => "component",
+            ReceiverConfig::Table(t) => &t.kind,
         }
     }
 
@@ -328,8 +331,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(c) => c,
             ReceiverConfig::Http(c) => c,
             ReceiverConfig::Simplemq(c) => c,
-            ReceiverConfig::Nats(c) => c,
-            ReceiverConfig::RedisStreams(c) => c,
+            ReceiverConfig::Table(c) => c,
             ReceiverConfig::SqsEndpoint(c) => c,
             ReceiverConfig::Component(c) => c,
         }
@@ -344,8 +346,7 @@ impl ReceiverConfig {
             ReceiverConfig::Amqp091(c) => c.wire_format,
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
-            ReceiverConfig::Nats(c) => c.wire_format,
-            ReceiverConfig::RedisStreams(c) => c.wire_format,
+            ReceiverConfig::Table(c) => c.wire_format,
             ReceiverConfig::SqsEndpoint(c) => c.wire_format,
             ReceiverConfig::Component(c) => c.wire_format,
         }
@@ -363,7 +364,7 @@ impl ReceiverConfig {
 
 impl SenderConfig {
     /// The sender's `type`: its transport's name in config and metrics.
-    pub fn kind(&self) -> &'static str {
+    pub fn kind(&self) -> &str {
         match self {
             SenderConfig::Mqtt(_) => "mqtt",
             SenderConfig::Sqs(_) => "sqs",
@@ -371,10 +372,9 @@ impl SenderConfig {
             SenderConfig::Amqp091(_) => "amqp091",
             SenderConfig::Http(_) => "http",
             SenderConfig::Simplemq(_) => "simplemq",
-            SenderConfig::Nats(_) => "nats",
-            SenderConfig::RedisStreams(_) => "redis_streams",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
             SenderConfig::Component(_) => "component",
+            SenderConfig::Table(t) => &t.kind,
         }
     }
 
@@ -387,8 +387,7 @@ impl SenderConfig {
             SenderConfig::Amqp091(c) => c,
             SenderConfig::Http(c) => c,
             SenderConfig::Simplemq(c) => c,
-            SenderConfig::Nats(c) => c,
-            SenderConfig::RedisStreams(c) => c,
+            SenderConfig::Table(c) => c,
             SenderConfig::SqsEndpoint(c) => c,
             SenderConfig::Component(c) => c,
         }
@@ -403,8 +402,7 @@ impl SenderConfig {
             SenderConfig::Amqp091(c) => c.wire_format,
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
-            SenderConfig::Nats(c) => c.wire_format,
-            SenderConfig::RedisStreams(c) => c.wire_format,
+            SenderConfig::Table(c) => c.wire_format,
             SenderConfig::SqsEndpoint(c) => c.wire_format,
             SenderConfig::Component(c) => c.wire_format,
         }

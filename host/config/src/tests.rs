@@ -230,100 +230,65 @@ sender = "o10"
 }
 
 #[test]
-fn nats_receivers_and_senders_parse_with_defaults_and_check_their_keys() {
+fn a_transport_that_reads_its_own_keys_gets_them_as_written() {
     let text = r#"
-[receivers.js]
-type = "nats"
-url = "nats://user:pass@127.0.0.1:4222"
-stream = "ORDERS"
-filter_subjects = ["orders.*.new", "audit.>"]
-[senders.out]
-type = "nats"
-url = "nats://a:4222, nats://b:4222"
-subject = "bridged.{region}"
-[[routes]]
-id = "one"
-receiver = "js"
-[[routes.bindings]]
-sender = "out"
-"#;
-    let c = parse_with_env(text, &no_env).expect("valid");
-    let ReceiverConfig::Nats(r) = &c.receivers["js"] else { panic!("nats receiver") };
-    assert_eq!((r.ack_wait_secs, r.consumer_passive), (30, false));
-    assert_eq!(r.consumer_name("js"), "ferry-js");
-    let SenderConfig::Nats(s) = &c.senders["out"] else { panic!("nats sender") };
-    assert!(s.jetstream);
-    assert_eq!(s.ack_timeout_ms, 10_000);
-
-    let cases = [
-        (text.replace("nats://user:pass@127.0.0.1:4222", "mqtt://h"), "receivers.js.url"),
-        (text.replace("nats://user:pass@127.0.0.1:4222", "nats://:4222"), "receivers.js.url"),
-        (text.replace("stream = \"ORDERS\"", "stream = \"OR.DERS\""), "receivers.js.stream"),
-        (text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\nconsumer = \"a b\""), "receivers.js.consumer"),
-        (text.replace("\"audit.>\"", "\"audit..x\""), "receivers.js.filter_subjects[1]"),
-        (
-            text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\nconsumer_passive = true"),
-            "receivers.js.filter_subjects",
-        ),
-        (text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\ntls = { ca_file = \"/ca\" }"), "receivers.js.tls"),
-        (text.replace("stream = \"ORDERS\"", "stream = \"ORDERS\"\nack_wait_secs = 0"), "receivers.js.ack_wait_secs"),
-        (text.replace("subject = \"bridged.{region}\"", "subject = \"bridged.*\""), "senders.out.subject"),
-        (
-            text.replace("subject = \"bridged.{region}\"", "subject = \"x\"\nack_timeout_ms = 0"),
-            "senders.out.ack_timeout_ms",
-        ),
-    ];
-    for (bad, path) in cases {
-        let err = parse_with_env(&bad, &no_env).expect_err(path);
-        assert!(err.path.starts_with(path), "expected {path}, got {err}");
-    }
-}
-
-#[test]
-fn redis_streams_receivers_and_senders_parse_with_defaults_and_check_their_keys() {
-    let text = r#"
-[instance]
-id = "node-1"
 [receivers.rs]
 type = "redis_streams"
-url = "redis://:secret@127.0.0.1:6379/2"
+url = "redis://:${PW}@127.0.0.1:6379/2"
 stream = "orders"
-group = "bridge"
+wire_format = "json"
+tls = { ca_file = "/ca.pem" }
 [senders.out]
-type = "redis_streams"
-url = "rediss://cache.example:6380"
-stream = "audit:{region}"
-maxlen = 10000
+type = "no_such_transport"
+anything = [1, 2]
 [[routes]]
 id = "one"
 receiver = "rs"
 [[routes.bindings]]
 sender = "out"
 "#;
-    let c = parse_with_env(text, &no_env).expect("valid");
-    let ReceiverConfig::RedisStreams(r) = &c.receivers["rs"] else { panic!("redis receiver") };
-    assert_eq!(r.consumer_name(), "node-1", "the consumer is the instance id");
-    assert_eq!((r.claim_idle_ms, r.group_passive, r.start_from), (30_000, false, crate::StartFrom::Oldest));
-    assert_eq!((r.payload_field.as_str(), r.id_field.as_str()), ("payload", "message_id"));
-    let SenderConfig::RedisStreams(s) = &c.senders["out"] else { panic!("redis sender") };
-    assert_eq!((s.maxlen, s.timeout_ms), (Some(10_000), 10_000));
+    let env = |name: &str| (name == "PW").then(|| "s3cret".to_owned());
+    let c = parse_with_env(text, &env).expect("valid: the transports check their own keys");
+    let ReceiverConfig::Table(r) = &c.receivers["rs"] else { panic!("a table: {:?}", c.receivers["rs"]) };
+    assert_eq!(
+        (r.kind.as_str(), c.receivers["rs"].kind(), r.wire_format),
+        ("redis_streams", "redis_streams", WireFormat::Json)
+    );
+    assert_eq!(r.keys["url"].as_str(), Some("redis://:s3cret@127.0.0.1:6379/2"), "substituted");
+    assert!(r.keys.get("type").is_none() && r.keys.get("wire_format").is_none(), "{:?}", r.keys);
+    assert_eq!(r.keys["tls"]["ca_file"].as_str(), Some("/ca.pem"));
+    let SenderConfig::Table(s) = &c.senders["out"] else { panic!("a table") };
+    assert_eq!((s.kind.as_str(), s.wire_format), ("no_such_transport", WireFormat::None));
 
-    let cases = [
-        (text.replace("redis://:secret@127.0.0.1:6379/2", "nats://h"), "receivers.rs.url"),
-        (text.replace("redis://:secret@127.0.0.1:6379/2", "redis://:6379"), "receivers.rs.url"),
-        (text.replace("group = \"bridge\"", "group = \"a b\""), "receivers.rs.group"),
-        (text.replace("group = \"bridge\"", "group = \"g\"\nconsumer = \"\""), "receivers.rs.consumer"),
-        (text.replace("group = \"bridge\"", "group = \"g\"\nclaim_idle_ms = 10"), "receivers.rs.claim_idle_ms"),
-        (text.replace("group = \"bridge\"", "group = \"g\"\nid_field = \"payload\""), "receivers.rs.id_field"),
-        (text.replace("group = \"bridge\"", "group = \"g\"\ntls = { ca_file = \"/ca\" }"), "receivers.rs.tls"),
-        (text.replace("maxlen = 10000", "maxlen = 0"), "senders.out.maxlen"),
-        (text.replace("maxlen = 10000", "payload_field = \"\""), "senders.out.payload_field"),
-        (text.replace("maxlen = 10000", "start_from = \"newest\""), "senders.out"),
-    ];
-    for (bad, path) in cases {
-        let err = parse_with_env(&bad, &no_env).expect_err(path);
-        assert!(err.path.starts_with(path), "expected {path}, got {err}");
+    // Written out (`ferry render`) as it was written.
+    let json = serde_json::to_value(&c).expect("serialises");
+    assert_eq!(json["receivers"]["rs"]["type"], "redis_streams");
+    assert_eq!(json["receivers"]["rs"]["wire_format"], "json");
+    assert_eq!(json["receivers"]["rs"]["stream"], "orders");
+    assert_eq!(json["senders"]["out"]["anything"], serde_json::json!([1, 2]));
+
+    // What every part has is still checked here, with its key path.
+    let err = parse_with_env(&text.replace("wire_format = \"json\"", "wire_format = \"xml\""), &env).expect_err("bad");
+    assert_eq!(err.path, "receivers.rs.wire_format", "{err}");
+    // The typed view of a table, with the path below the part's.
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Mine {
+        url: String,
+        stream: String,
+        tls: Option<TlsConfig>,
     }
+    let mine: Mine = r.parse().expect("parses");
+    assert_eq!(mine.stream, "orders");
+    let mut bad = r.clone();
+    bad.keys.insert("tls".into(), toml::Value::Table(toml::from_str("ca_flie = \"/x\"").expect("toml")));
+    let err = bad.parse::<Mine>().expect_err("unknown key");
+    assert_eq!(err.path, "tls.ca_flie", "{err}");
+    assert!(err.message.contains("ca_flie"), "{err}");
+    bad.keys.remove("tls");
+    bad.keys.remove("url");
+    assert_eq!(bad.parse::<Mine>().expect_err("missing").path, "", "a missing key is the part's problem");
 }
 
 #[test]

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::{
     Amqp10ReceiverConfig, Amqp10SenderConfig, Amqp091ReceiverConfig, Amqp091SenderConfig, Config, ConfigError,
     DeliveryMode, EXCHANGE_TYPES, HttpReceiverConfig, HttpSenderConfig, MqttReceiverConfig, MqttSenderConfig,
-    NatsReceiverConfig, NatsSenderConfig, SimplemqReceiverConfig, SimplemqSenderConfig, SqsEndpointReceiverConfig,
-    SqsEndpointSenderConfig, SqsReceiverConfig, SqsSenderConfig,
+    SimplemqReceiverConfig, SimplemqSenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
+    SqsReceiverConfig, SqsSenderConfig,
 };
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -510,56 +510,6 @@ impl CheckKeys for SqsEndpointReceiverConfig {
     fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let e = self;
         crate::endpoint::check_receiver(e, checks.endpoints, key)?;
-        Ok(())
-    }
-}
-
-impl CheckKeys for NatsReceiverConfig {
-    fn check(&self, name: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let n = self;
-        crate::nats::check_url(&n.url, n.tls.as_ref(), key)?;
-        check_reconnect(n.reconnect_initial_ms, n.reconnect_max_ms, key)?;
-        if let Some(why) = crate::nats::name_problem(&n.stream) {
-            return Err(ConfigError::new(format!("{key}.stream"), why));
-        }
-        if let Some(why) = crate::nats::name_problem(&n.consumer_name(name)) {
-            return Err(ConfigError::new(format!("{key}.consumer"), why));
-        }
-        for (i, subject) in n.filter_subjects.iter().enumerate() {
-            if let Some(why) = crate::nats::subject_problem(subject, true) {
-                return Err(ConfigError::new(format!("{key}.filter_subjects[{i}]"), why));
-            }
-        }
-        if n.consumer_passive && !n.filter_subjects.is_empty() {
-            return Err(ConfigError::new(
-                format!("{key}.filter_subjects"),
-                "is a setting of the consumer, which consumer_passive leaves as it is; set it where the \
-                 consumer is made, or drop consumer_passive",
-            ));
-        }
-        for (k, v) in [("ack_wait_secs", n.ack_wait_secs), ("max_payload_bytes", n.max_payload_bytes as u64)] {
-            if v == 0 {
-                return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl CheckKeys for NatsSenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let n = self;
-        crate::nats::check_url(&n.url, n.tls.as_ref(), key)?;
-        check_reconnect(n.reconnect_initial_ms, n.reconnect_max_ms, key)?;
-        // A template is checked once its headers are filled in.
-        if let Some(subject) = n.subject.as_deref().filter(|s| !s.contains('{'))
-            && let Some(why) = crate::nats::subject_problem(subject, false)
-        {
-            return Err(ConfigError::new(format!("{key}.subject"), why));
-        }
-        if n.ack_timeout_ms == 0 {
-            return Err(ConfigError::new(format!("{key}.ack_timeout_ms"), "must be at least 1"));
-        }
         Ok(())
     }
 }

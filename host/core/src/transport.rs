@@ -10,11 +10,14 @@
 //! a line in that table.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{ReceiverConfig, SenderConfig};
+use ferry_config::{PartSchemas, ReceiverConfig, SenderConfig};
 use ferry_envelope::Timestamp;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 
 use crate::TransportError;
 use crate::fidelity::{Find, Probe};
@@ -26,6 +29,9 @@ use crate::wire::{Admitted, View};
 /// What the daemon hands a transport to build a receiver or a sender.
 pub struct Parts<'a> {
     pub metrics: &'a Metrics,
+    /// This process's instance id (`[instance] id`), for names that must
+    /// differ between instances of one config.
+    pub instance: &'a str,
     /// The route's `max_in_flight` (a receiver's own prefetch or window).
     pub max_in_flight: usize,
     /// The route is `shared_outbox`: a receiver that answers its caller
@@ -74,30 +80,42 @@ impl KeyProblem {
 /// A transport as its crate writes it, on its own config types.
 #[async_trait]
 pub trait TypedTransport: Send + Sync + 'static {
-    /// `[receivers.NAME]` of this transport.
-    type ReceiverConfig: Send + Sync;
-    /// `[senders.NAME]` of this transport.
-    type SenderConfig: Send + Sync;
+    /// `[receivers.NAME]` of this transport: its keys but `type` and
+    /// `wire_format`, deserialised from the table as written (unknown keys
+    /// refused), and described in the schema and the book's reference by
+    /// their doc comments.
+    type ReceiverConfig: Send + Sync + Clone + DeserializeOwned + JsonSchema;
+    /// `[senders.NAME]` of this transport, as the receiver's.
+    type SenderConfig: Send + Sync + Clone + DeserializeOwned + JsonSchema;
 
     /// The `type` in config and the `kind` label in metrics (`mqtt`).
     const KIND: &'static str;
 
-    /// This transport's receiver config, if `config` is one.
-    fn receiver_config(config: &ReceiverConfig) -> Option<&Self::ReceiverConfig>;
-    /// This transport's sender config, if `config` is one.
-    fn sender_config(config: &SenderConfig) -> Option<&Self::SenderConfig>;
+    /// This transport's receiver config, where `host/config` still reads
+    /// it (a built-in variant of [`ReceiverConfig`]); by default none: the
+    /// transport reads its own keys from a [`ferry_config::PartTable`].
+    fn receiver_config(config: &ReceiverConfig) -> Option<&Self::ReceiverConfig> {
+        let _ = config;
+        None
+    }
+    /// As [`TypedTransport::receiver_config`], for a sender.
+    fn sender_config(config: &SenderConfig) -> Option<&Self::SenderConfig> {
+        let _ = config;
+        None
+    }
 
     /// Parses what the receiver connects to with the code it connects
     /// with, so a URL that cannot work is refused at validation rather
     /// than retried at connect.
-    fn check_receiver(&self, config: &Self::ReceiverConfig) -> Result<(), KeyProblem> {
-        let _ = config;
+    /// (`name` is the receiver's, for defaults made of it.)
+    fn check_receiver(&self, name: &str, config: &Self::ReceiverConfig) -> Result<(), KeyProblem> {
+        let _ = (name, config);
         Ok(())
     }
 
     /// As [`TypedTransport::check_receiver`], for a sender.
-    fn check_sender(&self, config: &Self::SenderConfig) -> Result<(), KeyProblem> {
-        let _ = config;
+    fn check_sender(&self, name: &str, config: &Self::SenderConfig) -> Result<(), KeyProblem> {
+        let _ = (name, config);
         Ok(())
     }
 
@@ -214,8 +232,10 @@ pub trait TypedTransport: Send + Sync + 'static {
 #[async_trait]
 pub trait Transport: Send + Sync {
     fn kind(&self) -> &'static str;
-    fn check_receiver(&self, config: &ReceiverConfig) -> Result<(), KeyProblem>;
-    fn check_sender(&self, config: &SenderConfig) -> Result<(), KeyProblem>;
+    /// The schemas of this transport's receiver and sender tables.
+    fn schemas(&self, generator: &mut schemars::SchemaGenerator) -> PartSchemas;
+    fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem>;
+    fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem>;
     fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
@@ -244,12 +264,37 @@ fn wrong_kind(transport: &str, got: &str) -> String {
     format!("the {transport} transport was handed a {got} config (a wiring bug)")
 }
 
-fn receiver_of<T: TypedTransport>(config: &ReceiverConfig) -> Result<&T::ReceiverConfig, String> {
-    T::receiver_config(config).ok_or_else(|| wrong_kind(T::KIND, config.kind()))
+/// `config` as `T`'s receiver config: the built-in variant, or its table
+/// read; a table that does not read is a problem with its key.
+fn receiver_of<T: TypedTransport>(config: &ReceiverConfig) -> Result<Cow<'_, T::ReceiverConfig>, KeyProblem> {
+    if let Some(c) = T::receiver_config(config) {
+        return Ok(Cow::Borrowed(c));
+    }
+    match config {
+        ReceiverConfig::Table(t) if t.kind == T::KIND => {
+            t.parse().map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
+        }
+        _ => Err(KeyProblem::new("type", wrong_kind(T::KIND, config.kind()))),
+    }
 }
 
-fn sender_of<T: TypedTransport>(config: &SenderConfig) -> Result<&T::SenderConfig, String> {
-    T::sender_config(config).ok_or_else(|| wrong_kind(T::KIND, config.kind()))
+/// As [`receiver_of`], for a sender.
+fn sender_of<T: TypedTransport>(config: &SenderConfig) -> Result<Cow<'_, T::SenderConfig>, KeyProblem> {
+    if let Some(c) = T::sender_config(config) {
+        return Ok(Cow::Borrowed(c));
+    }
+    match config {
+        SenderConfig::Table(t) if t.kind == T::KIND => {
+            t.parse().map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
+        }
+        _ => Err(KeyProblem::new("type", wrong_kind(T::KIND, config.kind()))),
+    }
+}
+
+impl std::fmt::Display for KeyProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.key.is_empty() { f.write_str(&self.message) } else { write!(f, "{}: {}", self.key, self.message) }
+    }
 }
 
 #[async_trait]
@@ -258,30 +303,38 @@ impl<T: TypedTransport> Transport for T {
         T::KIND
     }
 
-    fn check_receiver(&self, config: &ReceiverConfig) -> Result<(), KeyProblem> {
-        let c = receiver_of::<T>(config).map_err(|e| KeyProblem::new("type", e))?;
-        TypedTransport::check_receiver(self, c)
+    fn schemas(&self, generator: &mut schemars::SchemaGenerator) -> PartSchemas {
+        PartSchemas {
+            kind: T::KIND,
+            receiver: generator.subschema_for::<T::ReceiverConfig>(),
+            sender: generator.subschema_for::<T::SenderConfig>(),
+        }
     }
 
-    fn check_sender(&self, config: &SenderConfig) -> Result<(), KeyProblem> {
-        let c = sender_of::<T>(config).map_err(|e| KeyProblem::new("type", e))?;
-        TypedTransport::check_sender(self, c)
+    fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem> {
+        let c = receiver_of::<T>(config)?;
+        TypedTransport::check_receiver(self, name, &c)
+    }
+
+    fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem> {
+        let c = sender_of::<T>(config)?;
+        TypedTransport::check_sender(self, name, &c)
     }
 
     fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
-        TypedTransport::validate_receiver(self, name, receiver_of::<T>(config)?, parts)
+        TypedTransport::validate_receiver(self, name, &*receiver_of::<T>(config).map_err(|e| e.to_string())?, parts)
     }
 
     fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String> {
-        TypedTransport::validate_sender(self, name, sender_of::<T>(config)?, parts)
+        TypedTransport::validate_sender(self, name, &*sender_of::<T>(config).map_err(|e| e.to_string())?, parts)
     }
 
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {
-        TypedTransport::receiver(self, name, receiver_of::<T>(config)?, parts)
+        TypedTransport::receiver(self, name, &*receiver_of::<T>(config).map_err(|e| e.to_string())?, parts)
     }
 
     fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
-        TypedTransport::sender(self, name, sender_of::<T>(config)?, parts)
+        TypedTransport::sender(self, name, &*sender_of::<T>(config).map_err(|e| e.to_string())?, parts)
     }
 
     fn receiver_reads_wire_format(&self) -> bool {
@@ -293,17 +346,17 @@ impl<T: TypedTransport> Transport for T {
     }
 
     async fn probe_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<String, TransportError> {
-        let c = receiver_of::<T>(config).map_err(TransportError::permanent)?;
-        TypedTransport::probe_receiver(self, name, c).await
+        let c = receiver_of::<T>(config).map_err(|e| TransportError::permanent(e.to_string()))?;
+        TypedTransport::probe_receiver(self, name, &c).await
     }
 
     async fn probe_sender(&self, name: &str, config: &SenderConfig) -> Result<String, TransportError> {
-        let c = sender_of::<T>(config).map_err(TransportError::permanent)?;
-        TypedTransport::probe_sender(self, name, c).await
+        let c = sender_of::<T>(config).map_err(|e| TransportError::permanent(e.to_string()))?;
+        TypedTransport::probe_sender(self, name, &c).await
     }
 
     fn fixture_receive(&self, config: &ReceiverConfig, input: TomlValue, now: Timestamp) -> Result<Admitted, String> {
-        TypedTransport::fixture_receive(self, receiver_of::<T>(config)?, input, now)
+        TypedTransport::fixture_receive(self, &*receiver_of::<T>(config).map_err(|e| e.to_string())?, input, now)
     }
 
     fn fixture_send(
@@ -312,20 +365,20 @@ impl<T: TypedTransport> Transport for T {
         msg: &OutboundMessage,
         now: Timestamp,
     ) -> Result<View, TransportError> {
-        let c = sender_of::<T>(config).map_err(TransportError::permanent)?;
-        TypedTransport::fixture_send(self, c, msg, now)
+        let c = sender_of::<T>(config).map_err(|e| TransportError::permanent(e.to_string()))?;
+        TypedTransport::fixture_send(self, &c, msg, now)
     }
 
     fn receiver_secrets(&self, config: &ReceiverConfig) -> Vec<String> {
-        T::receiver_config(config).map(|c| TypedTransport::receiver_secrets(self, c)).unwrap_or_default()
+        receiver_of::<T>(config).map(|c| TypedTransport::receiver_secrets(self, &c)).unwrap_or_default()
     }
 
     fn sender_secrets(&self, config: &SenderConfig) -> Vec<String> {
-        T::sender_config(config).map(|c| TypedTransport::sender_secrets(self, c)).unwrap_or_default()
+        sender_of::<T>(config).map(|c| TypedTransport::sender_secrets(self, &c)).unwrap_or_default()
     }
 
     fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String> {
-        Ok(TypedTransport::fidelity_probe(self, receiver_of::<T>(config)?))
+        Ok(TypedTransport::fidelity_probe(self, &*receiver_of::<T>(config).map_err(|e| e.to_string())?))
     }
 
     fn lossy_note(&self) -> &'static str {
@@ -337,7 +390,7 @@ impl<T: TypedTransport> Transport for T {
     }
 
     fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str> {
-        T::sender_config(config).and_then(|c| TypedTransport::sender_warning(self, c))
+        sender_of::<T>(config).ok().and_then(|c| TypedTransport::sender_warning(self, &c))
     }
 
     fn outage_note(&self) -> &'static str {

@@ -219,7 +219,7 @@ enum PluginsCommand {
 /// The generated pages of the book's reference, by file name.
 fn reference_pages() -> [(&'static str, String); 3] {
     [
-        ("config.md", ferry_config::reference::config_markdown()),
+        ("config.md", ferry_config::reference::config_markdown(&ferry_daemon::transports::json_schema())),
         ("cli.md", cli_markdown(&Cli::command())),
         ("metrics.md", ferry_core::metrics::reference_markdown()),
     ]
@@ -401,7 +401,7 @@ fn main() -> ExitCode {
         }
         Command::Man { dir } => man(dir),
         Command::Reference { dir } => reference(&dir),
-        Command::Schema => match serde_json::to_string_pretty(&ferry_config::json_schema()) {
+        Command::Schema => match serde_json::to_string_pretty(&ferry_daemon::transports::json_schema()) {
             Ok(text) => {
                 println!("{text}");
                 ExitCode::SUCCESS

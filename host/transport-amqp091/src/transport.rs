@@ -38,11 +38,11 @@ impl TypedTransport for Amqp091 {
         if let SenderConfig::Amqp091(c) = config { Some(c) } else { None }
     }
 
-    fn check_receiver(&self, config: &Amqp091ReceiverConfig) -> Result<(), KeyProblem> {
+    fn check_receiver(&self, _: &str, config: &Amqp091ReceiverConfig) -> Result<(), KeyProblem> {
         check_url(&config.url)
     }
 
-    fn check_sender(&self, config: &Amqp091SenderConfig) -> Result<(), KeyProblem> {
+    fn check_sender(&self, _: &str, config: &Amqp091SenderConfig) -> Result<(), KeyProblem> {
         check_url(&config.url)
     }
 

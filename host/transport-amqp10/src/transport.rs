@@ -38,11 +38,11 @@ impl TypedTransport for Amqp10 {
         if let SenderConfig::Amqp10(c) = config { Some(c) } else { None }
     }
 
-    fn check_receiver(&self, config: &Amqp10ReceiverConfig) -> Result<(), KeyProblem> {
+    fn check_receiver(&self, _: &str, config: &Amqp10ReceiverConfig) -> Result<(), KeyProblem> {
         check_url(&config.url)
     }
 
-    fn check_sender(&self, config: &Amqp10SenderConfig) -> Result<(), KeyProblem> {
+    fn check_sender(&self, _: &str, config: &Amqp10SenderConfig) -> Result<(), KeyProblem> {
         check_url(&config.url)
     }
 

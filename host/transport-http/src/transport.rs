@@ -138,11 +138,11 @@ impl TypedTransport for Simplemq {
         if let SenderConfig::Simplemq(c) = config { Some(c) } else { None }
     }
 
-    fn check_receiver(&self, config: &SimplemqReceiverConfig) -> Result<(), KeyProblem> {
+    fn check_receiver(&self, _: &str, config: &SimplemqReceiverConfig) -> Result<(), KeyProblem> {
         check_api_url(&config.api_url)
     }
 
-    fn check_sender(&self, config: &SimplemqSenderConfig) -> Result<(), KeyProblem> {
+    fn check_sender(&self, _: &str, config: &SimplemqSenderConfig) -> Result<(), KeyProblem> {
         check_api_url(&config.api_url)
     }
 

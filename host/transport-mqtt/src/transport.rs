@@ -37,11 +37,11 @@ impl TypedTransport for Mqtt {
         if let SenderConfig::Mqtt(c) = config { Some(c) } else { None }
     }
 
-    fn check_receiver(&self, config: &MqttReceiverConfig) -> Result<(), KeyProblem> {
+    fn check_receiver(&self, _: &str, config: &MqttReceiverConfig) -> Result<(), KeyProblem> {
         check_url(&config.url)
     }
 
-    fn check_sender(&self, config: &MqttSenderConfig) -> Result<(), KeyProblem> {
+    fn check_sender(&self, _: &str, config: &MqttSenderConfig) -> Result<(), KeyProblem> {
         check_url(&config.url)
     }
 

@@ -16,8 +16,8 @@
 //! - The content type goes out as `Content-Type`, the subject as
 //!   `gobridge.subject`.
 
+use crate::config::NatsSenderConfig;
 use bytes::Bytes;
-use ferry_config::NatsSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::text_of;
@@ -55,7 +55,7 @@ pub fn resolve_subject(address: &str, default: Option<&str>, envelope: &Envelope
         address
     };
     let subject = ferry_core::address::expand_subject(template, envelope)?;
-    if let Some(why) = ferry_config::nats_subject_problem(&subject, false) {
+    if let Some(why) = crate::config::subject_problem(&subject, false) {
         return Err(TransportError::unroutable(why));
     }
     Ok(subject)

@@ -1,5 +1,7 @@
 //! ferry's NATS JetStream transport, on async-nats.
 //!
+//! - [`config`]: the receiver's and sender's keys, their defaults and
+//!   checks.
 //! - [`ingress`]: a JetStream message -> envelope (headers as text, the
 //!   identity from `Nats-Msg-Id`, the subject, stream sequence, delivery
 //!   count and time as `nats.*` headers).
@@ -16,6 +18,7 @@
 //! - [`transport`]: [`Nats`], the crate's entry in the daemon's transport
 //!   table.
 
+pub mod config;
 pub mod connection;
 pub mod egress;
 pub mod fixture;

@@ -16,12 +16,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::NatsReceiverConfig;
 use async_nats::jetstream::consumer::pull::Config as PullConfig;
 use async_nats::jetstream::consumer::{AckPolicy, PullConsumer};
 use async_nats::jetstream::message::Acker;
 use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
-use ferry_config::NatsReceiverConfig;
 use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::metrics::{Metrics, labels};

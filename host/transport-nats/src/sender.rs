@@ -15,11 +15,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::NatsSenderConfig;
 use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::message::PublishMessage;
 use async_nats::{Client, HeaderMap, HeaderName, HeaderValue};
 use async_trait::async_trait;
-use ferry_config::NatsSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};

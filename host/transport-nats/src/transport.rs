@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::config::{NatsReceiverConfig, NatsSenderConfig};
 use async_trait::async_trait;
-use ferry_config::{NatsReceiverConfig, NatsSenderConfig, ReceiverConfig, SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{CONTENT_TYPE, EXTRA, Find, ID, Probe, SUBJECT, TEXT_VALUE, extras, feature, table, text};
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
@@ -24,20 +24,12 @@ impl TypedTransport for Nats {
     type SenderConfig = NatsSenderConfig;
     const KIND: &'static str = "nats";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&NatsReceiverConfig> {
-        if let ReceiverConfig::Nats(c) = config { Some(c) } else { None }
+    fn check_receiver(&self, name: &str, config: &NatsReceiverConfig) -> Result<(), KeyProblem> {
+        config.check(name)
     }
 
-    fn sender_config(config: &SenderConfig) -> Option<&NatsSenderConfig> {
-        if let SenderConfig::Nats(c) = config { Some(c) } else { None }
-    }
-
-    fn check_receiver(&self, config: &NatsReceiverConfig) -> Result<(), KeyProblem> {
-        crate::connection::servers(&config.url).map(drop).map_err(|e| KeyProblem::new("url", e))
-    }
-
-    fn check_sender(&self, config: &NatsSenderConfig) -> Result<(), KeyProblem> {
-        crate::connection::servers(&config.url).map(drop).map_err(|e| KeyProblem::new("url", e))
+    fn check_sender(&self, _: &str, config: &NatsSenderConfig) -> Result<(), KeyProblem> {
+        config.check()
     }
 
     fn receiver(

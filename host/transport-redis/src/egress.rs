@@ -12,8 +12,8 @@
 //!   and a header named like one of the sender's own fields (the identity
 //!   field, the payload field or `content_type`), which is counted.
 
+use crate::config::RedisStreamsSenderConfig;
 use bytes::Bytes;
-use ferry_config::RedisStreamsSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::text_of;

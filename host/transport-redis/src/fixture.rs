@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::{RedisStreamsReceiverConfig, RedisStreamsSenderConfig};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use ferry_config::{RedisStreamsReceiverConfig, RedisStreamsSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value};

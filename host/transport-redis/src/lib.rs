@@ -1,5 +1,7 @@
 //! ferry's Redis Streams transport, on redis-rs.
 //!
+//! - [`config`]: the receiver's and sender's keys, their defaults and
+//!   checks.
 //! - [`ingress`]: a stream entry -> envelope (the payload field, the
 //!   identity field, other fields as headers, the stream, entry id,
 //!   delivery count and time as `redis.*` headers).
@@ -17,6 +19,7 @@
 //! - [`transport`]: [`RedisStreams`], the crate's entry in the daemon's
 //!   transport table.
 
+pub mod config;
 pub mod egress;
 pub mod entry;
 pub mod fixture;

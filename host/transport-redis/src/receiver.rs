@@ -25,8 +25,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::config::{RedisStreamsReceiverConfig, StartFrom};
 use async_trait::async_trait;
-use ferry_config::{RedisStreamsReceiverConfig, StartFrom};
 use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::metrics::{Metrics, labels};

@@ -11,8 +11,8 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use crate::config::RedisStreamsSenderConfig;
 use async_trait::async_trait;
-use ferry_config::RedisStreamsSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use ferry_core::metrics::Metrics;

@@ -3,15 +3,15 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{ReceiverConfig, RedisStreamsReceiverConfig, RedisStreamsSenderConfig, SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{CONTENT_TYPE, EXTRA, Find, ID, Probe, SUBJECT, TEXT_VALUE, extras, feature, table, text};
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
-use ferry_core::transport::{Parts, TypedTransport};
+use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
+use crate::config::{RedisStreamsReceiverConfig, RedisStreamsSenderConfig};
 use crate::link::probe;
 use crate::{RedisReceiver, RedisSender, entry, fixture, ingress};
 
@@ -49,12 +49,12 @@ impl TypedTransport for RedisStreams {
     type SenderConfig = RedisStreamsSenderConfig;
     const KIND: &'static str = "redis_streams";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&RedisStreamsReceiverConfig> {
-        if let ReceiverConfig::RedisStreams(c) = config { Some(c) } else { None }
+    fn check_receiver(&self, _: &str, config: &RedisStreamsReceiverConfig) -> Result<(), KeyProblem> {
+        config.check()
     }
 
-    fn sender_config(config: &SenderConfig) -> Option<&RedisStreamsSenderConfig> {
-        if let SenderConfig::RedisStreams(c) = config { Some(c) } else { None }
+    fn check_sender(&self, _: &str, config: &RedisStreamsSenderConfig) -> Result<(), KeyProblem> {
+        config.check()
     }
 
     fn receiver(
@@ -63,7 +63,9 @@ impl TypedTransport for RedisStreams {
         config: &RedisStreamsReceiverConfig,
         parts: &Parts<'_>,
     ) -> Result<Arc<dyn Receiver>, String> {
-        Ok(Arc::new(RedisReceiver::new(name, config.clone(), parts.metrics.clone())))
+        let mut config = config.clone();
+        config.consumer.get_or_insert_with(|| parts.instance.to_owned());
+        Ok(Arc::new(RedisReceiver::new(name, config, parts.metrics.clone())))
     }
 
     fn sender(

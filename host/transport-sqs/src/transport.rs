@@ -42,11 +42,11 @@ impl TypedTransport for Sqs {
         if let SenderConfig::Sqs(c) = config { Some(c) } else { None }
     }
 
-    fn check_receiver(&self, config: &SqsReceiverConfig) -> Result<(), KeyProblem> {
+    fn check_receiver(&self, _: &str, config: &SqsReceiverConfig) -> Result<(), KeyProblem> {
         check_urls(config.queue_url.as_ref(), config.endpoint_url.as_ref())
     }
 
-    fn check_sender(&self, config: &SqsSenderConfig) -> Result<(), KeyProblem> {
+    fn check_sender(&self, _: &str, config: &SqsSenderConfig) -> Result<(), KeyProblem> {
         check_urls(config.queue_url.as_ref(), config.endpoint_url.as_ref())
     }
 

@@ -299,7 +299,7 @@ pub fn validate_plugins(config: &Config, metrics: &Metrics) -> Result<(), StartE
     let engine = new_engine(config)?;
     let registry = load_plugins(config, &engine, None)?;
     processors_of(config, registry.as_ref(), metrics)?;
-    let services = services(&None, registry.as_ref(), None);
+    let services = services(config, &None, registry.as_ref(), None);
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
         let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
@@ -334,14 +334,20 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
         let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
-        transport.check_receiver(r).map_err(|p| StartError::new(format!("{key}.{}", p.key), p.message))?;
+        transport.check_receiver(name, r).map_err(|p| key_problem(&key, p))?;
     }
     for (name, s) in &config.senders {
         let key = format!("senders.{name}");
         let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
-        transport.check_sender(s).map_err(|p| StartError::new(format!("{key}.{}", p.key), p.message))?;
+        transport.check_sender(name, s).map_err(|p| key_problem(&key, p))?;
     }
     Ok(())
+}
+
+/// A transport's problem with a key of the part at `key`.
+fn key_problem(key: &str, problem: ferry_core::transport::KeyProblem) -> StartError {
+    let path = if problem.key.is_empty() { key.to_owned() } else { format!("{key}.{}", problem.key) };
+    StartError::new(path, problem.message)
 }
 
 /// The SQS endpoint's topics and (through them) queues, for `sqs_endpoint`
@@ -352,11 +358,12 @@ pub type EndpointQueues = Option<Arc<ferry_sqs_endpoint::Topics>>;
 /// transport components the config names (when it names any), and where a
 /// listener records its address (`ferry run`).
 pub(super) fn services(
+    config: &Config,
     queues: &EndpointQueues,
     registry: Option<&PluginRegistry>,
     listeners: Option<&ferry_core::listeners::Listeners>,
 ) -> Services {
-    let mut services = Services::default();
+    let mut services = Services::default().with(Instance(config.instance.id().to_owned()));
     if let Some(l) = listeners {
         services = services.with(l.clone());
     }
@@ -369,10 +376,14 @@ pub(super) fn services(
     services
 }
 
+/// This process's instance id, for [`Parts::instance`].
+struct Instance(String);
+
 /// What a transport gets to build a part.
 fn parts<'a>(metrics: &'a Metrics, services: &'a Services, route: Option<&RouteConfig>) -> Parts<'a> {
     Parts {
         metrics,
+        instance: services.get::<Instance>().map_or("ferry", |i| i.0.as_str()),
         max_in_flight: route.map_or(0, |r| r.max_in_flight),
         durable_first: route.is_some_and(|r| r.delivery_mode == ferry_config::DeliveryMode::SharedOutbox),
         services,
@@ -476,7 +487,7 @@ impl<'a> StandaloneBindings<'a> {
                     .senders
                     .get(&b.sender)
                     .ok_or_else(|| StartError::new("routes", format!("unknown sender {:?}", b.sender)))?;
-                let services = services(&None, registry, None);
+                let services = services(config, &None, registry, None);
                 self.senders.insert(b.sender.clone(), start_sender(&b.sender, cfg, &self.metrics, &services)?);
             }
         }

@@ -173,7 +173,7 @@ pub(super) async fn prepare(
         plugins.engine = old_plugins.engine.clone();
     }
     let registry = plugins.registry.as_ref();
-    let services = services(queues, registry, Some(listeners));
+    let services = services(config, queues, registry, Some(listeners));
     let mut kept = BTreeSet::new();
     let mut swaps = Vec::new();
     let mut to_build = Vec::new();

@@ -1,7 +1,7 @@
-//! `contrib/ferry.schema.json` is what the config types say now, and every
+//! `contrib/ferry.schema.json` is what the config types say now (the
+//! document's in `host/config`, every transport's in its crate), and every
 //! example names it. (The book's key tables are generated from the same
-//! schema: `ferry reference`, checked by the daemon's
-//! `the_book_reference_is_current`.)
+//! schema: `ferry reference`, checked by `the_book_reference_is_current`.)
 
 use serde_json::Value;
 
@@ -13,7 +13,7 @@ fn the_committed_schema_is_current_and_the_examples_name_it() {
     let committed = std::fs::read_to_string(format!("{root}/contrib/ferry.schema.json")).expect("committed schema");
     let committed: Value = serde_json::from_str(&committed).expect("JSON");
     assert!(
-        committed == ferry_config::json_schema(),
+        committed == ferry_daemon::transports::json_schema(),
         "contrib/ferry.schema.json is stale: run `ferry schema > contrib/ferry.schema.json`"
     );
     let validator = jsonschema::validator_for(&committed).expect("a valid JSON Schema");

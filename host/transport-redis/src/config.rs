@@ -1,11 +1,11 @@
-//! `type = "redis_streams"`: Redis Streams receivers (a consumer group,
+//! `[receivers.NAME]` and `[senders.NAME]` with `type = "redis_streams"`:
+//! Redis Streams receivers (a consumer group,
 //! acknowledged after the route) and senders (`XADD`).
 
+use ferry_config::TlsConfig;
+use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use crate::validate::{CheckKeys, Checks};
-use crate::{ConfigError, TlsConfig, WireFormat};
 
 /// `type = "redis_streams"` receiver: a consumer in a consumer group of one
 /// stream. An entry is acknowledged (`XACK`) only after its route is done
@@ -67,12 +67,6 @@ pub struct RedisStreamsReceiverConfig {
     /// Reconnect delay cap in milliseconds. Default 10000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 /// Where a consumer group ferry creates starts reading.
@@ -127,12 +121,6 @@ pub struct RedisStreamsSenderConfig {
     /// Reconnect delay cap in milliseconds. Default 10000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 fn default_claim_idle_ms() -> u64 {
@@ -161,34 +149,34 @@ fn default_timeout_ms() -> u64 {
 pub const MIN_CLAIM_IDLE_MS: u64 = 300;
 
 impl RedisStreamsReceiverConfig {
-    /// The consumer's name: `consumer`, else the instance id (settled
-    /// before any receiver starts; `ferry` only where none was).
+    /// The consumer's name: `consumer`, else the instance id (filled in
+    /// when the receiver is built; `ferry` only where none was).
     pub fn consumer_name(&self) -> &str {
         self.consumer.as_deref().unwrap_or("ferry")
     }
 }
 
-/// A Redis URL: `redis://` or `rediss://` with a host; `tls` only with
-/// `rediss://`.
-fn check_url(url: &str, tls: Option<&TlsConfig>, key: &str) -> Result<(), ConfigError> {
-    let bad = |why: String| ConfigError::new(format!("{key}.url"), why);
-    let (secure, rest) = match url.split_once("://") {
-        Some(("redis", rest)) => (false, rest),
-        Some(("rediss", rest)) => (true, rest),
-        Some((scheme, _)) => return Err(bad(format!("{scheme}:// is not redis:// or rediss://"))),
-        None => return Err(bad(format!("{url:?} is not a redis:// or rediss:// URL"))),
+/// A Redis URL as redis-rs reads it (`redis://` or `rediss://` with a
+/// host); `tls` only with `rediss://`.
+fn check_url(url: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
+    let secure = match url.split_once("://") {
+        Some(("redis", _)) => false,
+        Some(("rediss", _)) => true,
+        Some((scheme, _)) => return Err(KeyProblem::new("url", format!("{scheme}:// is not redis:// or rediss://"))),
+        None => return Err(KeyProblem::new("url", format!("{url:?} is not a redis:// or rediss:// URL"))),
     };
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let host = authority.rsplit('@').next().unwrap_or(authority);
-    if host.is_empty() || host.starts_with(':') {
-        return Err(bad(format!("{url:?} has no host")));
+    let parsed = redis::parse_redis_url(url).ok_or_else(|| KeyProblem::new("url", "is not a valid URL"))?;
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(KeyProblem::new("url", format!("{} has no host", ferry_core::redact::url(url))));
     }
+    redis::IntoConnectionInfo::into_connection_info(url)
+        .map_err(|e| KeyProblem::new("url", format!("redis-rs cannot use it: {e}")))?;
     if let Some(t) = tls {
         if !secure {
-            return Err(ConfigError::new(format!("{key}.tls"), "needs a rediss:// url"));
+            return Err(KeyProblem::new("tls", "needs a rediss:// url"));
         }
         if t.cert_file.is_some() != t.key_file.is_some() {
-            return Err(ConfigError::new(format!("{key}.tls"), "cert_file and key_file go together"));
+            return Err(KeyProblem::new("tls", "cert_file and key_file go together"));
         }
     }
     Ok(())
@@ -207,63 +195,133 @@ fn name_problem(name: &str) -> Option<String> {
 }
 
 /// The payload and identity fields: named, and not the same field.
-fn check_fields(payload: &str, id: &str, key: &str) -> Result<(), ConfigError> {
+fn check_fields(payload: &str, id: &str) -> Result<(), KeyProblem> {
     for (k, v) in [("payload_field", payload), ("id_field", id)] {
         if let Some(why) = name_problem(v) {
-            return Err(ConfigError::new(format!("{key}.{k}"), why));
+            return Err(KeyProblem::new(k, why));
         }
     }
     if payload == id {
-        return Err(ConfigError::new(format!("{key}.id_field"), "must differ from payload_field"));
+        return Err(KeyProblem::new("id_field", "must differ from payload_field"));
     }
     Ok(())
 }
 
-fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError> {
-    crate::validate::check_reconnect(initial, max, key)
+fn check_reconnect(initial: u64, max: u64) -> Result<(), KeyProblem> {
+    if initial == 0 {
+        return Err(KeyProblem::new("reconnect_initial_ms", "must be at least 1"));
+    }
+    if max < initial {
+        return Err(KeyProblem::new("reconnect_max_ms", "must be at least reconnect_initial_ms"));
+    }
+    Ok(())
 }
 
-impl CheckKeys for RedisStreamsReceiverConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+impl RedisStreamsReceiverConfig {
+    /// The checks of the receiver's keys (`ferry validate`, and before a
+    /// start).
+    pub fn check(&self) -> Result<(), KeyProblem> {
         let r = self;
-        check_url(&r.url, r.tls.as_ref(), key)?;
-        check_reconnect(r.reconnect_initial_ms, r.reconnect_max_ms, key)?;
+        check_url(&r.url, r.tls.as_ref())?;
+        check_reconnect(r.reconnect_initial_ms, r.reconnect_max_ms)?;
         for (k, v) in [("stream", r.stream.as_str()), ("group", r.group.as_str()), ("consumer", r.consumer_name())] {
             if let Some(why) = name_problem(v) {
-                return Err(ConfigError::new(format!("{key}.{k}"), why));
+                return Err(KeyProblem::new(k, why));
             }
         }
-        check_fields(&r.payload_field, &r.id_field, key)?;
+        check_fields(&r.payload_field, &r.id_field)?;
         if r.claim_idle_ms < MIN_CLAIM_IDLE_MS {
-            return Err(ConfigError::new(
-                format!("{key}.claim_idle_ms"),
+            return Err(KeyProblem::new(
+                "claim_idle_ms",
                 format!("must be at least {MIN_CLAIM_IDLE_MS}: held entries are refreshed every third of it"),
             ));
         }
         if r.max_payload_bytes == 0 {
-            return Err(ConfigError::new(format!("{key}.max_payload_bytes"), "must be at least 1"));
+            return Err(KeyProblem::new("max_payload_bytes", "must be at least 1"));
         }
         Ok(())
     }
 }
 
-impl CheckKeys for RedisStreamsSenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+impl RedisStreamsSenderConfig {
+    /// The checks of the sender's keys.
+    pub fn check(&self) -> Result<(), KeyProblem> {
         let s = self;
-        check_url(&s.url, s.tls.as_ref(), key)?;
-        check_reconnect(s.reconnect_initial_ms, s.reconnect_max_ms, key)?;
+        check_url(&s.url, s.tls.as_ref())?;
+        check_reconnect(s.reconnect_initial_ms, s.reconnect_max_ms)?;
         if let Some(stream) = s.stream.as_deref()
             && let Some(why) = name_problem(stream)
         {
-            return Err(ConfigError::new(format!("{key}.stream"), why));
+            return Err(KeyProblem::new("stream", why));
         }
-        check_fields(&s.payload_field, &s.id_field, key)?;
+        check_fields(&s.payload_field, &s.id_field)?;
         if s.maxlen == Some(0) {
-            return Err(ConfigError::new(format!("{key}.maxlen"), "must be at least 1 (leave it out to never trim)"));
+            return Err(KeyProblem::new("maxlen", "must be at least 1 (leave it out to never trim)"));
         }
         if s.timeout_ms == 0 {
-            return Err(ConfigError::new(format!("{key}.timeout_ms"), "must be at least 1"));
+            return Err(KeyProblem::new("timeout_ms", "must be at least 1"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ferry_config::PartTable;
+
+    use super::*;
+
+    const RECEIVER: &str = "url = \"redis://:secret@127.0.0.1:6379/2\"\nstream = \"orders\"\ngroup = \"bridge\"\n";
+    const SENDER: &str = "url = \"rediss://cache.example:6380\"\nstream = \"audit:{region}\"\nmaxlen = 10000\n";
+
+    /// The part as the daemon hands it over: read, then checked; on
+    /// failure the key below the part's.
+    fn read<T: serde::de::DeserializeOwned>(text: &str, check: fn(&T) -> Result<(), KeyProblem>) -> Result<T, String> {
+        let keys: toml::Table = toml::from_str(text).expect("toml");
+        let part = PartTable::new("redis_streams", keys).expect("part");
+        let config: T = part.parse().map_err(|e| e.path)?;
+        check(&config).map_err(|p| p.key)?;
+        Ok(config)
+    }
+
+    #[test]
+    fn receivers_and_senders_read_with_their_defaults() {
+        let r = read(RECEIVER, RedisStreamsReceiverConfig::check).expect("valid");
+        assert_eq!(r.consumer, None, "filled with the instance id when built");
+        assert_eq!((r.claim_idle_ms, r.group_passive, r.start_from), (30_000, false, StartFrom::Oldest));
+        assert_eq!((r.payload_field.as_str(), r.id_field.as_str()), ("payload", "message_id"));
+        let s = read(SENDER, RedisStreamsSenderConfig::check).expect("valid");
+        assert_eq!((s.maxlen, s.timeout_ms), (Some(10_000), 10_000));
+        // `wire_format` is every part's key, read before the transport's.
+        read(&format!("{SENDER}wire_format = \"json\""), RedisStreamsSenderConfig::check).expect("valid");
+    }
+
+    #[test]
+    fn every_key_is_checked_with_its_name() {
+        let receiver = |from: &str, to: &str| read(&RECEIVER.replace(from, to), RedisStreamsReceiverConfig::check);
+        let url = "redis://:secret@127.0.0.1:6379/2";
+        for (bad, key) in [
+            (receiver(url, "nats://h"), "url"),
+            (receiver(url, "redis://:6379"), "url"),
+            (receiver(url, "redis://h:99999"), "url"),
+            (receiver("group = \"bridge\"", "group = \"a b\""), "group"),
+            (receiver("group = \"bridge\"", "group = \"g\"\nconsumer = \"\""), "consumer"),
+            (receiver("group = \"bridge\"", "group = \"g\"\nclaim_idle_ms = 10"), "claim_idle_ms"),
+            (receiver("group = \"bridge\"", "group = \"g\"\nid_field = \"payload\""), "id_field"),
+            (receiver("group = \"bridge\"", "group = \"g\"\ntls = { ca_file = \"/ca\" }"), "tls"),
+            (receiver("group = \"bridge\"", "group = \"g\"\ntls = { ca = \"/ca\" }"), "tls.ca"),
+            (receiver("group = \"bridge\"", ""), ""),
+        ] {
+            assert_eq!(bad.err().as_deref(), Some(key), "{key}");
+        }
+        let sender = |from: &str, to: &str| read(&SENDER.replace(from, to), RedisStreamsSenderConfig::check);
+        for (bad, key) in [
+            (sender("maxlen = 10000", "maxlen = 0"), "maxlen"),
+            (sender("maxlen = 10000", "payload_field = \"\""), "payload_field"),
+            (sender("maxlen = 10000", "start_from = \"newest\""), "start_from"),
+            (sender("maxlen = 10000", "timeout_ms = 0"), "timeout_ms"),
+        ] {
+            assert_eq!(bad.err().as_deref(), Some(key), "{key}");
+        }
     }
 }

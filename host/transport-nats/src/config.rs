@@ -1,10 +1,11 @@
-//! `type = "nats"`: NATS JetStream receivers (a durable pull consumer) and
+//! `[receivers.NAME]` and `[senders.NAME]` with `type = "nats"`: NATS
+//! JetStream receivers (a durable pull consumer) and
 //! senders (JetStream publish, or core NATS).
 
+use ferry_config::TlsConfig;
+use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use crate::{TlsConfig, WireFormat};
 
 /// `type = "nats"` receiver: a durable pull consumer on a JetStream stream.
 /// A message is acknowledged only after its route is done with it.
@@ -54,12 +55,6 @@ pub struct NatsReceiverConfig {
     /// Reconnect delay cap in milliseconds. Default 10000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 /// `type = "nats"` sender: publishes to JetStream and waits for the
@@ -101,12 +96,6 @@ pub struct NatsSenderConfig {
     /// Reconnect delay cap in milliseconds. Default 10000.
     #[serde(default = "default_reconnect_max_ms")]
     pub reconnect_max_ms: u64,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 fn default_ack_wait_secs() -> u64 {
@@ -135,36 +124,83 @@ impl NatsReceiverConfig {
     }
 }
 
-/// A NATS URL list as the client takes it: each entry `nats://` or
-/// `tls://` (or a bare `host[:port]`) with a host.
-pub(crate) fn check_url(urls: &str, tls: Option<&TlsConfig>, key: &str) -> Result<(), crate::ConfigError> {
-    let bad = |why: String| crate::ConfigError::new(format!("{key}.url"), why);
-    let mut any_tls = false;
-    for url in urls.split(',').map(str::trim) {
-        let rest = match url.split_once("://") {
-            Some(("nats", rest)) => rest,
-            Some(("tls", rest)) => {
-                any_tls = true;
-                rest
-            }
-            Some((scheme, _)) => return Err(bad(format!("{scheme}:// is not nats:// or tls://"))),
-            None => url,
-        };
-        let authority = rest.split('/').next().unwrap_or(rest);
-        let host = authority.rsplit('@').next().unwrap_or(authority);
-        if host.is_empty() || host.starts_with(':') {
-            return Err(bad(format!("{url:?} has no host")));
-        }
-    }
+/// A NATS server list as the client reads it (each entry by async-nats's
+/// own `ServerAddr`); `tls` only with a `tls://` entry.
+fn check_url(urls: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
+    let servers = crate::connection::servers(urls).map_err(|e| KeyProblem::new("url", e))?;
     if let Some(t) = tls {
-        if !any_tls {
-            return Err(crate::ConfigError::new(format!("{key}.tls"), "needs a tls:// url"));
+        if !urls.split(',').any(|u| u.trim().starts_with("tls://")) {
+            return Err(KeyProblem::new("tls", "needs a tls:// url"));
         }
         if t.cert_file.is_some() != t.key_file.is_some() {
-            return Err(crate::ConfigError::new(format!("{key}.tls"), "cert_file and key_file go together"));
+            return Err(KeyProblem::new("tls", "cert_file and key_file go together"));
         }
     }
+    drop(servers);
     Ok(())
+}
+
+fn check_reconnect(initial: u64, max: u64) -> Result<(), KeyProblem> {
+    if initial == 0 {
+        return Err(KeyProblem::new("reconnect_initial_ms", "must be at least 1"));
+    }
+    if max < initial {
+        return Err(KeyProblem::new("reconnect_max_ms", "must be at least reconnect_initial_ms"));
+    }
+    Ok(())
+}
+
+impl NatsReceiverConfig {
+    /// The checks of receiver `name`'s keys (`ferry validate`, and before
+    /// a start).
+    pub fn check(&self, name: &str) -> Result<(), KeyProblem> {
+        let n = self;
+        check_url(&n.url, n.tls.as_ref())?;
+        check_reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
+        if let Some(why) = name_problem(&n.stream) {
+            return Err(KeyProblem::new("stream", why));
+        }
+        if let Some(why) = name_problem(&n.consumer_name(name)) {
+            return Err(KeyProblem::new("consumer", why));
+        }
+        for (i, subject) in n.filter_subjects.iter().enumerate() {
+            if let Some(why) = subject_problem(subject, true) {
+                return Err(KeyProblem::new(format!("filter_subjects[{i}]"), why));
+            }
+        }
+        if n.consumer_passive && !n.filter_subjects.is_empty() {
+            return Err(KeyProblem::new(
+                "filter_subjects",
+                "is a setting of the consumer, which consumer_passive leaves as it is; set it where the \
+                 consumer is made, or drop consumer_passive",
+            ));
+        }
+        for (k, v) in [("ack_wait_secs", n.ack_wait_secs), ("max_payload_bytes", n.max_payload_bytes as u64)] {
+            if v == 0 {
+                return Err(KeyProblem::new(k, "must be at least 1"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl NatsSenderConfig {
+    /// The checks of the sender's keys.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        let n = self;
+        check_url(&n.url, n.tls.as_ref())?;
+        check_reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
+        // A template is checked once its headers are filled in.
+        if let Some(subject) = n.subject.as_deref().filter(|s| !s.contains('{'))
+            && let Some(why) = subject_problem(subject, false)
+        {
+            return Err(KeyProblem::new("subject", why));
+        }
+        if n.ack_timeout_ms == 0 {
+            return Err(KeyProblem::new("ack_timeout_ms", "must be at least 1"));
+        }
+        Ok(())
+    }
 }
 
 /// A NATS subject a message can be published to: not empty, no spaces or
@@ -188,7 +224,7 @@ pub fn subject_problem(subject: &str, wildcards: bool) -> Option<String> {
 
 /// A stream or consumer name as JetStream allows it: not empty, no
 /// whitespace, `.`, `*`, `>`, `/` or `\`.
-pub(crate) fn name_problem(name: &str) -> Option<String> {
+fn name_problem(name: &str) -> Option<String> {
     if name.is_empty() {
         return Some("must not be empty".into());
     }
@@ -196,4 +232,75 @@ pub(crate) fn name_problem(name: &str) -> Option<String> {
         return Some(format!("{name:?} may not contain whitespace, '.', '*', '>', '/' or '\\'"));
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use ferry_config::PartTable;
+
+    use super::*;
+
+    const RECEIVER: &str = "url = \"nats://user:pass@127.0.0.1:4222\"\nstream = \"ORDERS\"\n\
+                            filter_subjects = [\"orders.*.new\", \"audit.>\"]\n";
+    const SENDER: &str = "url = \"nats://a:4222, nats://b:4222\"\nsubject = \"bridged.{region}\"\n";
+
+    /// The part as the daemon hands it over: read, then checked; on
+    /// failure the key below the part's.
+    fn read<T: serde::de::DeserializeOwned>(
+        text: &str,
+        check: impl Fn(&T) -> Result<(), KeyProblem>,
+    ) -> Result<T, String> {
+        let keys: toml::Table = toml::from_str(text).expect("toml");
+        let config: T = PartTable::new("nats", keys).expect("part").parse().map_err(|e| e.path)?;
+        check(&config).map_err(|p| p.key)?;
+        Ok(config)
+    }
+
+    fn receiver(text: &str) -> Result<NatsReceiverConfig, String> {
+        read(text, |c: &NatsReceiverConfig| c.check("js"))
+    }
+
+    fn sender(text: &str) -> Result<NatsSenderConfig, String> {
+        read(text, NatsSenderConfig::check)
+    }
+
+    #[test]
+    fn receivers_and_senders_read_with_their_defaults() {
+        let r = receiver(RECEIVER).expect("valid");
+        assert_eq!((r.ack_wait_secs, r.consumer_passive), (30, false));
+        assert_eq!(r.consumer_name("js"), "ferry-js");
+        let s = sender(SENDER).expect("valid");
+        assert!(s.jetstream);
+        assert_eq!(s.ack_timeout_ms, 10_000);
+    }
+
+    #[test]
+    fn every_key_is_checked_with_its_name() {
+        let url = "nats://user:pass@127.0.0.1:4222";
+        let stream = "stream = \"ORDERS\"";
+        let with = |extra: &str| receiver(&RECEIVER.replace(stream, &format!("{stream}\n{extra}")));
+        for (bad, key) in [
+            (receiver(&RECEIVER.replace(url, "mqtt://h")), "url"),
+            (receiver(&RECEIVER.replace(url, "nats://h:99999")), "url"),
+            (receiver(&RECEIVER.replace(url, "nats://a:4222,,nats://b:4222")), "url"),
+            (receiver(&RECEIVER.replace(stream, "stream = \"OR.DERS\"")), "stream"),
+            (with("consumer = \"a b\""), "consumer"),
+            (receiver(&RECEIVER.replace("\"audit.>\"", "\"audit..x\"")), "filter_subjects[1]"),
+            (with("consumer_passive = true"), "filter_subjects"),
+            (with("tls = { ca_file = \"/ca\" }"), "tls"),
+            (with("ack_wait_secs = 0"), "ack_wait_secs"),
+            (with("ack_wait = 5"), "ack_wait"),
+            (receiver(&RECEIVER.replace(stream, "")), ""),
+        ] {
+            assert_eq!(bad.err().as_deref(), Some(key), "{key}");
+        }
+        let subject = "subject = \"bridged.{region}\"";
+        for (bad, key) in [
+            (sender(&SENDER.replace(subject, "subject = \"bridged.*\"")), "subject"),
+            (sender(&SENDER.replace(subject, "subject = \"x\"\nack_timeout_ms = 0")), "ack_timeout_ms"),
+            (sender(&SENDER.replace(subject, "subject = \"x\"\ntls = { cert_file = \"/c\" }")), "tls"),
+        ] {
+            assert_eq!(bad.err().as_deref(), Some(key), "{key}");
+        }
+    }
 }

@@ -1,0 +1,123 @@
+//! `[receivers.NAME]` and `[senders.NAME]` of a transport that reads its
+//! own keys: the config reads `type` and `wire_format` (keys every part
+//! has) and keeps the rest as written, for the transport's crate to
+//! deserialise into its own config type and check (the daemon's transport
+//! table hands it over). The built-in transports whose config is still
+//! written in this crate are the other variants of [`ReceiverConfig`] and
+//! [`SenderConfig`]; they move here one by one.
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::validate::{CheckKeys, Checks};
+use crate::{ConfigError, ReceiverConfig, SenderConfig, WireFormat};
+
+/// The `type`s whose config this crate still reads itself.
+const BUILT_IN: [&str; 8] = ["mqtt", "sqs", "amqp10", "amqp091", "http", "simplemq", "sqs_endpoint", "component"];
+
+/// A receiver or sender as written, for its transport to read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartTable {
+    /// `type`: the transport's name in config and metrics.
+    pub kind: String,
+    /// `wire_format`, which every receiver and sender has.
+    pub wire_format: WireFormat,
+    /// Every other key, as written (after `${VAR}` and `{ file = … }`).
+    pub keys: toml::Table,
+}
+
+impl PartTable {
+    /// The part of `kind` with these `keys` (`type` and `wire_format`
+    /// among them are taken out and read).
+    pub fn new(kind: impl Into<String>, mut keys: toml::Table) -> Result<Self, ConfigError> {
+        keys.remove("type");
+        let wire_format = match keys.remove("wire_format") {
+            None => WireFormat::default(),
+            Some(v) => v.try_into().map_err(|e: toml::de::Error| ConfigError::new("wire_format", e.message()))?,
+        };
+        Ok(Self { kind: kind.into(), wire_format, keys })
+    }
+
+    /// The keys as the transport's config type `T`; on failure the key
+    /// path below the part's (empty for the part as a whole) and why.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        serde_path_to_error::deserialize(toml::Value::Table(self.keys.clone())).map_err(|e| {
+            let path = e.path().to_string();
+            let path = if path == "." { String::new() } else { path };
+            ConfigError::new(path, e.into_inner().to_string())
+        })
+    }
+}
+
+impl Serialize for PartTable {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut all = self.keys.clone();
+        all.insert("type".into(), toml::Value::String(self.kind.clone()));
+        let format = toml::Value::try_from(self.wire_format).map_err(serde::ser::Error::custom)?;
+        all.insert("wire_format".into(), format);
+        all.serialize(serializer)
+    }
+}
+
+/// Takes the parts of a transport that reads its own keys out of
+/// `value`'s `table` (`receivers` or `senders`), so the built-in ones
+/// deserialise with their key paths; the parts taken, by name.
+pub(crate) fn take_tables(value: &mut toml::Value, table: &str) -> Result<Vec<(String, PartTable)>, ConfigError> {
+    let Some(parts) = value.get_mut(table).and_then(toml::Value::as_table_mut) else { return Ok(Vec::new()) };
+    let names: Vec<String> = parts
+        .iter()
+        .filter(|(_, part)| {
+            part.get("type").and_then(toml::Value::as_str).is_some_and(|kind| !BUILT_IN.contains(&kind))
+        })
+        .map(|(name, _)| name.clone())
+        .collect();
+    let mut taken = Vec::new();
+    for name in names {
+        let Some(toml::Value::Table(keys)) = parts.remove(&name) else { continue };
+        let kind = keys.get("type").and_then(toml::Value::as_str).unwrap_or_default().to_owned();
+        let part = PartTable::new(kind, keys)
+            .map_err(|e| ConfigError::new(format!("{table}.{name}.{}", e.path), e.message))?;
+        taken.push((name, part));
+    }
+    Ok(taken)
+}
+
+/// A transport that reads its own keys checks them (the daemon's
+/// transport table); nothing is left to check here.
+impl CheckKeys for PartTable {
+    fn check(&self, _: &str, _: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
+        Ok(())
+    }
+}
+
+impl Serialize for ReceiverConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            ReceiverConfig::Table(t) => t.serialize(serializer),
+            built_in => ReceiverConfig::serialize(built_in, serializer),
+        }
+    }
+}
+
+/// The built-in ones only: [`crate::parse`] takes the others out first.
+impl<'de> Deserialize<'de> for ReceiverConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        ReceiverConfig::deserialize(deserializer)
+    }
+}
+
+impl Serialize for SenderConfig {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self {
+            SenderConfig::Table(t) => t.serialize(serializer),
+            built_in => SenderConfig::serialize(built_in, serializer),
+        }
+    }
+}
+
+/// The built-in ones only: [`crate::parse`] takes the others out first.
+impl<'de> Deserialize<'de> for SenderConfig {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        SenderConfig::deserialize(deserializer)
+    }
+}
