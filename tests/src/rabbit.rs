@@ -417,22 +417,12 @@ impl PrivateRabbit {
         let Some(mut child) = self.child.take() else { return };
         let pid = std::fs::read_to_string(self.dir.path().join("pid")).ok().and_then(|p| p.trim().parse::<i32>().ok());
         // Bounded: a node that does not answer is killed below.
-        if let Ok(ctl) = self
-            .command("rabbitmqctl")
-            .arg("-n")
-            .arg(&self.node)
-            .arg("stop")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
+        let mut ctl = self.command("rabbitmqctl");
+        ctl.arg("-n").arg(&self.node).arg("stop").stdout(Stdio::null()).stderr(Stdio::null());
+        if let Ok(mut ctl) = tokio::process::Command::from(ctl).kill_on_drop(true).spawn()
+            && tokio::time::timeout(Duration::from_secs(60), ctl.wait()).await.is_err()
         {
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let mut ctl = ctl;
-            while Instant::now() < deadline && matches!(ctl.try_wait(), Ok(None)) {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            let _ = ctl.kill();
-            let _ = ctl.wait();
+            let _ = ctl.kill().await;
         }
         if let Some(pid) = pid {
             let deadline = Instant::now() + Duration::from_secs(30);

@@ -21,7 +21,7 @@ pub mod schema;
 pub mod substitute;
 mod validate;
 
-pub use validate::{simplemq_queue_name_ok, valid_plugin_name};
+pub use validate::{reconnect_problem, simplemq_queue_name_ok, valid_plugin_name};
 
 use std::path::Path;
 

@@ -437,6 +437,20 @@ pub struct TlsConfig {
     pub key_file: Option<String>,
 }
 
+impl TlsConfig {
+    /// Why these files cannot work with the part's URL (`secure_url`: it
+    /// is a `scheme` one, the scheme that uses TLS), if they cannot.
+    pub fn problem(&self, secure_url: bool, scheme: &str) -> Option<String> {
+        if !secure_url {
+            return Some(format!("needs a {scheme} url"));
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Some("cert_file and key_file go together".into());
+        }
+        None
+    }
+}
+
 /// MQTT 5 connection settings shared by receivers and senders (the
 /// `url`, `client_id`, `keep_alive_secs`, `reconnect_*` keys of both).
 #[derive(Debug, Clone, PartialEq)]

@@ -214,14 +214,10 @@ fn check_amqp_url(url: &str, key: &str) -> Result<(), ConfigError> {
 
 /// `tls` only with a TLS scheme; a client certificate needs its key.
 fn check_tls(url: &str, tls_scheme: &str, tls: Option<&crate::TlsConfig>, key: &str) -> Result<(), ConfigError> {
-    let Some(tls) = tls else { return Ok(()) };
-    if !url.starts_with(tls_scheme) {
-        return Err(ConfigError::new(format!("{key}.tls"), format!("needs a {tls_scheme} url")));
+    match tls.and_then(|t| t.problem(url.starts_with(tls_scheme), tls_scheme)) {
+        Some(why) => Err(ConfigError::new(format!("{key}.tls"), why)),
+        None => Ok(()),
     }
-    if tls.cert_file.is_some() != tls.key_file.is_some() {
-        return Err(ConfigError::new(format!("{key}.tls"), "cert_file and key_file go together"));
-    }
-    Ok(())
 }
 
 /// An HTTP header-name prefix: lowercase token characters, not empty.
@@ -309,13 +305,22 @@ fn check_keep_alive(secs: u64, key: &str) -> Result<(), ConfigError> {
 }
 
 pub(crate) fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError> {
+    match reconnect_problem(initial, max) {
+        Some((k, why)) => Err(ConfigError::new(format!("{key}.{k}"), why)),
+        None => Ok(()),
+    }
+}
+
+/// What is wrong with a part's `reconnect_initial_ms` and
+/// `reconnect_max_ms`: the key and why (every transport's rule).
+pub fn reconnect_problem(initial: u64, max: u64) -> Option<(&'static str, &'static str)> {
     if initial == 0 {
-        return Err(ConfigError::new(format!("{key}.reconnect_initial_ms"), "must be at least 1"));
+        return Some(("reconnect_initial_ms", "must be at least 1"));
     }
     if max < initial {
-        return Err(ConfigError::new(format!("{key}.reconnect_max_ms"), "must be at least reconnect_initial_ms"));
+        return Some(("reconnect_max_ms", "must be at least reconnect_initial_ms"));
     }
-    Ok(())
+    None
 }
 
 /// An MQTT 5 share name may not be empty or hold `/`, `+` or `#`, and the

@@ -127,27 +127,13 @@ impl NatsReceiverConfig {
 /// A NATS server list as the client reads it (each entry by async-nats's
 /// own `ServerAddr`); `tls` only with a `tls://` entry.
 fn check_url(urls: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
-    let servers = crate::connection::servers(urls).map_err(|e| KeyProblem::new("url", e))?;
-    if let Some(t) = tls {
-        if !urls.split(',').any(|u| u.trim().starts_with("tls://")) {
-            return Err(KeyProblem::new("tls", "needs a tls:// url"));
-        }
-        if t.cert_file.is_some() != t.key_file.is_some() {
-            return Err(KeyProblem::new("tls", "cert_file and key_file go together"));
-        }
-    }
-    drop(servers);
-    Ok(())
+    crate::connection::servers(urls).map_err(|e| KeyProblem::new("url", e))?;
+    let secure = crate::connection::any_tls(urls);
+    tls.and_then(|t| t.problem(secure, "tls://")).map_or(Ok(()), |why| Err(KeyProblem::new("tls", why)))
 }
 
 fn check_reconnect(initial: u64, max: u64) -> Result<(), KeyProblem> {
-    if initial == 0 {
-        return Err(KeyProblem::new("reconnect_initial_ms", "must be at least 1"));
-    }
-    if max < initial {
-        return Err(KeyProblem::new("reconnect_max_ms", "must be at least reconnect_initial_ms"));
-    }
-    Ok(())
+    ferry_config::reconnect_problem(initial, max).map_or(Ok(()), |(key, why)| Err(KeyProblem::new(key, why)))
 }
 
 impl NatsReceiverConfig {

@@ -40,6 +40,12 @@ pub fn servers(url: &str) -> Result<Vec<ServerAddr>, String> {
     Ok(out)
 }
 
+/// Whether a server of the list `url` is a `tls://` one (the client then
+/// requires TLS of every server).
+pub fn any_tls(url: &str) -> bool {
+    url.split(',').any(|u| u.trim().starts_with("tls://"))
+}
+
 /// Client options: `url`'s credentials, `tls` files (`tls://` requires
 /// TLS), reconnects for ever with `initial_ms`..`max_ms` backoff.
 fn options(tls: Option<&TlsConfig>, url: &str, client_name: String, initial_ms: u64, max_ms: u64) -> ConnectOptions {
@@ -57,7 +63,7 @@ fn options(tls: Option<&TlsConfig>, url: &str, client_name: String, initial_ms: 
             options = options.add_client_certificate(cert.into(), key.into());
         }
     }
-    if tls.is_some() || url.split(',').any(|u| u.trim().starts_with("tls://")) {
+    if tls.is_some() || any_tls(url) {
         options = options.require_tls(true);
     }
     options

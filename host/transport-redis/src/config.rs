@@ -171,15 +171,7 @@ fn check_url(url: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
     }
     redis::IntoConnectionInfo::into_connection_info(url)
         .map_err(|e| KeyProblem::new("url", format!("redis-rs cannot use it: {e}")))?;
-    if let Some(t) = tls {
-        if !secure {
-            return Err(KeyProblem::new("tls", "needs a rediss:// url"));
-        }
-        if t.cert_file.is_some() != t.key_file.is_some() {
-            return Err(KeyProblem::new("tls", "cert_file and key_file go together"));
-        }
-    }
-    Ok(())
+    tls.and_then(|t| t.problem(secure, "rediss://")).map_or(Ok(()), |why| Err(KeyProblem::new("tls", why)))
 }
 
 /// A stream key, group or consumer name: not empty, no whitespace or
@@ -208,13 +200,7 @@ fn check_fields(payload: &str, id: &str) -> Result<(), KeyProblem> {
 }
 
 fn check_reconnect(initial: u64, max: u64) -> Result<(), KeyProblem> {
-    if initial == 0 {
-        return Err(KeyProblem::new("reconnect_initial_ms", "must be at least 1"));
-    }
-    if max < initial {
-        return Err(KeyProblem::new("reconnect_max_ms", "must be at least reconnect_initial_ms"));
-    }
-    Ok(())
+    ferry_config::reconnect_problem(initial, max).map_or(Ok(()), |(key, why)| Err(KeyProblem::new(key, why)))
 }
 
 impl RedisStreamsReceiverConfig {

@@ -31,6 +31,7 @@ use ferry_tests::amqp_raw::{self, RawProperties};
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace, with_admin};
 use ferry_tests::http::{get, wait_for_sample};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::nats::{Nats, PrivateNats};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10, URL091};
 use ferry_tests::redis::{PrivateRedis, Redis};
 use ferry_tests::simplemq::{FakeSimpleMq, content};
@@ -391,6 +392,26 @@ async fn redis_stream_producers_cannot_forge_reserved_headers() {
     let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     redis.add_message(&stream, &id, "hello", &headers).await;
     f.check(&ws, daemon, "Redis Streams fields").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nats_publishers_cannot_forge_reserved_headers() {
+    let f = Forgery::start().await;
+    let server = PrivateNats::start().await;
+    let nats = Nats::connect(&server.url()).await;
+    let stream = unique("hostile-nats");
+    nats.stream(&stream, &[&format!("{stream}.>")]).await;
+    let receiver = format!("type = \"nats\"\nurl = \"{}\"\nstream = \"{stream}\"", server.url());
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&f.config(&receiver, ""));
+    let daemon = f.daemon(&ws).await;
+    // Every reserved name as a NATS header, beside the message's identity.
+    let id = unique("nats-id");
+    let headers = f.headers();
+    let mut headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    headers.push(("Nats-Msg-Id", &id));
+    nats.publish(&format!("{stream}.x"), "hello", &headers).await;
+    f.check(&ws, daemon, "NATS headers").await;
 }
 
 /// The forged headers are a trusted route's to keep (a bridge-to-bridge
