@@ -114,9 +114,19 @@ pub struct Redis {
 }
 
 impl Redis {
+    /// redis-rs bounds a reply by 500 ms unless told otherwise; a CI
+    /// machine running daemons beside the server misses that (a 5 000
+    /// entry XRANGE did), so a test's client waits as long as any other
+    /// bounded wait of the suite.
     pub async fn connect(url: &str) -> Self {
         let client = ::redis::Client::open(url).unwrap_or_else(|e| panic!("redis url {url}: {e}"));
-        let conn = client.get_multiplexed_async_connection().await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        let config = ::redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(10)))
+            .set_response_timeout(Some(Duration::from_secs(30)));
+        let conn = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .unwrap_or_else(|e| panic!("connect to {url}: {e}"));
         Self { conn, url: url.to_owned() }
     }
 
@@ -143,6 +153,11 @@ impl Redis {
         }
     }
 
+    /// Sets plain string key `key` to `value`.
+    pub async fn set(&self, key: &str, value: &str) {
+        self.run(::redis::cmd("SET").arg(key).arg(value)).await.unwrap_or_else(|e| panic!("SET {key}: {e}"));
+    }
+
     /// Adds `payload` with identity `id` and `headers` as fields.
     pub async fn add_message(&self, stream: &str, id: &str, payload: &str, headers: &[(&str, &str)]) -> String {
         let mut fields: Vec<(&str, &[u8])> = vec![("message_id", id.as_bytes()), ("payload", payload.as_bytes())];
@@ -166,27 +181,27 @@ impl Redis {
         }
     }
 
-    /// Every entry of `stream`, in order.
+    /// Every entry of `stream`, in order, read a page at a time so that
+    /// no one reply is large.
     pub async fn read_all(&self, stream: &str) -> Vec<Entry> {
-        let reply = self.run(::redis::cmd("XRANGE").arg(stream).arg("-").arg("+")).await.expect("XRANGE");
-        let Value::Array(rows) = reply else { panic!("XRANGE answered {reply:?}") };
-        rows.into_iter()
-            .map(|row| {
-                let Value::Array(mut parts) = row else { panic!("entry {row:?}") };
-                let Some(Value::Array(flat)) = parts.pop() else { panic!("fields of {parts:?}") };
-                let Some(Value::BulkString(id)) = parts.pop() else { panic!("entry id") };
-                let fields = flat
-                    .chunks_exact(2)
-                    .map(|p| match (&p[0], &p[1]) {
-                        (Value::BulkString(k), Value::BulkString(v)) => {
-                            (String::from_utf8_lossy(k).into_owned(), v.clone())
-                        }
-                        other => panic!("field {other:?}"),
-                    })
-                    .collect();
-                Entry { id: String::from_utf8_lossy(&id).into_owned(), fields }
-            })
-            .collect()
+        const PAGE: usize = 1_000;
+        let mut all = Vec::new();
+        let mut from = "-".to_owned();
+        loop {
+            let mut cmd = ::redis::cmd("XRANGE");
+            cmd.arg(stream).arg(&from).arg("+").arg("COUNT").arg(PAGE);
+            let reply = self.run(&cmd).await.unwrap_or_else(|e| panic!("XRANGE {stream} from {from}: {e}"));
+            let page = entries(reply);
+            let full = page.len() == PAGE;
+            if let Some(last) = page.last() {
+                // An exclusive start: the next page begins after this id.
+                from = format!("({}", last.id);
+            }
+            all.extend(page);
+            if !full {
+                return all;
+            }
+        }
     }
 
     /// What `group` on `stream` still has: (entries not yet delivered to
@@ -248,4 +263,26 @@ fn text_field(v: &Value, name: &str) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         _ => None,
     }
+}
+
+/// The entries of an XRANGE reply.
+fn entries(reply: Value) -> Vec<Entry> {
+    let Value::Array(rows) = reply else { panic!("XRANGE answered {reply:?}") };
+    rows.into_iter()
+        .map(|row| {
+            let Value::Array(mut parts) = row else { panic!("entry {row:?}") };
+            let Some(Value::Array(flat)) = parts.pop() else { panic!("fields of {parts:?}") };
+            let Some(Value::BulkString(id)) = parts.pop() else { panic!("entry id") };
+            let fields = flat
+                .chunks_exact(2)
+                .map(|p| match (&p[0], &p[1]) {
+                    (Value::BulkString(k), Value::BulkString(v)) => {
+                        (String::from_utf8_lossy(k).into_owned(), v.clone())
+                    }
+                    other => panic!("field {other:?}"),
+                })
+                .collect();
+            Entry { id: String::from_utf8_lossy(&id).into_owned(), fields }
+        })
+        .collect()
 }

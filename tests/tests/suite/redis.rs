@@ -588,11 +588,7 @@ async fn validate_connect_checks_streams_and_keys() {
     let stream = unique("probed");
     redis.add_message(&stream, "m-1", "x", &[]).await;
     let not_a_stream = unique("plain");
-    let mut set = ::redis::cmd("SET");
-    set.arg(&not_a_stream).arg("v");
-    let client = ::redis::Client::open(server.url()).expect("url");
-    let mut conn = client.get_multiplexed_async_connection().await.expect("connect");
-    let _: () = set.query_async(&mut conn).await.expect("SET");
+    redis.set(&not_a_stream, "v").await;
     let ws = Workspace::with_plugins(&[]);
     ws.config(&format!(
         r#"
