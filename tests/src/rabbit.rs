@@ -266,20 +266,25 @@ pub struct PrivateRabbit {
 impl PrivateRabbit {
     /// Starts one with the AMQP 1.0 plugin and waits until it is ready.
     pub async fn start() -> Self {
-        Self::start_with("").await
+        Self::start_with("", "").await
     }
 
-    /// Starts one with extra `rabbitmq.conf` lines (e.g. a TLS listener).
+    /// Starts one with extra `rabbitmq.conf` lines (e.g. a TLS listener)
+    /// and, unless empty, an `advanced.config` (Erlang terms, for settings
+    /// `rabbitmq.conf` has no key for).
     /// A node that does not come up is given up and another started on
     /// other ports (its distribution port, the one above, may have been
     /// taken meanwhile: CI saw a first start time out once).
-    pub async fn start_with(conf: &str) -> Self {
+    pub async fn start_with(conf: &str, advanced: &str) -> Self {
         for attempt in 1..=3 {
             let dir = tempfile::tempdir().expect("tempdir");
             std::fs::write(dir.path().join("enabled_plugins"), "[rabbitmq_amqp1_0].\n").expect("plugins file");
             let second_port = conf.contains(crate::mqtt::SECOND_PORT).then(Self::node_port);
             let conf = conf.replace(crate::mqtt::SECOND_PORT, &second_port.unwrap_or_default().to_string());
             std::fs::write(dir.path().join("rabbitmq.conf"), conf).expect("rabbitmq.conf");
+            if !advanced.is_empty() {
+                std::fs::write(dir.path().join("advanced.config"), advanced).expect("advanced.config");
+            }
             let node = format!("{}@localhost", crate::unique("ferrytest"));
             let mut r = Self {
                 port: Self::node_port(),

@@ -10,7 +10,6 @@
 //! Validation here is pure (no network, no filesystem); the daemon adds the
 //! checks that need the outside world, such as whether a plugin file loads.
 
-mod amqp;
 mod component;
 mod endpoint;
 mod http;

@@ -13,7 +13,7 @@ use crate::validate::{CheckKeys, Checks};
 use crate::{ConfigError, ReceiverConfig, SenderConfig, WireFormat};
 
 /// The `type`s whose config this crate still reads itself.
-const BUILT_IN: [&str; 8] = ["mqtt", "sqs", "amqp10", "amqp091", "http", "simplemq", "sqs_endpoint", "component"];
+const BUILT_IN: [&str; 6] = ["mqtt", "sqs", "http", "simplemq", "sqs_endpoint", "component"];
 
 /// A receiver or sender as written, for its transport to read.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,8 +43,16 @@ impl PartTable {
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         serde_path_to_error::deserialize(toml::Value::Table(self.keys.clone())).map_err(|e| {
             let path = e.path().to_string();
-            let path = if path == "." { String::new() } else { path };
-            ConfigError::new(path, e.into_inner().to_string())
+            let message = e.into_inner().to_string();
+            // Where serde reports an unknown key depends on the table's
+            // order; name the key itself.
+            let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
+            let path = match (path.as_str(), unknown) {
+                (".", Some(key)) => key.to_owned(),
+                (".", None) => String::new(),
+                _ => path,
+            };
+            ConfigError::new(path, message)
         })
     }
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::amqp::*;
 pub use crate::component::*;
 pub use crate::endpoint::{
     AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig,
@@ -274,8 +273,6 @@ fn default_pool_size() -> usize {
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
     Sqs(SqsReceiverConfig),
-    Amqp10(Amqp10ReceiverConfig),
-    Amqp091(Amqp091ReceiverConfig),
     Http(HttpReceiverConfig),
     Simplemq(SimplemqReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
@@ -293,8 +290,6 @@ pub enum ReceiverConfig {
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
     Sqs(SqsSenderConfig),
-    Amqp10(Amqp10SenderConfig),
-    Amqp091(Amqp091SenderConfig),
     Http(HttpSenderConfig),
     Simplemq(SimplemqSenderConfig),
     #[serde(rename = "sqs_endpoint")]
@@ -312,8 +307,6 @@ impl ReceiverConfig {
         match self {
             ReceiverConfig::Mqtt(_) => "mqtt",
             ReceiverConfig::Sqs(_) => "sqs",
-            ReceiverConfig::Amqp10(_) => "amqp10",
-            ReceiverConfig::Amqp091(_) => "amqp091",
             ReceiverConfig::Http(_) => "http",
             ReceiverConfig::Simplemq(_) => "simplemq",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
@@ -327,8 +320,6 @@ impl ReceiverConfig {
         match self {
             ReceiverConfig::Mqtt(c) => c,
             ReceiverConfig::Sqs(c) => c,
-            ReceiverConfig::Amqp10(c) => c,
-            ReceiverConfig::Amqp091(c) => c,
             ReceiverConfig::Http(c) => c,
             ReceiverConfig::Simplemq(c) => c,
             ReceiverConfig::Table(c) => c,
@@ -342,8 +333,6 @@ impl ReceiverConfig {
         match self {
             ReceiverConfig::Mqtt(c) => c.wire_format,
             ReceiverConfig::Sqs(c) => c.wire_format,
-            ReceiverConfig::Amqp10(c) => c.wire_format,
-            ReceiverConfig::Amqp091(c) => c.wire_format,
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
             ReceiverConfig::Table(c) => c.wire_format,
@@ -368,8 +357,6 @@ impl SenderConfig {
         match self {
             SenderConfig::Mqtt(_) => "mqtt",
             SenderConfig::Sqs(_) => "sqs",
-            SenderConfig::Amqp10(_) => "amqp10",
-            SenderConfig::Amqp091(_) => "amqp091",
             SenderConfig::Http(_) => "http",
             SenderConfig::Simplemq(_) => "simplemq",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
@@ -383,8 +370,6 @@ impl SenderConfig {
         match self {
             SenderConfig::Mqtt(c) => c,
             SenderConfig::Sqs(c) => c,
-            SenderConfig::Amqp10(c) => c,
-            SenderConfig::Amqp091(c) => c,
             SenderConfig::Http(c) => c,
             SenderConfig::Simplemq(c) => c,
             SenderConfig::Table(c) => c,
@@ -398,8 +383,6 @@ impl SenderConfig {
         match self {
             SenderConfig::Mqtt(c) => c.wire_format,
             SenderConfig::Sqs(c) => c.wire_format,
-            SenderConfig::Amqp10(c) => c.wire_format,
-            SenderConfig::Amqp091(c) => c.wire_format,
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
             SenderConfig::Table(c) => c.wire_format,

@@ -161,72 +161,28 @@ sender = "s"
 }
 
 #[test]
-fn amqp_receivers_and_senders_parse_with_defaults_and_check_their_keys() {
+fn amqp_parts_read_their_own_keys() {
     let text = r#"
 [receivers.a10]
 type = "amqp10"
 url = "amqp://guest:guest@127.0.0.1:5672"
 address = "/amq/queue/in"
-[receivers.a091]
-type = "amqp091"
-url = "amqp://guest:guest@127.0.0.1:5672/%2f"
-queue = "orders"
-exchange = "events"
-exchange_type = "topic"
-routing_key = ["orders.*", "audit.#"]
-[senders.o10]
-type = "amqp10"
-url = "amqp://127.0.0.1"
-address = "/exchange/amq.topic/out"
 [senders.o091]
 type = "amqp091"
 url = "amqp://127.0.0.1"
-exchange = "routed"
-exchange_type = "direct"
-exchange_from_header = true
+wire_format = "json"
 [[routes]]
 id = "one"
 receiver = "a10"
 [[routes.bindings]]
 sender = "o091"
-address = "orders.{region}"
-[[routes]]
-id = "two"
-receiver = "a091"
-[[routes.bindings]]
-sender = "o10"
 "#;
     let c = parse_with_env(text, &no_env).expect("valid");
-    let ReceiverConfig::Amqp10(a) = &c.receivers["a10"] else { panic!("amqp10 receiver") };
-    assert_eq!((a.credit, a.retry_outcome), (100, Amqp10RetryOutcome::Modified));
-    let ReceiverConfig::Amqp091(b) = &c.receivers["a091"] else { panic!("amqp091 receiver") };
-    assert_eq!(b.routing_key.keys(), vec!["orders.*".to_owned(), "audit.#".to_owned()]);
-    assert_eq!((b.prefetch, b.queue_passive), (100, false));
-    let SenderConfig::Amqp10(s) = &c.senders["o10"] else { panic!("amqp10 sender") };
-    assert!(s.durable);
-    let SenderConfig::Amqp091(s) = &c.senders["o091"] else { panic!("amqp091 sender") };
-    assert!(s.mandatory && s.persistent && s.exchange_from_header);
-    assert_eq!(s.exchange_header, "amqp091.exchange");
-
-    let cases = [
-        (text.replace("amqp://guest:guest@127.0.0.1:5672\"\naddress", "http://h\"\naddress"), "receivers.a10.url"),
-        (
-            text.replace(
-                "amqp://guest:guest@127.0.0.1:5672\"\naddress",
-                "amqp://h\"\ntls = { ca_file = \"/ca\" }\naddress",
-            ),
-            "receivers.a10.tls",
-        ),
-        (text.replace("address = \"/amq/queue/in\"", "address = \"\""), "receivers.a10.address"),
-        (text.replace("exchange_type = \"topic\"", "exchange_type = \"fan\""), "receivers.a091.exchange_type"),
-        (text.replace("queue = \"orders\"", "queue = \"orders\"\nprefetch = 0"), "receivers.a091.prefetch"),
-        (text.replace("exchange = \"routed\"", "exchange = \"\""), "senders.o091.exchange_type"),
-        (text.replace("address = \"/exchange/amq.topic/out\"", "address = \"x\"\nmystery = 1"), "senders.o10"),
-    ];
-    for (bad, path) in cases {
-        let err = parse_with_env(&bad, &no_env).expect_err(path);
-        assert!(err.path.starts_with(path), "expected {path}, got {err}");
-    }
+    // Their crates read and check the keys (their config tests).
+    assert!(matches!(&c.receivers["a10"], ReceiverConfig::Table(t) if t.kind == "amqp10"));
+    assert!(
+        matches!(&c.senders["o091"], SenderConfig::Table(t) if t.kind == "amqp091" && t.wire_format == WireFormat::Json)
+    );
 }
 
 #[test]
@@ -313,9 +269,10 @@ sender = "out"
 "#;
     let env = |n: &str| (n == "SECRETS").then(|| dir.to_string_lossy().into_owned());
     let (c, secrets) = parse_collecting_secrets(text, &env).expect("valid");
-    let ReceiverConfig::Amqp091(r) = &c.receivers["in"] else { panic!("amqp091 receiver") };
-    assert_eq!(r.url, "amqp://ferry:pa55@rabbit:5672/%2f", "the trailing newline is not part of it");
-    assert_eq!(secrets, vec![r.url.clone()]);
+    let ReceiverConfig::Table(r) = &c.receivers["in"] else { panic!("amqp091 receiver") };
+    let url = r.keys["url"].as_str().expect("a string");
+    assert_eq!(url, "amqp://ferry:pa55@rabbit:5672/%2f", "the trailing newline is not part of it");
+    assert_eq!(secrets, vec![url.to_owned()]);
 
     let missing = text.replace("amqp-url", "nope");
     let err = parse_with_env(&missing, &env).expect_err("missing file");

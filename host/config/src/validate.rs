@@ -3,8 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    Amqp10ReceiverConfig, Amqp10SenderConfig, Amqp091ReceiverConfig, Amqp091SenderConfig, Config, ConfigError,
-    DeliveryMode, EXCHANGE_TYPES, HttpReceiverConfig, HttpSenderConfig, MqttReceiverConfig, MqttSenderConfig,
+    Config, ConfigError, DeliveryMode, HttpReceiverConfig, HttpSenderConfig, MqttReceiverConfig, MqttSenderConfig,
     SimplemqReceiverConfig, SimplemqSenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
     SqsReceiverConfig, SqsSenderConfig,
 };
@@ -200,18 +199,6 @@ fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn check_amqp_url(url: &str, key: &str) -> Result<(), ConfigError> {
-    let Some(rest) = url.strip_prefix("amqp://").or_else(|| url.strip_prefix("amqps://")) else {
-        return Err(ConfigError::new(format!("{key}.url"), "must start with amqp:// or amqps://"));
-    };
-    let authority = rest.split('/').next().unwrap_or(rest);
-    let host = authority.rsplit('@').next().unwrap_or(authority);
-    if host.is_empty() || host.starts_with(':') {
-        return Err(ConfigError::new(format!("{key}.url"), "has no host"));
-    }
-    Ok(())
-}
-
 /// `tls` only with a TLS scheme; a client certificate needs its key.
 fn check_tls(url: &str, tls_scheme: &str, tls: Option<&crate::TlsConfig>, key: &str) -> Result<(), ConfigError> {
     match tls.and_then(|t| t.problem(url.starts_with(tls_scheme), tls_scheme)) {
@@ -268,13 +255,6 @@ fn check_simplemq_api(
 fn check_secret(secret: Option<&str>, name: &str, key: &str) -> Result<(), ConfigError> {
     if secret.is_some_and(|s| s.is_empty()) {
         return Err(ConfigError::new(format!("{key}.{name}"), "is empty; leave it out to turn it off"));
-    }
-    Ok(())
-}
-
-fn check_exchange_type(t: &str, key: &str) -> Result<(), ConfigError> {
-    if !EXCHANGE_TYPES.contains(&t) {
-        return Err(ConfigError::new(key, format!("{t:?} is not one of {}", EXCHANGE_TYPES.join(", "))));
     }
     Ok(())
 }
@@ -461,25 +441,6 @@ impl CheckKeys for SqsReceiverConfig {
     }
 }
 
-impl CheckKeys for Amqp10ReceiverConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let a = self;
-        check_amqp_url(&a.url, key)?;
-        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
-        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
-        if a.address.is_empty() {
-            return Err(ConfigError::new(format!("{key}.address"), "must name the link source"));
-        }
-        if a.credit == 0 {
-            return Err(ConfigError::new(format!("{key}.credit"), "must be at least 1"));
-        }
-        if a.max_message_bytes == 0 {
-            return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
-        }
-        Ok(())
-    }
-}
-
 impl CheckKeys for HttpReceiverConfig {
     fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let h = self;
@@ -547,42 +508,6 @@ impl CheckKeys for SimplemqReceiverConfig {
     }
 }
 
-impl CheckKeys for Amqp091ReceiverConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let a = self;
-        check_amqp_url(&a.url, key)?;
-        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
-        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
-        if a.queue.is_empty() {
-            return Err(ConfigError::new(format!("{key}.queue"), "must name a queue"));
-        }
-        if a.single_active_consumer && a.queue_passive {
-            return Err(ConfigError::new(
-                format!("{key}.single_active_consumer"),
-                "is an argument of the queue's declaration, which queue_passive leaves to whoever declares \
-                 the queue; declare it there with x-single-active-consumer, or drop queue_passive",
-            ));
-        }
-        check_exchange_type(&a.exchange_type, &format!("{key}.exchange_type"))?;
-        if a.exchange.as_deref() == Some("") {
-            return Err(ConfigError::new(
-                format!("{key}.exchange"),
-                "the default exchange cannot be bound; leave exchange unset to consume the queue as it is",
-            ));
-        }
-        if a.exchange.is_some() && a.routing_key.keys().is_empty() {
-            return Err(ConfigError::new(format!("{key}.routing_key"), "needs at least one binding key"));
-        }
-        if a.prefetch == 0 || a.prefetch > u32::from(u16::MAX) {
-            return Err(ConfigError::new(format!("{key}.prefetch"), "must be between 1 and 65535"));
-        }
-        if a.max_message_bytes == 0 {
-            return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be at least 1"));
-        }
-        Ok(())
-    }
-}
-
 impl CheckKeys for MqttSenderConfig {
     fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let m = self;
@@ -611,19 +536,6 @@ impl CheckKeys for SqsSenderConfig {
         }
         if q.default_message_group.is_empty() || q.default_message_group.len() > 128 {
             return Err(ConfigError::new(format!("{key}.default_message_group"), "must be 1 to 128 characters"));
-        }
-        Ok(())
-    }
-}
-
-impl CheckKeys for Amqp10SenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let a = self;
-        check_amqp_url(&a.url, key)?;
-        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
-        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
-        if a.send_timeout_ms == 0 {
-            return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
         }
         Ok(())
     }
@@ -670,31 +582,6 @@ impl CheckKeys for SimplemqSenderConfig {
         if q.timeout_ms == 0 || q.connect_timeout_ms == 0 {
             let k = if q.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
             return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-        }
-        Ok(())
-    }
-}
-
-impl CheckKeys for Amqp091SenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let a = self;
-        check_amqp_url(&a.url, key)?;
-        check_tls(&a.url, "amqps://", a.tls.as_ref(), key)?;
-        check_reconnect(a.reconnect_initial_ms, a.reconnect_max_ms, key)?;
-        if let Some(t) = &a.exchange_type {
-            check_exchange_type(t, &format!("{key}.exchange_type"))?;
-            if a.exchange.is_empty() {
-                return Err(ConfigError::new(
-                    format!("{key}.exchange_type"),
-                    "the default exchange cannot be declared; set exchange too",
-                ));
-            }
-        }
-        if a.exchange_from_header && a.exchange_header.is_empty() {
-            return Err(ConfigError::new(format!("{key}.exchange_header"), "must not be empty"));
-        }
-        if a.send_timeout_ms == 0 {
-            return Err(ConfigError::new(format!("{key}.send_timeout_ms"), "must be at least 1"));
         }
         Ok(())
     }

@@ -75,6 +75,23 @@ impl KeyProblem {
     pub fn new(key: impl Into<String>, message: impl ToString) -> Self {
         Self { key: key.into(), message: message.to_string() }
     }
+
+    /// `reconnect_initial_ms` and `reconnect_max_ms`, as every transport
+    /// that reconnects spells them ([`ferry_config::reconnect_problem`]).
+    pub fn reconnect(initial_ms: u64, max_ms: u64) -> Result<(), KeyProblem> {
+        ferry_config::reconnect_problem(initial_ms, max_ms).map_or(Ok(()), |(key, why)| Err(KeyProblem::new(key, why)))
+    }
+
+    /// `tls`, which only a `secure` URL (one with `tls_scheme`,
+    /// `amqps://`) may have ([`ferry_config::TlsConfig::problem`]).
+    pub fn tls(tls: Option<&ferry_config::TlsConfig>, secure: bool, tls_scheme: &str) -> Result<(), KeyProblem> {
+        tls.and_then(|t| t.problem(secure, tls_scheme)).map_or(Ok(()), |why| Err(KeyProblem::new("tls", why)))
+    }
+
+    /// A count key that must be at least 1.
+    pub fn at_least_one(key: &str, value: u64) -> Result<(), KeyProblem> {
+        if value == 0 { Err(KeyProblem::new(key, "must be at least 1")) } else { Ok(()) }
+    }
 }
 
 /// A transport as its crate writes it, on its own config types.

@@ -15,7 +15,7 @@
 //! | sender `persistent` | `delivery_mode` 2 (else 1) |
 //! | other headers | headers table, types kept (times become AMQP timestamps, which hold seconds); `amqp091.*` and private headers are not sent; names over 255 bytes are dropped and counted |
 
-use ferry_config::Amqp091SenderConfig;
+use crate::config::Amqp091SenderConfig;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
@@ -150,7 +150,6 @@ mod tests {
 
     fn config() -> Amqp091SenderConfig {
         Amqp091SenderConfig {
-            wire_format: Default::default(),
             url: "amqp://127.0.0.1".into(),
             tls: None,
             exchange: "default-x".into(),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_config::{Amqp091ReceiverConfig, Amqp091SenderConfig};
+use crate::config::{Amqp091ReceiverConfig, Amqp091SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value};

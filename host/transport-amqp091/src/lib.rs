@@ -1,5 +1,7 @@
 //! ferry's AMQP 0-9-1 transport (RabbitMQ), on lapin.
 //!
+//! - [`config`]: the receiver's and sender's keys, their defaults and
+//!   checks.
 //! - [`fixture`]: fixture messages in and outbound messages as JSON, for
 //!   `ferry test`.
 //! - [`ingress`]: delivery -> envelope (routing key, exchange, properties
@@ -16,6 +18,7 @@
 //! - [`transport`]: [`Amqp091`], the crate's entry in the daemon's transport
 //!   table.
 
+pub mod config;
 pub mod connection;
 pub mod egress;
 pub mod fixture;
@@ -25,6 +28,7 @@ pub mod sender;
 pub mod settle;
 pub mod transport;
 
+pub use config::{Amqp091ReceiverConfig, Amqp091SenderConfig, RoutingKeys};
 pub use receiver::Amqp091Receiver;
 pub use sender::Amqp091Sender;
 pub use transport::Amqp091;

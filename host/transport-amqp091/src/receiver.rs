@@ -21,8 +21,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::Amqp091ReceiverConfig;
 use async_trait::async_trait;
-use ferry_config::Amqp091ReceiverConfig;
 use ferry_core::TransportError;
 use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::ledger::{RedeliveryLedger, fingerprint};

@@ -13,8 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::Amqp091SenderConfig;
 use async_trait::async_trait;
-use ferry_config::Amqp091SenderConfig;
 use ferry_core::TransportError;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{Amqp091ReceiverConfig, Amqp091SenderConfig, ReceiverConfig, SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{
     CONTENT_TYPE, CORRELATION, EXTRA, Find, ID, Probe, REPLY_TO, SUBJECT, feature, table, text, typed_features,
@@ -15,14 +14,11 @@ use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
+use crate::config::{Amqp091ReceiverConfig, Amqp091SenderConfig};
 use crate::{Amqp091Receiver, Amqp091Sender, connection, fixture};
 
 /// AMQP 0-9-1, RabbitMQ's own protocol (`type = "amqp091"`).
 pub struct Amqp091;
-
-fn check_url(url: &str) -> Result<(), KeyProblem> {
-    connection::parse_url(url).map(|_| ()).map_err(|e| KeyProblem::new("url", e))
-}
 
 #[async_trait]
 impl TypedTransport for Amqp091 {
@@ -30,20 +26,12 @@ impl TypedTransport for Amqp091 {
     type SenderConfig = Amqp091SenderConfig;
     const KIND: &'static str = "amqp091";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&Amqp091ReceiverConfig> {
-        if let ReceiverConfig::Amqp091(c) = config { Some(c) } else { None }
-    }
-
-    fn sender_config(config: &SenderConfig) -> Option<&Amqp091SenderConfig> {
-        if let SenderConfig::Amqp091(c) = config { Some(c) } else { None }
-    }
-
     fn check_receiver(&self, _: &str, config: &Amqp091ReceiverConfig) -> Result<(), KeyProblem> {
-        check_url(&config.url)
+        config.check()
     }
 
     fn check_sender(&self, _: &str, config: &Amqp091SenderConfig) -> Result<(), KeyProblem> {
-        check_url(&config.url)
+        config.check()
     }
 
     fn receiver(

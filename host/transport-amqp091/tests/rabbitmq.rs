@@ -3,13 +3,13 @@
 
 use std::time::Duration;
 
-use ferry_config::{Amqp091ReceiverConfig, Amqp091SenderConfig, RoutingKeys};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::rabbit::{Rabbit, URL091};
 use ferry_tests::receiver::RunningReceiver;
 use ferry_transport_amqp091::{Amqp091Receiver, Amqp091Sender};
+use ferry_transport_amqp091::{Amqp091ReceiverConfig, Amqp091SenderConfig, RoutingKeys};
 use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, ExchangeKind};
 
@@ -17,7 +17,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
     Amqp091ReceiverConfig {
-        wire_format: Default::default(),
         url: URL091.to_owned(),
         tls: None,
         queue: queue.to_owned(),
@@ -36,7 +35,6 @@ fn receiver_config(queue: &str) -> Amqp091ReceiverConfig {
 
 fn sender_config() -> Amqp091SenderConfig {
     Amqp091SenderConfig {
-        wire_format: Default::default(),
         url: URL091.to_owned(),
         tls: None,
         exchange: String::new(),

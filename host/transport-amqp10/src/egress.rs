@@ -3,10 +3,10 @@
 
 use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Header, Message, MessageId, Properties};
 use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTime};
-use ferry_config::Amqp10SenderConfig;
 use ferry_core::TransportError;
 use ferry_envelope::{Envelope, HeaderValue, names};
 
+use crate::config::Amqp10SenderConfig;
 use crate::ingress::{
     CONTENT_ENCODING, CONTENT_TYPE, CORRELATION_ID, CREATION_TIME, GROUP_ID, GROUP_SEQUENCE, MESSAGE_ID, PREFIX,
     REPLY_TO, REPLY_TO_GROUP_ID, TO,

@@ -9,7 +9,6 @@ use fe2o3_amqp::types::messaging::{
     AmqpValue, ApplicationProperties, Body, Data, Header, Message, MessageId, Priority, Properties,
 };
 use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTime, Value};
-use ferry_config::{Amqp10ReceiverConfig, Amqp10SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value as Toml};
@@ -17,6 +16,7 @@ use ferry_envelope::Timestamp;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::config::{Amqp10ReceiverConfig, Amqp10SenderConfig};
 use crate::egress::{check_address, simple, to_message};
 use crate::ingress::{id_text, simple_value, to_envelope};
 

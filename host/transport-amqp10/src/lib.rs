@@ -11,10 +11,12 @@
 //!   done with it.
 //! - [`sender`]: [`Amqp10Sender`], one sending link; a send completes on the
 //!   broker's outcome.
+//! - [`config`]: the `type = "amqp10"` keys, their defaults and checks.
 //! - [`connection`]: opening connections and sessions with a deadline.
 //! - [`transport`]: [`Amqp10`], the crate's entry in the daemon's transport
 //!   table.
 
+pub mod config;
 pub mod connection;
 pub mod egress;
 pub mod fixture;
@@ -23,6 +25,7 @@ pub mod receiver;
 pub mod sender;
 pub mod transport;
 
+pub use config::{Amqp10ReceiverConfig, Amqp10RetryOutcome, Amqp10SenderConfig};
 pub use receiver::Amqp10Receiver;
 pub use sender::Amqp10Sender;
 pub use transport::Amqp10;

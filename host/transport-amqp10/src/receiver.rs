@@ -25,7 +25,6 @@ use fe2o3_amqp::link::{Receiver as LinkReceiver, RecvError};
 use fe2o3_amqp::types::definitions::{AmqpError, Error as AmqpErrorBody, ErrorCondition};
 use fe2o3_amqp::types::messaging::{Body, Modified};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
-use ferry_config::{Amqp10ReceiverConfig, Amqp10RetryOutcome};
 use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::ledger::{RedeliveryLedger, fingerprint};
@@ -36,6 +35,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::config::{Amqp10ReceiverConfig, Amqp10RetryOutcome};
 use crate::connection::{Link, open};
 use crate::ingress::to_envelope;
 

@@ -14,13 +14,14 @@ use async_trait::async_trait;
 use fe2o3_amqp::link::Sender as LinkSender;
 use fe2o3_amqp::types::definitions::{AmqpError, ErrorCondition};
 use fe2o3_amqp::types::messaging::Outcome;
-use ferry_config::{Amqp10SenderConfig, TlsConfig};
+use ferry_config::TlsConfig;
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_core::supervisor::{BoxFuture, Identity, SupervisedLink, Supervisor};
 
+use crate::config::Amqp10SenderConfig;
 use crate::connection::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Link, open};
 use crate::egress::{check_address, to_message};
 

@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{Amqp10ReceiverConfig, Amqp10SenderConfig, ReceiverConfig, SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{
     CONTENT_TYPE, CORRELATION, EXTRA, Find, ID, Probe, REPLY_TO, SUBJECT, feature, table, text, typed_features,
@@ -15,14 +14,11 @@ use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
+use crate::config::{Amqp10ReceiverConfig, Amqp10SenderConfig};
 use crate::{Amqp10Receiver, Amqp10Sender, connection, fixture};
 
 /// AMQP 1.0 (`type = "amqp10"`).
 pub struct Amqp10;
-
-fn check_url(url: &str) -> Result<(), KeyProblem> {
-    connection::parse_url(url).map(|_| ()).map_err(|e| KeyProblem::new("url", e))
-}
 
 #[async_trait]
 impl TypedTransport for Amqp10 {
@@ -30,20 +26,12 @@ impl TypedTransport for Amqp10 {
     type SenderConfig = Amqp10SenderConfig;
     const KIND: &'static str = "amqp10";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&Amqp10ReceiverConfig> {
-        if let ReceiverConfig::Amqp10(c) = config { Some(c) } else { None }
-    }
-
-    fn sender_config(config: &SenderConfig) -> Option<&Amqp10SenderConfig> {
-        if let SenderConfig::Amqp10(c) = config { Some(c) } else { None }
-    }
-
     fn check_receiver(&self, _: &str, config: &Amqp10ReceiverConfig) -> Result<(), KeyProblem> {
-        check_url(&config.url)
+        config.check()
     }
 
     fn check_sender(&self, _: &str, config: &Amqp10SenderConfig) -> Result<(), KeyProblem> {
-        check_url(&config.url)
+        config.check()
     }
 
     fn receiver(

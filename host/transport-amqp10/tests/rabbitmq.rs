@@ -5,19 +5,18 @@ use std::time::Duration;
 
 use fe2o3_amqp::types::messaging::{AmqpValue, ApplicationProperties, Body, Message, MessageId, Properties};
 use fe2o3_amqp::types::primitives::{Binary, SimpleValue, Symbol, Timestamp as AmqpTime, Value};
-use ferry_config::{Amqp10ReceiverConfig, Amqp10RetryOutcome, Amqp10SenderConfig};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
 use ferry_tests::receiver::RunningReceiver;
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
+use ferry_transport_amqp10::{Amqp10ReceiverConfig, Amqp10RetryOutcome, Amqp10SenderConfig};
 
 const WAIT: Duration = Duration::from_secs(10);
 
 fn receiver_config(queue: &str) -> Amqp10ReceiverConfig {
     Amqp10ReceiverConfig {
-        wire_format: Default::default(),
         url: URL10.to_owned(),
         tls: None,
         address: format!("/amq/queue/{queue}"),
@@ -139,7 +138,6 @@ async fn sender_maps_the_envelope_and_refuses_a_different_address() {
     let sender = Amqp10Sender::start(
         "out",
         Amqp10SenderConfig {
-            wire_format: Default::default(),
             url: URL10.to_owned(),
             tls: None,
             address: address.clone(),

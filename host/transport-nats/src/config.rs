@@ -129,11 +129,7 @@ impl NatsReceiverConfig {
 fn check_url(urls: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
     crate::connection::servers(urls).map_err(|e| KeyProblem::new("url", e))?;
     let secure = crate::connection::any_tls(urls);
-    tls.and_then(|t| t.problem(secure, "tls://")).map_or(Ok(()), |why| Err(KeyProblem::new("tls", why)))
-}
-
-fn check_reconnect(initial: u64, max: u64) -> Result<(), KeyProblem> {
-    ferry_config::reconnect_problem(initial, max).map_or(Ok(()), |(key, why)| Err(KeyProblem::new(key, why)))
+    KeyProblem::tls(tls, secure, "tls://")
 }
 
 impl NatsReceiverConfig {
@@ -142,7 +138,7 @@ impl NatsReceiverConfig {
     pub fn check(&self, name: &str) -> Result<(), KeyProblem> {
         let n = self;
         check_url(&n.url, n.tls.as_ref())?;
-        check_reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
+        KeyProblem::reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
         if let Some(why) = name_problem(&n.stream) {
             return Err(KeyProblem::new("stream", why));
         }
@@ -175,7 +171,7 @@ impl NatsSenderConfig {
     pub fn check(&self) -> Result<(), KeyProblem> {
         let n = self;
         check_url(&n.url, n.tls.as_ref())?;
-        check_reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
+        KeyProblem::reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
         // A template is checked once its headers are filled in.
         if let Some(subject) = n.subject.as_deref().filter(|s| !s.contains('{'))
             && let Some(why) = subject_problem(subject, false)

@@ -171,7 +171,7 @@ fn check_url(url: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
     }
     redis::IntoConnectionInfo::into_connection_info(url)
         .map_err(|e| KeyProblem::new("url", format!("redis-rs cannot use it: {e}")))?;
-    tls.and_then(|t| t.problem(secure, "rediss://")).map_or(Ok(()), |why| Err(KeyProblem::new("tls", why)))
+    KeyProblem::tls(tls, secure, "rediss://")
 }
 
 /// A stream key, group or consumer name: not empty, no whitespace or
@@ -199,17 +199,13 @@ fn check_fields(payload: &str, id: &str) -> Result<(), KeyProblem> {
     Ok(())
 }
 
-fn check_reconnect(initial: u64, max: u64) -> Result<(), KeyProblem> {
-    ferry_config::reconnect_problem(initial, max).map_or(Ok(()), |(key, why)| Err(KeyProblem::new(key, why)))
-}
-
 impl RedisStreamsReceiverConfig {
     /// The checks of the receiver's keys (`ferry validate`, and before a
     /// start).
     pub fn check(&self) -> Result<(), KeyProblem> {
         let r = self;
         check_url(&r.url, r.tls.as_ref())?;
-        check_reconnect(r.reconnect_initial_ms, r.reconnect_max_ms)?;
+        KeyProblem::reconnect(r.reconnect_initial_ms, r.reconnect_max_ms)?;
         for (k, v) in [("stream", r.stream.as_str()), ("group", r.group.as_str()), ("consumer", r.consumer_name())] {
             if let Some(why) = name_problem(v) {
                 return Err(KeyProblem::new(k, why));
@@ -234,7 +230,7 @@ impl RedisStreamsSenderConfig {
     pub fn check(&self) -> Result<(), KeyProblem> {
         let s = self;
         check_url(&s.url, s.tls.as_ref())?;
-        check_reconnect(s.reconnect_initial_ms, s.reconnect_max_ms)?;
+        KeyProblem::reconnect(s.reconnect_initial_ms, s.reconnect_max_ms)?;
         if let Some(stream) = s.stream.as_deref()
             && let Some(why) = name_problem(stream)
         {

@@ -530,3 +530,85 @@ async fn max_outage_secs_dead_letters_what_waited_too_long_as_target_unavailable
     assert_eq!(dead[0]["envelope"]["id"], "late-1");
     assert!(dead[0]["detail"].as_str().is_some_and(|d| d.contains("max_outage_secs = 2")), "{}", dead[0]);
 }
+
+/// RabbitMQ gives back a delivery left unacknowledged for longer than its
+/// `consumer_timeout` by closing the consumer's channel. A route holding
+/// deliveries through a target outage past that (here 2 s, checked every
+/// 0.5 s, against the default 30 min) gets them again on its next channel:
+/// they arrive once the target is back, none dead-lettered and none
+/// counted as a replay, from both of RabbitMQ's protocols.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_rabbitmq_source_that_times_out_held_deliveries_loses_nothing_to_a_long_outage() {
+    let source =
+        PrivateRabbit::start_with("", "[{rabbit, [{consumer_timeout, 2000}, {channel_tick_interval, 500}]}].\n").await;
+    let rabbit = Rabbit::connect_to(&source.url091()).await;
+    let mut amqp10 = Amqp10Client::connect(&source.url10()).await;
+    let (q091, q10) = (unique("timeout-091"), unique("timeout-10"));
+    rabbit.declare_queue(&q091).await;
+    rabbit.declare_queue(&q10).await;
+    let down = ClosedPort::new();
+    let ws = Workspace::with_plugins(&[]);
+    let admin = ANY_PORT.to_owned();
+    let mut config = format!(
+        "[senders.out]\ntype = \"http\"\nurl = \"http://{}/hook\"\nconnect_timeout_ms = 500\n\n\
+         [receivers.amqp091]\ntype = \"amqp091\"\nurl = \"{}\"\nqueue = \"{q091}\"\nqueue_passive = true\n\
+         reconnect_initial_ms = 100\nreconnect_max_ms = 500\n\n\
+         [receivers.amqp10]\ntype = \"amqp10\"\nurl = \"{}\"\naddress = \"/amq/queue/{q10}\"\n\
+         reconnect_initial_ms = 100\nreconnect_max_ms = 500\n\n",
+        down.addr(),
+        source.url091(),
+        source.url10()
+    );
+    for id in ["amqp091", "amqp10"] {
+        config.push_str(&format!(
+            "[[routes]]\nid = \"{id}\"\nreceiver = \"{id}\"\nmax_in_flight = 8\n\
+             backoff = {{ initial_ms = 50, max_ms = 200 }}\n[[routes.bindings]]\nsender = \"out\"\n\n"
+        ));
+    }
+    ws.config(&with_admin(&admin, config));
+    let daemon = Daemon::start_with_connected(&ws, &[("receiver", "amqp091"), ("receiver", "amqp10")]);
+
+    let mut sent = Vec::new();
+    for phase in ["before", "during"] {
+        for i in 0..4 {
+            let b = format!("amqp091:{phase}-{i}");
+            let properties = BasicProperties::default().with_message_id(b.clone().into());
+            rabbit.publish("", &q091, b.as_bytes(), properties).await;
+            sent.push(("amqp091".to_owned(), b));
+            let b = format!("amqp10:{phase}-{i}");
+            let message = Message::builder()
+                .properties(Properties::builder().message_id(b.clone()).build())
+                .data(Data(b.clone().into_bytes().into()))
+                .build();
+            amqp10.send(&format!("/amq/queue/{q10}"), message).await;
+            sent.push(("amqp10".to_owned(), b));
+        }
+        tokio::time::sleep(OUTAGE / 2).await;
+    }
+    // The broker took the held deliveries back: each receiver came back on
+    // a new connection while the target was still down.
+    for kind in ["amqp091", "amqp10"] {
+        daemon.wait_for_total(
+            "ferry_transport_connections_total",
+            &format!("kind=\"{kind}\",role=\"receiver\""),
+            2.0,
+            WAIT,
+        );
+    }
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+
+    // A delivery given back while held may arrive twice (at least once):
+    // wait for every body, not for a number of requests.
+    let target = WebhookTarget::start_on(down.listen()).await;
+    ferry_tests::eventually_within("every message at the target", WAIT, || {
+        let arrived: BTreeSet<String> =
+            target.hits().iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect();
+        let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !arrived.contains(*b)).collect();
+        std::future::ready(if missing.is_empty() { Ok(()) } else { Err(format!("missing {missing:?}")) })
+    })
+    .await;
+    assert_back_with_no_replay_spent(&daemon.admin(), &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+    amqp10.close().await;
+}

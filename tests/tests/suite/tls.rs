@@ -30,7 +30,9 @@ async fn mqtts_in_amqps_out() {
         ca.display(),
         cert.display(),
         key.display()
-    ))
+        ),
+        "",
+    )
     .await;
     let tls_port = rabbit.second_port.expect("the TLS listener");
     let (dst, dst10, dst2) = (unique("tls-dst"), unique("tls-dst10"), unique("tls-dst2"));
