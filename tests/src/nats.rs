@@ -15,6 +15,8 @@ pub struct PrivateNats {
     pub port: u16,
     /// Certificate and key files the server presents (TLS only).
     tls: Option<(PathBuf, PathBuf)>,
+    /// A configuration file's text (`authorization { … }`, say).
+    config: Option<String>,
     dir: tempfile::TempDir,
     child: Option<Child>,
     /// The port while it is stopped, kept for its next start.
@@ -40,9 +42,20 @@ impl PrivateNats {
     /// As [`PrivateNats::start`], serving TLS only with `cert` and `key`
     /// (PEM) when given.
     pub async fn start_with_tls(tls: Option<(PathBuf, PathBuf)>) -> Self {
+        Self::start_as(tls, None).await
+    }
+
+    /// As [`PrivateNats::start`], with a configuration file of `config`'s
+    /// text (the command line's port, store and JetStream still hold).
+    pub async fn start_with_config(config: &str) -> Self {
+        Self::start_as(None, Some(config.to_owned())).await
+    }
+
+    async fn start_as(tls: Option<(PathBuf, PathBuf)>, config: Option<String>) -> Self {
         let mut n = Self {
             port: crate::ports::broker_port(),
             tls,
+            config,
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
             held: crate::ports::Held::default(),
@@ -75,6 +88,11 @@ impl PrivateNats {
         self.held = crate::ports::Held::default();
         let mut command = Command::new(Self::binary());
         command.args(["-a", "127.0.0.1", "-p", &self.port.to_string(), "-js", "-sd"]).arg(self.dir.path());
+        if let Some(config) = &self.config {
+            let file = self.dir.path().join("nats.conf");
+            std::fs::write(&file, config).expect("nats.conf");
+            command.arg("-c").arg(file);
+        }
         if let Some((cert, key)) = &self.tls {
             command.arg("--tls").arg("--tlscert").arg(cert).arg("--tlskey").arg(key);
         }
@@ -112,6 +130,13 @@ pub struct Nats {
 impl Nats {
     pub async fn connect(url: &str) -> Self {
         let client = async_nats::connect(url).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
+        let js = jetstream::new(client.clone());
+        Self { client, js }
+    }
+
+    /// With client `options` (a token or an NKey, say).
+    pub async fn connect_with(url: &str, options: async_nats::ConnectOptions) -> Self {
+        let client = options.connect(url).await.unwrap_or_else(|e| panic!("connect to {url}: {e}"));
         let js = jetstream::new(client.clone());
         Self { client, js }
     }

@@ -22,6 +22,20 @@ pub struct NatsReceiverConfig {
     /// server.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// A credentials file (`.creds`: a user JWT and its NKey seed, as
+    /// `nsc` writes it) to authenticate with; read when connecting. At
+    /// most one of `credentials_file`, `nkey_seed` and `token` (a user and
+    /// password go in the URL).
+    #[serde(default)]
+    pub credentials_file: Option<String>,
+    /// An NKey user's seed (`SU…`) to authenticate with; a secret, best
+    /// written `{ file = "…" }`.
+    #[serde(default)]
+    pub nkey_seed: Option<String>,
+    /// The token the server's `authorization { token }` expects; a secret,
+    /// best written `{ file = "…" }`.
+    #[serde(default)]
+    pub token: Option<String>,
     /// The JetStream stream to consume.
     pub stream: String,
     /// The durable consumer's name. Instances of ferry naming the same
@@ -72,6 +86,20 @@ pub struct NatsSenderConfig {
     /// server.
     #[serde(default)]
     pub tls: Option<TlsConfig>,
+    /// A credentials file (`.creds`: a user JWT and its NKey seed, as
+    /// `nsc` writes it) to authenticate with; read when connecting. At
+    /// most one of `credentials_file`, `nkey_seed` and `token` (a user and
+    /// password go in the URL).
+    #[serde(default)]
+    pub credentials_file: Option<String>,
+    /// An NKey user's seed (`SU…`) to authenticate with; a secret, best
+    /// written `{ file = "…" }`.
+    #[serde(default)]
+    pub nkey_seed: Option<String>,
+    /// The token the server's `authorization { token }` expects; a secret,
+    /// best written `{ file = "…" }`.
+    #[serde(default)]
+    pub token: Option<String>,
     /// Subject for bindings whose address is empty; a binding's address (a
     /// template over text headers, like the other senders') names it
     /// otherwise.
@@ -124,20 +152,93 @@ impl NatsReceiverConfig {
     }
 }
 
+/// How a client proves who it is, besides a user and password in the URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth<'a> {
+    /// The URL's user and password, if it has them.
+    Url,
+    /// A `.creds` file's path.
+    CredentialsFile(&'a str),
+    /// An NKey user's seed.
+    NkeySeed(&'a str),
+    /// A token.
+    Token(&'a str),
+}
+
+/// Where and as whom a client connects: what the receiver and the sender
+/// have alike.
+#[derive(Debug, Clone, Copy)]
+pub struct Access<'a> {
+    /// The server list (`url`).
+    pub url: &'a str,
+    pub tls: Option<&'a TlsConfig>,
+    pub auth: Auth<'a>,
+}
+
+impl<'a> Access<'a> {
+    fn new(
+        url: &'a str,
+        tls: Option<&'a TlsConfig>,
+        [credentials_file, nkey_seed, token]: [&'a Option<String>; 3],
+    ) -> Self {
+        let auth = match (credentials_file, nkey_seed, token) {
+            (Some(path), _, _) => Auth::CredentialsFile(path),
+            (None, Some(seed), _) => Auth::NkeySeed(seed),
+            (None, None, Some(token)) => Auth::Token(token),
+            (None, None, None) => Auth::Url,
+        };
+        Self { url, tls, auth }
+    }
+
+    /// The secrets among them (`ferry render` masks them).
+    pub fn secrets(&self) -> Vec<String> {
+        match self.auth {
+            Auth::NkeySeed(s) | Auth::Token(s) => vec![s.to_owned()],
+            Auth::Url | Auth::CredentialsFile(_) => Vec::new(),
+        }
+    }
+}
+
 /// A NATS server list as the client reads it (each entry by async-nats's
-/// own `ServerAddr`); `tls` only with a `tls://` entry.
-fn check_url(urls: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
-    crate::connection::servers(urls).map_err(|e| KeyProblem::new("url", e))?;
-    let secure = crate::connection::any_tls(urls);
-    KeyProblem::tls(tls, secure, "tls://")
+/// own `ServerAddr`); `tls` only with a `tls://` entry; at most one way
+/// to authenticate, an NKey seed one the client can read.
+fn check_access(access: Access<'_>, written: [&Option<String>; 3]) -> Result<(), KeyProblem> {
+    crate::connection::servers(access.url).map_err(|e| KeyProblem::new("url", e))?;
+    let secure = crate::connection::any_tls(access.url);
+    KeyProblem::tls(access.tls, secure, "tls://")?;
+    let keys = ["credentials_file", "nkey_seed", "token"];
+    let set: Vec<&str> = keys.iter().zip(written).filter(|(_, v)| v.is_some()).map(|(k, _)| *k).collect();
+    if let [_, second, ..] = set[..] {
+        return Err(KeyProblem::new(second, format!("only one of {} may be set", set.join(", "))));
+    }
+    match access.auth {
+        Auth::NkeySeed(seed) => match nkeys::KeyPair::from_seed(seed) {
+            Ok(pair) if pair.key_pair_type() == nkeys::KeyPairType::User => Ok(()),
+            Ok(_) => Err(KeyProblem::new("nkey_seed", "is not a user's seed (SU…)")),
+            // The error does not quote the seed.
+            Err(e) => Err(KeyProblem::new("nkey_seed", format!("is not an NKey seed: {e}"))),
+        },
+        Auth::Token("") => Err(KeyProblem::new("token", "is empty")),
+        Auth::CredentialsFile("") => Err(KeyProblem::new("credentials_file", "is empty")),
+        _ => Ok(()),
+    }
 }
 
 impl NatsReceiverConfig {
+    fn auth_keys(&self) -> [&Option<String>; 3] {
+        [&self.credentials_file, &self.nkey_seed, &self.token]
+    }
+
+    /// The servers and how to authenticate.
+    pub fn access(&self) -> Access<'_> {
+        Access::new(&self.url, self.tls.as_ref(), self.auth_keys())
+    }
+
     /// The checks of receiver `name`'s keys (`ferry validate`, and before
     /// a start).
     pub fn check(&self, name: &str) -> Result<(), KeyProblem> {
         let n = self;
-        check_url(&n.url, n.tls.as_ref())?;
+        check_access(n.access(), n.auth_keys())?;
         KeyProblem::reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
         if let Some(why) = name_problem(&n.stream) {
             return Err(KeyProblem::new("stream", why));
@@ -167,10 +268,19 @@ impl NatsReceiverConfig {
 }
 
 impl NatsSenderConfig {
+    fn auth_keys(&self) -> [&Option<String>; 3] {
+        [&self.credentials_file, &self.nkey_seed, &self.token]
+    }
+
+    /// The servers and how to authenticate.
+    pub fn access(&self) -> Access<'_> {
+        Access::new(&self.url, self.tls.as_ref(), self.auth_keys())
+    }
+
     /// The checks of the sender's keys.
     pub fn check(&self) -> Result<(), KeyProblem> {
         let n = self;
-        check_url(&n.url, n.tls.as_ref())?;
+        check_access(n.access(), n.auth_keys())?;
         KeyProblem::reconnect(n.reconnect_initial_ms, n.reconnect_max_ms)?;
         // A template is checked once its headers are filled in.
         if let Some(subject) = n.subject.as_deref().filter(|s| !s.contains('{'))
@@ -283,6 +393,47 @@ mod tests {
             (sender(&SENDER.replace(subject, "subject = \"x\"\ntls = { cert_file = \"/c\" }")), "tls"),
         ] {
             assert_eq!(bad.err().as_deref(), Some(key), "{key}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod auth_tests {
+    use super::*;
+
+    fn sender(extra: &str) -> NatsSenderConfig {
+        toml::from_str(&format!("url = \"nats://127.0.0.1:4222\"\n{extra}")).expect("toml")
+    }
+
+    #[test]
+    fn one_way_to_authenticate_an_nkey_seed_the_client_can_read_and_the_secrets_named() {
+        let pair = nkeys::KeyPair::new_user();
+        let seed = pair.seed().expect("a seed");
+        let s = sender(&format!("nkey_seed = \"{seed}\""));
+        assert_eq!(s.check().map_err(|p| p.key), Ok(()));
+        assert_eq!(s.access().auth, Auth::NkeySeed(&seed));
+        assert_eq!(s.access().secrets(), vec![seed.clone()]);
+
+        let t = sender("token = \"s3cret\"");
+        assert_eq!((t.check().map_err(|p| p.key), t.access().secrets()), (Ok(()), vec!["s3cret".to_owned()]));
+        let c = sender("credentials_file = \"/etc/ferry/user.creds\"");
+        assert_eq!(c.access().auth, Auth::CredentialsFile("/etc/ferry/user.creds"));
+        assert!(c.access().secrets().is_empty(), "a path is not a secret");
+        assert_eq!(sender("").access().auth, Auth::Url);
+
+        let account = nkeys::KeyPair::new_account().seed().expect("a seed");
+        let broken = format!("{}X", &seed[..seed.len() - 1]);
+        for (extra, key) in [
+            (format!("nkey_seed = \"{seed}\"\ntoken = \"t\""), "token"),
+            ("credentials_file = \"/c\"\ntoken = \"t\"".to_owned(), "token"),
+            (format!("nkey_seed = \"{account}\""), "nkey_seed"),
+            (format!("nkey_seed = \"{broken}\""), "nkey_seed"),
+            ("nkey_seed = \"UABC\"".to_owned(), "nkey_seed"),
+            ("token = \"\"".to_owned(), "token"),
+        ] {
+            let problem = sender(&extra).check().expect_err(&extra);
+            assert_eq!(problem.key, key, "{extra}");
+            assert!(!problem.message.contains(&seed[2..]), "the seed is not quoted: {}", problem.message);
         }
     }
 }

@@ -5,10 +5,11 @@
 use std::time::Duration;
 
 use async_nats::{Client, ConnectOptions, Event, ServerAddr};
-use ferry_config::TlsConfig;
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use ferry_core::metrics::{Metrics, labels};
+
+use crate::config::{Access, Auth};
 
 /// How long one connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,16 +47,32 @@ pub fn any_tls(url: &str) -> bool {
     url.split(',').any(|u| u.trim().starts_with("tls://"))
 }
 
-/// Client options: `url`'s credentials, `tls` files (`tls://` requires
-/// TLS), reconnects for ever with `initial_ms`..`max_ms` backoff.
-fn options(tls: Option<&TlsConfig>, url: &str, client_name: String, initial_ms: u64, max_ms: u64) -> ConnectOptions {
+/// Client options: how to authenticate (`url`'s user and password, or
+/// `access.auth`), `tls` files (`tls://` requires TLS), reconnects for
+/// ever with `initial_ms`..`max_ms` backoff. A credentials file is read
+/// here: one that cannot be read or parsed is a permanent error naming it.
+async fn options(
+    access: Access<'_>,
+    client_name: String,
+    initial_ms: u64,
+    max_ms: u64,
+) -> Result<ConnectOptions, TransportError> {
     let backoff = Backoff::reconnect(initial_ms, max_ms);
     let mut options = ConnectOptions::new()
         .name(client_name)
         .connection_timeout(CONNECT_TIMEOUT)
         .max_reconnects(None)
         .reconnect_delay_callback(move |attempts| backoff.delay(u32::try_from(attempts).unwrap_or(u32::MAX)));
-    if let Some(tls) = tls {
+    options = match access.auth {
+        Auth::Url => options,
+        Auth::Token(token) => options.token(token.to_owned()),
+        Auth::NkeySeed(seed) => options.nkey(seed.to_owned()),
+        Auth::CredentialsFile(path) => options
+            .credentials_file(path)
+            .await
+            .map_err(|e| TransportError::permanent(format!("credentials_file {path:?}: {e}")))?,
+    };
+    if let Some(tls) = access.tls {
         if let Some(ca) = &tls.ca_file {
             options = options.add_root_certificates(ca.into());
         }
@@ -63,10 +80,10 @@ fn options(tls: Option<&TlsConfig>, url: &str, client_name: String, initial_ms: 
             options = options.add_client_certificate(cert.into(), key.into());
         }
     }
-    if tls.is_some() || any_tls(url) {
+    if access.tls.is_some() || any_tls(access.url) {
         options = options.require_tls(true);
     }
-    options
+    Ok(options)
 }
 
 /// A client that connects in the background and reconnects on its own.
@@ -74,8 +91,7 @@ fn options(tls: Option<&TlsConfig>, url: &str, client_name: String, initial_ms: 
 /// connection (a sender's readiness); a receiver is ready only once its
 /// consumer answers too, and sets the gauge itself.
 pub async fn connect(
-    url: &str,
-    tls: Option<&TlsConfig>,
+    access: Access<'_>,
     who: Identity<'_>,
     (initial_ms, max_ms): (u64, u64),
     metrics: &Metrics,
@@ -87,7 +103,8 @@ pub async fn connect(
     connected.set(0);
     let role = who.role;
     let name = who.name.to_owned();
-    options(tls, url, format!("ferry {role} {name}"), initial_ms, max_ms)
+    options(access, format!("ferry {role} {name}"), initial_ms, max_ms)
+        .await?
         .retry_on_initial_connect()
         .event_callback(move |event| {
             let (connected, connections, name) = (connected.clone(), connections.clone(), name.clone());
@@ -111,17 +128,17 @@ pub async fn connect(
                 }
             }
         })
-        .connect(servers(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?)
+        .connect(servers(access.url).map_err(|e| TransportError::permanent(format!("url: {e}")))?)
         .await
         .map_err(|e| TransportError::permanent(format!("url: {e}")))
 }
 
 /// `ferry validate --connect`: one connection under a name of its own,
 /// with a deadline; what the server says it is.
-pub async fn probe(url: &str, tls: Option<&TlsConfig>) -> Result<Client, TransportError> {
+pub async fn probe(access: Access<'_>) -> Result<Client, TransportError> {
     let name = format!("ferry-probe-{}", std::process::id());
-    let servers = servers(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
-    let attempt = options(tls, url, name, 200, 1000).connect(servers);
+    let servers = servers(access.url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
+    let attempt = options(access, name, 200, 1000).await?.connect(servers);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Ok(Ok(client)) => Ok(client),
         Ok(Err(e)) => Err(TransportError::unavailable(format!("connect: {e}"))),

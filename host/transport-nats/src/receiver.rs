@@ -75,9 +75,17 @@ pub async fn consumer(
             .await
             .map_err(|e| TransportError::transient(format!("consumer {name:?} on {:?}: {e}", config.stream)))?
     } else {
+        // One subject as `filter_subject`, which every server with
+        // JetStream knows; several need 2.10's `filter_subjects` (checked
+        // below: an older server ignores the field).
+        let (filter_subject, filter_subjects) = match &config.filter_subjects[..] {
+            [one] => (one.clone(), Vec::new()),
+            several => (String::new(), several.to_vec()),
+        };
         let wanted = PullConfig {
             durable_name: Some(name.clone()),
-            filter_subjects: config.filter_subjects.clone(),
+            filter_subject,
+            filter_subjects,
             ack_policy: AckPolicy::Explicit,
             ack_wait: Duration::from_secs(config.ack_wait_secs),
             ..Default::default()
@@ -87,6 +95,12 @@ pub async fn consumer(
             .await
             .map_err(|e| TransportError::transient(format!("consumer {name:?} on {:?}: {e}", config.stream)))?
     };
+    let applied = &consumer.cached_info().config;
+    if !config.consumer_passive
+        && let Some(why) = filter_problem(&config.filter_subjects, &applied.filter_subject, &applied.filter_subjects)
+    {
+        return Err(TransportError::permanent(format!("consumer {name:?} on {:?}: {why}", config.stream)));
+    }
     let policy = consumer.cached_info().config.ack_policy;
     if policy != AckPolicy::Explicit {
         return Err(TransportError::permanent(format!(
@@ -94,6 +108,29 @@ pub async fn consumer(
         )));
     }
     Ok(consumer)
+}
+
+/// Whether the consumer takes the subjects `wanted` (`filter_subjects`),
+/// as the server reports its filter (`one`, or `several` on 2.10 and
+/// later): nats-server 2.9 ignores a list of several without a word, and
+/// a consumer that existed keeps the filter it was made with.
+fn filter_problem(wanted: &[String], one: &str, several: &[String]) -> Option<String> {
+    let mut applied: Vec<&str> =
+        if several.is_empty() { vec![one] } else { several.iter().map(String::as_str).collect() };
+    applied.retain(|s| !s.is_empty());
+    applied.sort_unstable();
+    let mut asked: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    asked.sort_unstable();
+    if applied == asked {
+        return None;
+    }
+    let why = if asked.len() > 1 && applied.is_empty() {
+        "the server did not apply filter_subjects (several filter subjects need nats-server 2.10 or later; \
+         2.9 ignores them and would deliver every subject of the stream)"
+    } else {
+        "the consumer exists with another filter; delete it, or name another consumer"
+    };
+    Some(format!("takes {applied:?}, not filter_subjects {asked:?}: {why}"))
 }
 
 /// What one message's fields say, read before the message is split.
@@ -123,8 +160,7 @@ impl Receiver for NatsReceiver {
         let receiver = self.name.as_str();
         let c = &self.config;
         let client = connect(
-            &c.url,
-            c.tls.as_ref(),
+            c.access(),
             Identity { role: "receiver", name: receiver },
             (c.reconnect_initial_ms, c.reconnect_max_ms),
             &self.metrics,
@@ -294,5 +330,23 @@ impl DeliveryHandle for NatsHandle {
 
     fn redelivery_count(&self) -> Option<u32> {
         Some(u32::try_from(self.delivered.saturating_sub(1)).unwrap_or(0))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::filter_problem;
+
+    #[test]
+    fn a_filter_the_server_did_not_apply_is_named() {
+        let wanted = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(filter_problem(&[], "", &[]), None);
+        assert_eq!(filter_problem(&wanted(&["a.>"]), "a.>", &[]), None);
+        assert_eq!(filter_problem(&wanted(&["a.>", "b.*"]), "", &wanted(&["b.*", "a.>"])), None);
+        let ignored = filter_problem(&wanted(&["a.>", "b.*"]), "", &[]).expect("2.9 ignored them");
+        assert!(ignored.contains("2.10"), "{ignored}");
+        let other = filter_problem(&wanted(&["a.>"]), "c.>", &[]).expect("another filter");
+        assert!(other.contains("another filter"), "{other}");
+        assert!(filter_problem(&[], "c.>", &[]).is_some(), "an unfiltered receiver on a filtered consumer");
     }
 }

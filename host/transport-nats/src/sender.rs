@@ -65,8 +65,7 @@ impl NatsSender {
             .get_or_try_init(|| async {
                 let c = &self.config;
                 let client = connect(
-                    &c.url,
-                    c.tls.as_ref(),
+                    c.access(),
                     Identity { role: "sender", name: &self.name },
                     (c.reconnect_initial_ms, c.reconnect_max_ms),
                     &self.metrics,

@@ -32,6 +32,14 @@ impl TypedTransport for Nats {
         config.check()
     }
 
+    fn receiver_secrets(&self, config: &NatsReceiverConfig) -> Vec<String> {
+        config.access().secrets()
+    }
+
+    fn sender_secrets(&self, config: &NatsSenderConfig) -> Vec<String> {
+        config.access().secrets()
+    }
+
     fn receiver(
         &self,
         name: &str,
@@ -48,7 +56,7 @@ impl TypedTransport for Nats {
     /// Reads the stream and the consumer without taking a message (a pull
     /// would hide it for the ack wait).
     async fn probe_receiver(&self, name: &str, config: &NatsReceiverConfig) -> Result<String, TransportError> {
-        let client = probe(&config.url, config.tls.as_ref()).await?;
+        let client = probe(config.access()).await?;
         let js = async_nats::jetstream::new(client);
         let mut stream = js
             .get_stream(&config.stream)
@@ -69,7 +77,7 @@ impl TypedTransport for Nats {
     }
 
     async fn probe_sender(&self, _: &str, config: &NatsSenderConfig) -> Result<String, TransportError> {
-        let client = probe(&config.url, config.tls.as_ref()).await?;
+        let client = probe(config.access()).await?;
         let version = client.server_info().version;
         let fixed = config.subject.as_deref().filter(|s| !s.contains('{'));
         match (config.jetstream, fixed) {

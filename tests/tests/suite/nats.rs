@@ -683,3 +683,121 @@ address = "{dst}/out"
     assert_eq!(got.payload.as_ref(), b"through the list");
     assert!(daemon.terminate().success());
 }
+
+/// A receiver on a server that wants a token and a sender on one that
+/// wants an NKey user, each secret read from a file: messages cross, and
+/// `ferry render` prints neither secret. `validate --connect` with a
+/// wrong token is told the server refused it, without the token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_and_an_nkey_seed_authenticate_and_never_print() {
+    let token = unique("token");
+    let src = PrivateNats::start_with_config(&format!("authorization {{ token: \"{token}\" }}\n")).await;
+    let user = nkeys::KeyPair::new_user();
+    let seed = user.seed().expect("a seed");
+    let dst = PrivateNats::start_with_config(&format!(
+        "authorization {{ users = [ {{ nkey: \"{}\" }} ] }}\n",
+        user.public_key()
+    ))
+    .await;
+    let src_client = Nats::connect_with(&src.url(), async_nats::ConnectOptions::new().token(token.clone())).await;
+    let dst_client = Nats::connect_with(&dst.url(), async_nats::ConnectOptions::new().nkey(seed.clone())).await;
+    let (input, output) = (stream_name("AUTH_IN"), stream_name("AUTH_OUT"));
+    src_client.stream(&input, &["in.>"]).await;
+    dst_client.stream(&output, &["out.>"]).await;
+
+    let ws = Workspace::with_plugins(&[]);
+    std::fs::write(ws.path().join("token"), format!("{token}\n")).expect("token file");
+    std::fs::write(ws.path().join("seed"), &seed).expect("seed file");
+    let config = |token_file: &str| {
+        format!(
+            r#"
+[receivers.in]
+type = "nats"
+url = "{src}"
+stream = "{input}"
+token = {{ file = "{dir}/{token_file}" }}
+
+[senders.out]
+type = "nats"
+url = "{dst}"
+subject = "out.x"
+nkey_seed = {{ file = "{dir}/seed" }}
+
+[[routes]]
+id = "auth"
+receiver = "in"
+[[routes.bindings]]
+sender = "out"
+"#,
+            src = src.url(),
+            dst = dst.url(),
+            dir = ws.path().display(),
+        )
+    };
+    ws.config(&config("token"));
+    let render = ws.ferry(&["render", "-c", "ferry.toml"]);
+    let rendered = String::from_utf8_lossy(&render.stdout).into_owned();
+    assert!(render.status.success(), "{rendered}");
+    assert!(rendered.contains("nkey_seed") && rendered.contains("token"), "{rendered}");
+    assert!(!rendered.contains(&token) && !rendered.contains(&seed), "render printed a secret:\n{rendered}");
+
+    let daemon = Daemon::start(&ws, 2);
+    for i in 0..3 {
+        src_client.publish("in.x", &format!("m-{i}"), &[]).await;
+    }
+    let got = eventually_async("three messages in the NKey server's stream", || async {
+        let all = dst_client.read_all(&output).await;
+        if all.len() >= 3 { Ok(all) } else { Err(all.len()) }
+    })
+    .await;
+    let mut bodies: Vec<String> = got.into_iter().map(|(_, _, body)| body).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["m-0", "m-1", "m-2"]);
+    assert!(daemon.terminate().success());
+
+    std::fs::write(ws.path().join("wrong"), "not-the-token").expect("wrong token file");
+    ws.config(&config("wrong"));
+    let out = ws.ferry(&["validate", "--connect", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("receivers.in (nats): FAILED"), "{text}");
+    assert!(text.to_lowercase().contains("authori"), "the server's refusal is named: {text}");
+    assert!(text.contains("senders.out (nats): ok"), "{text}");
+    assert!(!text.contains("not-the-token") && !text.contains(&seed), "{text}");
+}
+
+/// Several `filter_subjects` need nats-server 2.10: 2.9 (Debian's, which
+/// CI runs) ignores the field and would hand the receiver every subject
+/// of the stream. The receiver reads the consumer's filter back and
+/// refuses one the server did not apply, and a consumer that exists with
+/// another filter; one subject works on every server.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_filter_the_server_did_not_apply_is_refused() {
+    use ferry_transport_nats::config::NatsReceiverConfig;
+    let server = PrivateNats::start().await;
+    let nats = Nats::connect(&server.url()).await;
+    let stream = stream_name("FILTERED");
+    nats.stream(&stream, &["a.>", "b.>", "c.>"]).await;
+    let version = nats.client.server_info().version;
+    let config = |consumer: &str, filters: &[&str]| -> NatsReceiverConfig {
+        toml::from_str(&format!(
+            "url = \"{}\"\nstream = \"{stream}\"\nconsumer = \"{consumer}\"\nfilter_subjects = {filters:?}",
+            server.url()
+        ))
+        .expect("config")
+    };
+    let one = ferry_transport_nats::receiver::consumer(&nats.js, "r", &config("one", &["a.>"])).await;
+    assert!(one.is_ok(), "one filter subject on {version}: {:?}", one.err());
+    let other = ferry_transport_nats::receiver::consumer(&nats.js, "r", &config("one", &["c.>"]))
+        .await
+        .expect_err("the consumer exists with another filter");
+    assert!(!other.is_transient() && other.to_string().contains("another filter"), "{other}");
+
+    let two = ferry_transport_nats::receiver::consumer(&nats.js, "r", &config("two", &["a.>", "b.>"])).await;
+    if version.starts_with("2.9.") {
+        let e = two.expect_err("2.9 ignores several filter subjects");
+        assert!(!e.is_transient() && e.to_string().contains("2.10"), "{e}");
+    } else {
+        assert!(two.is_ok(), "several filter subjects on {version}: {:?}", two.err());
+    }
+}
