@@ -136,12 +136,24 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
     cd processors && cargo test -p ferry-plugin-sdk -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
 
 # Build what the tests need (the daemon, the Rust and test plugins),
-# incrementally, then run only the tests whose name contains FILTER (a
-# nextest filter: `just t outage::`, `just t route::tests::fan_out`).
-# Brokers are not started here: `just test` (or the brokers' recipes)
-# provisions them once.
-t FILTER="": plugins-rust test-plugins
+# incrementally, and the example plugins once (when missing), start the
+# brokers that are not running (a few seconds when all are), then run only
+# the tests whose name contains FILTER (a nextest filter: `just t
+# outage::`, `just t route::tests::fan_out`).
+t FILTER="": plugins-rust test-plugins plugins-missing services
     cargo nextest run --workspace --no-fail-fast {{FILTER}}
+
+# The Python, JavaScript and C example plugins, each built only when its
+# component is missing from plugins/ (`just plugins` rebuilds them all).
+plugins-missing:
+    @[ -f plugins/redact.wasm ] || just plugin-python
+    @[ -f plugins/enrich.wasm ] && [ -f plugins/http-queue.wasm ] || just plugin-js
+    @[ -f plugins/size-guard.wasm ] || [ -f plugins/size-guard.skipped ] || just plugin-c
+
+# Every server the tests use, installed and started where missing (those
+# running are left alone).
+services: mosquitto moto rabbitmq postgres
+    @scripts/provision openssl toolchain fuse nats redis nextest
 
 # (CI runs reduced forms of these in `just test`.)
 # The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.
