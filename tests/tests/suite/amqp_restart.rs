@@ -123,15 +123,14 @@ sender = "out10"
     })
     .await;
     broker.stop().await;
-    // 503, naming the senders that lost the broker and a binding whose
-    // messages are held. (The receiver is named too once it reads or
-    // settles again; while its route holds every message it took through
-    // the outage it may have nothing to do, and no way to notice.)
+    // 503, naming the senders that lost the broker. (A binding is named
+    // "target unavailable" only once a send met the outage: on a loaded
+    // machine the route may have had nothing in flight when the broker
+    // stopped, and the receiver lost the same broker, so CI saw none. The
+    // outage suite checks that wording.)
     ferry_tests::eventually("/readyz 503 naming every sender while the broker is down", || {
         let (code, body) = ferry_tests::http::get(&admin, "/readyz").unwrap_or_default();
-        let named = ["amqp091 sender out:", "amqp10 sender out10:", "target unavailable"]
-            .iter()
-            .all(|part| body.contains(part));
+        let named = ["amqp091 sender out:", "amqp10 sender out10:"].iter().all(|part| body.contains(part));
         if code == 503 && named { Ok(()) } else { Err(body) }
     })
     .await;
