@@ -61,9 +61,15 @@ impl WebhookTarget {
     /// [`ClosedPort`](crate::ports::ClosedPort) that now listens: a target
     /// that was down comes up on the same address).
     pub async fn start_on(listener: tokio::net::TcpListener) -> Self {
+        Self::start_on_answering(listener, answer(200, None)).await
+    }
+
+    /// [`WebhookTarget::start_on`], answering `fallback` to every request
+    /// without a script from the first one on.
+    pub async fn start_on_answering(listener: tokio::net::TcpListener, fallback: Answer) -> Self {
         let hits: Arc<Mutex<Vec<Hit>>> = Arc::default();
         let scripts: Arc<Mutex<BTreeMap<String, VecDeque<Answer>>>> = Arc::default();
-        let fallback = Arc::new(Mutex::new(Answer { status: 200, retry_after: None }));
+        let fallback = Arc::new(Mutex::new(fallback));
         let (h, s, f) = (hits.clone(), scripts.clone(), fallback.clone());
         let app = axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap, body: Bytes| {
             let (hits, scripts, fallback) = (h.clone(), s.clone(), f.clone());

@@ -5,6 +5,13 @@
 //! message that keeps failing transiently reaches `max_replay_attempts`
 //! instead of cycling between ferry and the broker forever.
 //!
+//! Where the broker counts deliveries itself (quorum queues'
+//! `x-delivery-count`, AMQP 1.0's `delivery-count`), its count also goes up
+//! when it takes back a delivery ferry was holding through a target outage
+//! (RabbitMQ's `consumer_timeout`, a lost connection). Those returns are not
+//! attempts: the ledger follows the broker's count from delivery to
+//! delivery and leaves out every step that was not a release of ours.
+//!
 //! The key is the message's own id when it has one, else a fingerprint of
 //! its content (a redelivery is byte-identical). Counts live in memory: a
 //! restart starts them again, which can only add attempts, never lose a
@@ -12,19 +19,58 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-/// Release counts by message key.
+/// Redelivery counts by message key.
 pub struct RedeliveryLedger {
     capacity: usize,
     inner: Mutex<Inner>,
 }
 
+/// What the ledger knows of one message.
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    /// Releases this process made (transient failures).
+    releases: u32,
+    /// Whether the last delivery ended in a release of ours.
+    released: bool,
+    /// The broker's count at the last delivery, when it keeps one.
+    broker: Option<u32>,
+    /// Returns the broker counted that were not releases of ours: a
+    /// delivery held through an outage and taken back (RabbitMQ's
+    /// `consumer_timeout`, a lost connection, a dropped delivery).
+    unasked: u32,
+}
+
+impl Entry {
+    fn count(&self) -> u32 {
+        let broker = self.broker.map_or(0, |b| b.saturating_sub(self.unasked));
+        self.releases.max(broker)
+    }
+}
+
 #[derive(Default)]
 struct Inner {
-    counts: HashMap<String, u32>,
+    entries: HashMap<String, Entry>,
     /// Keys in first-recorded order, for eviction; may hold forgotten keys.
     order: VecDeque<String>,
+}
+
+impl Inner {
+    fn entry(&mut self, key: &str, capacity: usize) -> &mut Entry {
+        if !self.entries.contains_key(key) {
+            while self.entries.len() >= capacity {
+                let Some(oldest) = self.order.pop_front() else { break };
+                self.entries.remove(&oldest);
+            }
+            if self.order.len() > capacity * 2 {
+                let Inner { entries, order } = self;
+                order.retain(|k| entries.contains_key(k));
+            }
+            self.order.push_back(key.to_owned());
+        }
+        self.entries.entry(key.to_owned()).or_default()
+    }
 }
 
 impl RedeliveryLedger {
@@ -37,49 +83,91 @@ impl RedeliveryLedger {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Releases recorded for `key` so far.
-    pub fn count(&self, key: &str) -> u32 {
-        self.lock().counts.get(key).copied().unwrap_or(0)
+    /// Records a delivery of `key` carrying the broker's own count
+    /// (`broker`: RabbitMQ quorum queues' `x-delivery-count`, AMQP 1.0's
+    /// `delivery-count`; `None` where the broker keeps none) and returns
+    /// the redelivery count to report: the releases of this process, or
+    /// the broker's count less the returns that were not ours, whichever is
+    /// higher. A broker counts a delivery it took back from a consumer
+    /// holding it through an outage; that is not an attempt and must not
+    /// spend the replay budget. A key first seen with a count (after a
+    /// restart) takes the broker's count as it is: that can only add
+    /// attempts, never lose a message.
+    pub fn arrived(&self, key: &str, broker: Option<u32>) -> u32 {
+        let mut inner = self.lock();
+        let Some(now) = broker else {
+            return inner.entries.get(key).map_or(0, Entry::count);
+        };
+        let entry = inner.entry(key, self.capacity);
+        if let Some(before) = entry.broker {
+            let returns = now.saturating_sub(before);
+            // One return is ours when the last delivery ended in a release
+            // (brokers that do not count releases show none).
+            let ours = u32::from(entry.released).min(returns);
+            entry.unasked = entry.unasked.saturating_add(returns - ours);
+        }
+        entry.broker = Some(now);
+        entry.released = false;
+        entry.count()
     }
 
-    /// Records one more release of `key`; returns the new count.
+    /// [`RedeliveryLedger::arrived`], kept by the delivery's handle.
+    pub fn track(self: &Arc<Self>, key: String, broker: Option<u32>) -> Tracked {
+        let count = self.arrived(&key, broker);
+        Tracked { key, ledger: self.clone(), count }
+    }
+
+    /// The redelivery count recorded for `key` so far.
+    pub fn count(&self, key: &str) -> u32 {
+        self.lock().entries.get(key).map_or(0, Entry::count)
+    }
+
+    /// Records one more release of `key`; returns the releases so far.
     pub fn record_release(&self, key: &str) -> u32 {
         let mut inner = self.lock();
-        let count = match inner.counts.get_mut(key) {
-            Some(c) => {
-                *c = c.saturating_add(1);
-                *c
-            }
-            None => {
-                inner.counts.insert(key.to_owned(), 1);
-                inner.order.push_back(key.to_owned());
-                1
-            }
-        };
-        while inner.counts.len() > self.capacity {
-            let Some(oldest) = inner.order.pop_front() else { break };
-            inner.counts.remove(&oldest);
-        }
-        if inner.order.len() > self.capacity * 2 {
-            let Inner { counts, order } = &mut *inner;
-            order.retain(|k| counts.contains_key(k));
-        }
-        count
+        let entry = inner.entry(key, self.capacity);
+        entry.releases = entry.releases.saturating_add(1);
+        entry.released = true;
+        entry.releases
     }
 
     /// Forgets `key` (the message was settled for good).
     pub fn forget(&self, key: &str) {
-        self.lock().counts.remove(key);
+        self.lock().entries.remove(key);
     }
 
     /// Keys remembered now.
     pub fn len(&self) -> usize {
-        self.lock().counts.len()
+        self.lock().entries.len()
     }
 
     /// Whether no key is remembered.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// One delivery's place in a [`RedeliveryLedger`], held by its handle.
+pub struct Tracked {
+    key: String,
+    ledger: Arc<RedeliveryLedger>,
+    count: u32,
+}
+
+impl Tracked {
+    /// The redelivery count at arrival, for `DeliveryHandle::redelivery_count`.
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// The delivery is given back to be delivered again: one attempt.
+    pub fn released(&self) {
+        self.ledger.record_release(&self.key);
+    }
+
+    /// The delivery was settled for good (acked, rejected).
+    pub fn settled(&self) {
+        self.ledger.forget(&self.key);
     }
 }
 
@@ -226,6 +314,37 @@ mod tests {
             l.forget(&k);
         }
         assert!(l.lock().order.len() <= 7);
+    }
+
+    #[test]
+    fn returns_the_broker_counted_that_were_not_releases_spend_nothing() {
+        let l = RedeliveryLedger::new(10);
+        // A first delivery, held through an outage and taken back twice by
+        // the broker (consumer_timeout): the broker counts 2, we count 0.
+        assert_eq!(l.arrived("q", Some(0)), 0);
+        assert_eq!(l.arrived("q", Some(1)), 0);
+        assert_eq!(l.arrived("q", Some(2)), 0);
+        // A release of ours that the broker counts too: one attempt.
+        assert_eq!(l.record_release("q"), 1);
+        assert_eq!(l.arrived("q", Some(3)), 1);
+        // Released again, then taken back once more before it came: the
+        // broker counts 2, one of them ours.
+        l.record_release("q");
+        assert_eq!(l.arrived("q", Some(5)), 2);
+        // A broker that does not count releases (RabbitMQ's AMQP 1.0
+        // `released`): ours still count.
+        assert_eq!(l.arrived("r", Some(0)), 0);
+        l.record_release("r");
+        assert_eq!(l.arrived("r", Some(0)), 1);
+        l.record_release("r");
+        assert_eq!(l.arrived("r", Some(0)), 2);
+        // A broker that keeps no count: releases only.
+        l.record_release("c");
+        assert_eq!(l.arrived("c", None), 1);
+        // First seen with a count (a restart): the broker's count stands.
+        assert_eq!(l.arrived("s", Some(4)), 4);
+        l.record_release("s");
+        assert_eq!(l.arrived("s", Some(5)), 5, "the broker's 4 and our one release");
     }
 
     #[test]

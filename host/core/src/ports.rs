@@ -75,6 +75,15 @@ pub trait DeliveryHandle: Send + Sync {
     fn redelivery_count(&self) -> Option<u32> {
         None
     }
+
+    /// Whether the source already took this delivery back (the channel or
+    /// link it came on closed: RabbitMQ's `consumer_timeout`, a lost
+    /// connection). Settling it does nothing and the source delivers it
+    /// again, so a route holding it through an outage lets it go rather than
+    /// send a copy that is already on its way back.
+    fn gone(&self) -> bool {
+        false
+    }
 }
 
 /// Where a receiver hands its deliveries. Bounded: a full sink makes the

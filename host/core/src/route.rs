@@ -251,6 +251,21 @@ impl Attempt<'_> {
     }
 }
 
+/// How often a delivery held through an outage checks that its source
+/// still holds it for the route.
+const TAKEN_BACK_CHECK: Duration = Duration::from_millis(500);
+
+/// Resolves once the source has taken `handle`'s delivery back
+/// ([`DeliveryHandle::gone`]); never for a source that cannot tell.
+async fn taken_back(handle: &dyn DeliveryHandle) {
+    loop {
+        tokio::time::sleep(TAKEN_BACK_CHECK).await;
+        if handle.gone() {
+            return;
+        }
+    }
+}
+
 impl Route {
     /// Runs the route until `shutdown` fires, then stops taking deliveries,
     /// lets in-flight ones finish (or releases them unacknowledged if they
@@ -722,7 +737,14 @@ impl Route {
                     self.remember(at, failed, &accepted);
                     return Settle::Release { after: unavailable_wait, reason: last_error };
                 }
-                match self.wait_available(first, at.shutdown).await {
+                let waited = tokio::select! {
+                    waited = self.wait_available(first, at.shutdown) => waited,
+                    () = taken_back(at.handle) => {
+                        self.remember(at, failed, &accepted);
+                        return self.let_go(&envelope.id, &last_error);
+                    }
+                };
+                match waited {
                     Some(pass) => probe = Some((first, pass)),
                     None if at.shutdown.is_cancelled() => {
                         self.remember(at, failed, &accepted);
@@ -745,6 +767,10 @@ impl Route {
             }
             still_pending.append(&mut held);
             pending = still_pending;
+            if at.handle.gone() {
+                self.remember(at, failed, &accepted);
+                return self.let_go(&envelope.id, &last_error);
+            }
         }
 
         // The source hears of a refusal only when no binding got the message
@@ -768,6 +794,15 @@ impl Route {
             }
         }
         settle
+    }
+
+    /// A delivery the source took back while the route waited to send it
+    /// again: sending it would only make a copy of one already on its way
+    /// back, so the route lets it go (the release reaches nobody and counts
+    /// nothing).
+    fn let_go(&self, message_id: &str, last_error: &str) -> Settle {
+        debug!(route = %self.id, %message_id, "the source took this delivery back while it waited; it comes again");
+        Settle::Release { after: Duration::ZERO, reason: format!("taken back by the source: {last_error}") }
     }
 
     /// Tells binding `binding`'s availability how the send of `message_id`

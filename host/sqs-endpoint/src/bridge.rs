@@ -20,6 +20,7 @@ use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
 use ferry_config::{SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
 use ferry_core::TransportError;
+use ferry_core::ledger::{RedeliveryLedger, Tracked};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, OutboundMessage, Receiver, Sender};
 use ferry_envelope::Timestamp;
@@ -101,11 +102,17 @@ pub struct EndpointReceiver {
     engine: Arc<Engine>,
     topics: Arc<Topics>,
     metrics: Metrics,
+    /// Receive counts less the returns that were not releases of ours.
+    ledger: Arc<RedeliveryLedger>,
 }
+
+/// Messages the redelivery ledger remembers at most.
+const LEDGER_CAPACITY: usize = 100_000;
 
 impl EndpointReceiver {
     pub fn new(name: &str, config: SqsEndpointReceiverConfig, topics: Arc<Topics>, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, engine: topics.queues.clone(), topics, metrics }
+        let ledger = Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY));
+        Self { name: name.to_owned(), config, engine: topics.queues.clone(), topics, metrics, ledger }
     }
 
     /// The queue to receive from: the configured one, or the route's own
@@ -176,11 +183,14 @@ impl Receiver for EndpointReceiver {
                         channel(queue, r.stored.group.as_deref())
                     });
                 }
+                // A return made by the visibility running out while held is
+                // counted by the queue and left out by the ledger.
+                let tracked = self.ledger.track(r.stored.id.clone(), Some(r.receive_count.saturating_sub(1)));
                 let handle = EndpointHandle::start(
                     self.engine.clone(),
                     queue.to_owned(),
                     r.receipt_handle.clone(),
-                    r.receive_count,
+                    tracked,
                     self.config.visibility_timeout,
                 );
                 if sink.send(Delivery::new(envelope, Box::new(handle))).await.is_err() {
@@ -199,12 +209,12 @@ struct EndpointHandle {
     engine: Arc<Engine>,
     queue: String,
     receipt: String,
-    receive_count: u32,
+    tracked: Tracked,
     heartbeat: CancellationToken,
 }
 
 impl EndpointHandle {
-    fn start(engine: Arc<Engine>, queue: String, receipt: String, receive_count: u32, visibility: i32) -> Self {
+    fn start(engine: Arc<Engine>, queue: String, receipt: String, tracked: Tracked, visibility: i32) -> Self {
         let heartbeat = CancellationToken::new();
         let stop = heartbeat.clone();
         let (e, q, r) = (engine.clone(), queue.clone(), receipt.clone());
@@ -220,7 +230,7 @@ impl EndpointHandle {
                 }
             }
         });
-        Self { engine, queue, receipt, receive_count, heartbeat }
+        Self { engine, queue, receipt, tracked, heartbeat }
     }
 }
 
@@ -242,6 +252,7 @@ fn transport_error(e: SqsError) -> TransportError {
 impl DeliveryHandle for EndpointHandle {
     async fn ack(self: Box<Self>) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.settled();
         let answers = self.engine.delete_messages(&self.queue, std::slice::from_ref(&self.receipt)).await;
         match answers.map_err(transport_error)?.into_iter().next() {
             Some(Err(e)) => Err(transport_error(e)),
@@ -251,6 +262,7 @@ impl DeliveryHandle for EndpointHandle {
 
     async fn release(self: Box<Self>, after: Duration, _reason: &str) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.released();
         let seconds = after.as_secs().min(43_200) as i64;
         match self.engine.change_visibility(&self.queue, &self.receipt, seconds).await {
             // Already visible again (its timeout passed): nothing to do.
@@ -265,7 +277,7 @@ impl DeliveryHandle for EndpointHandle {
     }
 
     fn redelivery_count(&self) -> Option<u32> {
-        Some(self.receive_count.saturating_sub(1))
+        Some(self.tracked.count())
     }
 }
 

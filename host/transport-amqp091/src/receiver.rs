@@ -6,7 +6,7 @@
 //! A retry is a `basic.nack` with requeue after the route's backoff; the
 //! receiver counts releases per message (by `message_id`, or a fingerprint
 //! of the content when there is none; quorum queues' `x-delivery-count` is
-//! used too), so the route sees a growing redelivery count and dead-letters
+//! used too, less the returns that were not releases), so the route sees a growing redelivery count and dead-letters
 //! the message at `max_replay_attempts` instead of cycling it forever. A
 //! message that failed for good and was dropped (`on_permanent_failure =
 //! "drop"`) is rejected without requeue, so a queue's dead-letter exchange
@@ -25,7 +25,7 @@ use crate::config::Amqp091ReceiverConfig;
 use async_trait::async_trait;
 use ferry_core::TransportError;
 use ferry_core::backoff::sleep_or_shutdown;
-use ferry_core::ledger::{RedeliveryLedger, fingerprint};
+use ferry_core::ledger::{RedeliveryLedger, Tracked, fingerprint};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
@@ -166,13 +166,8 @@ impl Amqp091Receiver {
                 &d.data,
             ])
         };
-        let handle = Amqp091DeliveryHandle {
-            tag: Some(d.delivery_tag),
-            settler: settler.clone(),
-            key,
-            ledger: self.ledger.clone(),
-            broker_count: ingress.delivery_count,
-        };
+        let tracked = self.ledger.track(key, ingress.delivery_count);
+        let handle = Amqp091DeliveryHandle { tag: Some(d.delivery_tag), settler: settler.clone(), tracked };
         Some(Delivery::new(ingress.envelope, Box::new(handle)))
     }
 }
@@ -267,22 +262,24 @@ struct Amqp091DeliveryHandle {
     /// `None` once settled.
     tag: Option<u64>,
     settler: Settler,
-    key: String,
-    ledger: Arc<RedeliveryLedger>,
-    broker_count: Option<u32>,
+    tracked: Tracked,
 }
 
 #[async_trait]
 impl DeliveryHandle for Amqp091DeliveryHandle {
     async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
         let Some(tag) = self.tag.take() else { return Ok(()) };
-        self.ledger.forget(&self.key);
+        self.tracked.settled();
         self.settler.ack(tag).await
     }
 
     async fn release(mut self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError> {
         let Some(tag) = self.tag.take() else { return Ok(()) };
-        self.ledger.record_release(&self.key);
+        // A release on a closed channel reaches nobody: the broker took the
+        // delivery back on its own, and that is not an attempt.
+        if !self.settler.is_gone() {
+            self.tracked.released();
+        }
         debug!(%reason, after_ms = after.as_millis() as u64, "amqp091 delivery will be requeued");
         // The delivery holds its prefetch slot until the nack, so waiting
         // cannot pull more than `prefetch` messages; no range ack passes it
@@ -297,13 +294,17 @@ impl DeliveryHandle for Amqp091DeliveryHandle {
 
     async fn reject(mut self: Box<Self>, reason: &str) -> Result<(), TransportError> {
         let Some(tag) = self.tag.take() else { return Ok(()) };
-        self.ledger.forget(&self.key);
+        self.tracked.settled();
         debug!(%reason, "amqp091 delivery rejected without requeue");
         self.settler.reject(tag).await
     }
 
     fn redelivery_count(&self) -> Option<u32> {
-        Some(self.ledger.count(&self.key).max(self.broker_count.unwrap_or(0)))
+        Some(self.tracked.count())
+    }
+
+    fn gone(&self) -> bool {
+        self.settler.is_gone()
     }
 }
 

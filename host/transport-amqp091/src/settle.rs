@@ -173,6 +173,8 @@ impl<W> Window<W> {
 #[derive(Clone)]
 pub struct Settler {
     commands: mpsc::UnboundedSender<Command>,
+    /// The channel, to tell whether its deliveries still stand.
+    channel: Channel,
 }
 
 fn gone() -> TransportError {
@@ -183,8 +185,14 @@ impl Settler {
     /// Starts the task that writes `channel`'s settlements.
     pub fn start(channel: Channel) -> Self {
         let (commands, queue) = mpsc::unbounded_channel();
-        tokio::spawn(write_settlements(channel, queue));
-        Self { commands }
+        tokio::spawn(write_settlements(channel.clone(), queue));
+        Self { commands, channel }
+    }
+
+    /// Whether the channel closed: the broker took back every delivery it
+    /// had not settled, and settling one now does nothing.
+    pub fn is_gone(&self) -> bool {
+        !self.channel.status().connected()
     }
 
     /// Acks `tag`; resolves once the frame carrying the ack is written.

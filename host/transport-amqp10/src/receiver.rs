@@ -27,7 +27,7 @@ use fe2o3_amqp::types::messaging::{Body, Modified};
 use fe2o3_amqp::types::primitives::{Symbol, Value};
 use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
-use ferry_core::ledger::{RedeliveryLedger, fingerprint};
+use ferry_core::ledger::{RedeliveryLedger, Tracked, fingerprint};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
@@ -196,13 +196,8 @@ impl Amqp10Receiver {
                         format!("{:?}", message.application_properties).as_bytes(),
                     ])
                 };
-                let handle = Amqp10DeliveryHandle {
-                    tx: tx.clone(),
-                    info: Some(info),
-                    key,
-                    ledger: self.ledger.clone(),
-                    delivery_count: ingress.delivery_count,
-                };
+                let tracked = self.ledger.track(key, Some(ingress.delivery_count));
+                let handle = Amqp10DeliveryHandle { tx: tx.clone(), info: Some(info), tracked };
                 Some(Delivery::new(ingress.envelope, Box::new(handle)))
             }
             Err(poison) => {
@@ -332,10 +327,8 @@ impl Receiver for Amqp10Receiver {
 struct Amqp10DeliveryHandle {
     tx: mpsc::Sender<Command>,
     info: Option<DeliveryInfo>,
-    /// Ledger key: the message id, or a fingerprint without one.
-    key: String,
-    ledger: Arc<RedeliveryLedger>,
-    delivery_count: u32,
+    /// Keyed on the message id, or a fingerprint without one.
+    tracked: Tracked,
 }
 
 impl Amqp10DeliveryHandle {
@@ -359,13 +352,17 @@ impl Amqp10DeliveryHandle {
 impl DeliveryHandle for Amqp10DeliveryHandle {
     async fn ack(mut self: Box<Self>) -> Result<(), TransportError> {
         let Some(info) = self.info.take() else { return Ok(()) };
-        self.ledger.forget(&self.key);
+        self.tracked.settled();
         Self::send(&self.tx, info, Settlement::Accept).await
     }
 
     async fn release(mut self: Box<Self>, after: Duration, reason: &str) -> Result<(), TransportError> {
         let Some(info) = self.info.take() else { return Ok(()) };
-        self.ledger.record_release(&self.key);
+        // A release on a link that ended reaches nobody: the broker took the
+        // delivery back on its own, and that is not an attempt.
+        if !self.tx.is_closed() {
+            self.tracked.released();
+        }
         debug!(%reason, after_ms = after.as_millis() as u64, "amqp10 delivery will be given back");
         // The message keeps its credit until it is given back, so waiting
         // here cannot make the broker send more than `credit` messages.
@@ -381,11 +378,15 @@ impl DeliveryHandle for Amqp10DeliveryHandle {
 
     async fn reject(mut self: Box<Self>, reason: &str) -> Result<(), TransportError> {
         let Some(info) = self.info.take() else { return Ok(()) };
-        self.ledger.forget(&self.key);
+        self.tracked.settled();
         Self::send(&self.tx, info, Settlement::Reject(reason.to_owned())).await
     }
 
     fn redelivery_count(&self) -> Option<u32> {
-        Some(self.delivery_count.max(self.ledger.count(&self.key)))
+        Some(self.tracked.count())
+    }
+
+    fn gone(&self) -> bool {
+        self.tx.is_closed()
     }
 }

@@ -24,6 +24,7 @@ use async_nats::jetstream::{self, AckKind};
 use async_trait::async_trait;
 use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
+use ferry_core::ledger::{RedeliveryLedger, Tracked};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
@@ -44,11 +45,16 @@ pub struct NatsReceiver {
     name: String,
     config: NatsReceiverConfig,
     metrics: Metrics,
+    /// Delivery counts less the redeliveries that were not naks of ours.
+    ledger: Arc<RedeliveryLedger>,
 }
+
+/// Messages the redelivery ledger remembers at most.
+const LEDGER_CAPACITY: usize = 100_000;
 
 impl NatsReceiver {
     pub fn new(name: &str, config: NatsReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics }
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
     }
 }
 
@@ -247,7 +253,14 @@ impl NatsReceiver {
     async fn emit(&self, message: jetstream::Message, ack_wait: Duration, sink: &DeliverySink) -> bool {
         let read = incoming(&message);
         let (_, acker) = message.split();
-        let handle = NatsHandle::start(Arc::new(acker), ack_wait, read.as_ref().map_or(1, |m| m.delivered));
+        // The server counts a redelivery after a lost connection or an
+        // expired ack wait too; the ledger leaves those out of the count.
+        let tracked = read.as_ref().ok().map(|m| {
+            let key = format!("{}:{}", m.stream, m.sequence);
+            let delivered = u32::try_from(m.delivered.saturating_sub(1)).unwrap_or(0);
+            self.ledger.track(key, Some(delivered))
+        });
+        let handle = NatsHandle::start(Arc::new(acker), ack_wait, tracked);
         let m = match read {
             Ok(m) => m,
             Err(why) => {
@@ -276,12 +289,13 @@ impl NatsReceiver {
 /// Settles one received message; keeps it from redelivery while held.
 struct NatsHandle {
     acker: Arc<Acker>,
-    delivered: i64,
+    /// `None` for a message that could not be read.
+    tracked: Option<Tracked>,
     heartbeat: CancellationToken,
 }
 
 impl NatsHandle {
-    fn start(acker: Arc<Acker>, ack_wait: Duration, delivered: i64) -> Self {
+    fn start(acker: Arc<Acker>, ack_wait: Duration, tracked: Option<Tracked>) -> Self {
         let heartbeat = CancellationToken::new();
         let stop = heartbeat.clone();
         let beat = acker.clone();
@@ -297,7 +311,7 @@ impl NatsHandle {
                 }
             }
         });
-        Self { acker, delivered, heartbeat }
+        Self { acker, tracked, heartbeat }
     }
 }
 
@@ -311,16 +325,19 @@ impl Drop for NatsHandle {
 impl DeliveryHandle for NatsHandle {
     async fn ack(self: Box<Self>) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.as_ref().map(Tracked::settled);
         self.acker.double_ack().await.map_err(|e| TransportError::transient(format!("ack: {e}")))
     }
 
     async fn release(self: Box<Self>, after: Duration, _reason: &str) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.as_ref().map(Tracked::released);
         self.acker.ack_with(AckKind::Nak(Some(after))).await.map_err(|e| TransportError::transient(format!("nak: {e}")))
     }
 
     async fn reject(self: Box<Self>, _reason: &str) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.as_ref().map(Tracked::settled);
         self.acker.ack_with(AckKind::Term).await.map_err(|e| TransportError::transient(format!("term: {e}")))
     }
 
@@ -329,7 +346,7 @@ impl DeliveryHandle for NatsHandle {
     }
 
     fn redelivery_count(&self) -> Option<u32> {
-        Some(u32::try_from(self.delivered.saturating_sub(1)).unwrap_or(0))
+        Some(self.tracked.as_ref().map_or(0, Tracked::count))
     }
 }
 

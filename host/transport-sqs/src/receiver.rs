@@ -17,6 +17,7 @@ use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
 use ferry_config::SqsReceiverConfig;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
+use ferry_core::ledger::{RedeliveryLedger, Tracked};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_core::{Failure, FailureReason, TransportError};
@@ -36,11 +37,16 @@ pub struct SqsReceiver {
     name: String,
     config: SqsReceiverConfig,
     metrics: Metrics,
+    /// Receive counts less the returns that were not releases of ours.
+    ledger: Arc<RedeliveryLedger>,
 }
+
+/// Message ids the redelivery ledger remembers at most.
+const LEDGER_CAPACITY: usize = 100_000;
 
 impl SqsReceiver {
     pub fn new(name: &str, config: SqsReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics }
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
     }
 }
 
@@ -151,7 +157,11 @@ impl SqsReceiver {
             warn!(receiver = %self.name, "message without a receipt handle ignored");
             return true;
         };
-        let handle = SqsDeliveryHandle::start(queue.clone(), receipt, receive_count(&message));
+        // SQS counts every receive, the one after a hold that outlived the
+        // visibility ceiling (12 h) too: the ledger leaves those out.
+        let key = message.message_id().unwrap_or(&receipt).to_owned();
+        let tracked = self.ledger.track(key, receive_count(&message).map(|n| n.saturating_sub(1)));
+        let handle = SqsDeliveryHandle::start(queue.clone(), receipt, tracked);
         let envelope = convert(&message, self.config.sns_unwrap, Timestamp::now());
         let delivery = match check_digests(&message) {
             Ok(()) => Delivery::new(envelope, Box::new(handle)),
@@ -217,12 +227,12 @@ async fn delete_loop(
 struct SqsDeliveryHandle {
     queue: Arc<Queue>,
     receipt: String,
-    receive_count: Option<u32>,
+    tracked: Tracked,
     heartbeat: CancellationToken,
 }
 
 impl SqsDeliveryHandle {
-    fn start(queue: Arc<Queue>, receipt: String, receive_count: Option<u32>) -> Self {
+    fn start(queue: Arc<Queue>, receipt: String, tracked: Tracked) -> Self {
         let heartbeat = CancellationToken::new();
         let stop = heartbeat.clone();
         let (q, r) = (queue.clone(), receipt.clone());
@@ -248,7 +258,7 @@ impl SqsDeliveryHandle {
                 }
             }
         });
-        Self { queue, receipt, receive_count, heartbeat }
+        Self { queue, receipt, tracked, heartbeat }
     }
 
     async fn set_visibility(&self, seconds: i32) -> Result<(), TransportError> {
@@ -275,6 +285,7 @@ impl Drop for SqsDeliveryHandle {
 impl DeliveryHandle for SqsDeliveryHandle {
     async fn ack(self: Box<Self>) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.settled();
         let (tx, rx) = oneshot::channel();
         self.queue
             .deletes
@@ -286,6 +297,7 @@ impl DeliveryHandle for SqsDeliveryHandle {
 
     async fn release(self: Box<Self>, after: Duration, _reason: &str) -> Result<(), TransportError> {
         self.heartbeat.cancel();
+        self.tracked.released();
         // Round up so that a short backoff still delays the redelivery.
         self.set_visibility(i32::try_from(after.as_millis().div_ceil(1000)).unwrap_or(MAX_VISIBILITY)).await
     }
@@ -296,6 +308,6 @@ impl DeliveryHandle for SqsDeliveryHandle {
     }
 
     fn redelivery_count(&self) -> Option<u32> {
-        Some(self.receive_count.unwrap_or(1).saturating_sub(1))
+        Some(self.tracked.count())
     }
 }

@@ -26,8 +26,9 @@ use ferry_tests::simplemq::FakeSimpleMq;
 use ferry_tests::sqs::{self, create_queue};
 use ferry_tests::tcp_proxy::TcpProxy;
 use ferry_tests::unique;
-use ferry_tests::webhook::WebhookTarget;
+use ferry_tests::webhook::{WebhookTarget, answer};
 use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
 
 /// Longer than the whole retry budget of every route here (5 replays of
 /// 50-200 ms) many times over, and than an SQS visibility timeout of 2 s.
@@ -539,13 +540,62 @@ async fn max_outage_secs_dead_letters_what_waited_too_long_as_target_unavailable
 /// counted as a replay, from both of RabbitMQ's protocols.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_rabbitmq_source_that_times_out_held_deliveries_loses_nothing_to_a_long_outage() {
+    let (daemon, ws, sent, _target) = held_past_consumer_timeout(Queues::Classic).await;
+    assert_back_with_no_replay_spent(&daemon.admin(), &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+}
+
+/// A quorum queue counts every return in `x-delivery-count` (AMQP 1.0's
+/// `delivery-count`), the ones `consumer_timeout` made while the target was
+/// down too. Those are not attempts: after the outage the target refuses
+/// every message once (500, transient) and the route, with a budget of 4
+/// replays, still delivers all of them and dead-letters none, though the
+/// broker counted more returns than that.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_quorum_queue_counts_no_return_made_during_an_outage_as_a_replay() {
+    let (daemon, ws, _sent, _target) = held_past_consumer_timeout(Queues::QuorumThenRefusedOnce).await;
+    let (_, metrics) = get(&daemon.admin(), "/metrics").expect("metrics");
+    assert_eq!(sample(&metrics, "ferry_messages_dead_lettered_total", ""), None, "{metrics}");
+    assert!(sample(&metrics, "ferry_messages_retried_total", "reason=\"send\"").unwrap_or(0.0) >= 1.0, "{metrics}");
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+}
+
+/// The source queues of [`held_past_consumer_timeout`] and what the target
+/// does once it is back.
+#[derive(Clone, Copy, PartialEq)]
+enum Queues {
+    /// Classic queues; the target takes everything.
+    Classic,
+    /// Quorum queues; the target refuses every message once (500).
+    QuorumThenRefusedOnce,
+}
+
+/// Two routes (AMQP 0-9-1 and AMQP 1.0) from a private RabbitMQ with a 2 s
+/// `consumer_timeout` to an HTTP target that is down for longer than
+/// several timeouts; messages published before and during the outage.
+/// Returns once every message reached the target.
+async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(String, String)>, WebhookTarget) {
     let source =
         PrivateRabbit::start_with("", "[{rabbit, [{consumer_timeout, 2000}, {channel_tick_interval, 500}]}].\n").await;
     let rabbit = Rabbit::connect_to(&source.url091()).await;
     let mut amqp10 = Amqp10Client::connect(&source.url10()).await;
     let (q091, q10) = (unique("timeout-091"), unique("timeout-10"));
-    rabbit.declare_queue(&q091).await;
-    rabbit.declare_queue(&q10).await;
+    for q in [&q091, &q10] {
+        match queues {
+            Queues::Classic => rabbit.declare_queue(q).await,
+            Queues::QuorumThenRefusedOnce => {
+                let mut args = FieldTable::default();
+                args.insert("x-queue-type".into(), AMQPValue::LongString("quorum".into()));
+                rabbit.declare_queue_with(q, args).await;
+            }
+        }
+    }
+    let policy = match queues {
+        Queues::Classic => "backoff = { initial_ms = 50, max_ms = 200 }",
+        Queues::QuorumThenRefusedOnce => "max_replay_attempts = 4\nbackoff = { initial_ms = 1000, max_ms = 1000 }",
+    };
     let down = ClosedPort::new();
     let ws = Workspace::with_plugins(&[]);
     let admin = ANY_PORT.to_owned();
@@ -561,8 +611,8 @@ async fn a_rabbitmq_source_that_times_out_held_deliveries_loses_nothing_to_a_lon
     );
     for id in ["amqp091", "amqp10"] {
         config.push_str(&format!(
-            "[[routes]]\nid = \"{id}\"\nreceiver = \"{id}\"\nmax_in_flight = 8\n\
-             backoff = {{ initial_ms = 50, max_ms = 200 }}\n[[routes.bindings]]\nsender = \"out\"\n\n"
+            "[[routes]]\nid = \"{id}\"\nreceiver = \"{id}\"\nmax_in_flight = 8\n{policy}\n\
+             [[routes.bindings]]\nsender = \"out\"\n\n"
         ));
     }
     ws.config(&with_admin(&admin, config));
@@ -599,16 +649,24 @@ async fn a_rabbitmq_source_that_times_out_held_deliveries_loses_nothing_to_a_lon
 
     // A delivery given back while held may arrive twice (at least once):
     // wait for every body, not for a number of requests.
-    let target = WebhookTarget::start_on(down.listen()).await;
-    ferry_tests::eventually_within("every message at the target", WAIT, || {
+    let every_body_from = |target: &WebhookTarget, from: usize| {
         let arrived: BTreeSet<String> =
-            target.hits().iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect();
+            target.hits()[from..].iter().map(|h| String::from_utf8_lossy(&h.body).into_owned()).collect();
         let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !arrived.contains(*b)).collect();
         std::future::ready(if missing.is_empty() { Ok(()) } else { Err(format!("missing {missing:?}")) })
-    })
-    .await;
-    assert_back_with_no_replay_spent(&daemon.admin(), &sent).await;
-    assert!(daemon.terminate().success());
-    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+    };
+    let refused = match queues {
+        Queues::Classic => answer(200, None),
+        Queues::QuorumThenRefusedOnce => answer(500, None),
+    };
+    let target = WebhookTarget::start_on_answering(down.listen(), refused).await;
+    let mut from = 0;
+    if queues == Queues::QuorumThenRefusedOnce {
+        ferry_tests::eventually_within("every message refused once", WAIT, || every_body_from(&target, 0)).await;
+        target.answer_all(answer(200, None));
+        from = target.count();
+    }
+    ferry_tests::eventually_within("every message at the target", WAIT, || every_body_from(&target, from)).await;
     amqp10.close().await;
+    (daemon, ws, sent, target)
 }

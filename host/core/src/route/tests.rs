@@ -25,6 +25,8 @@ struct FakeHandle {
     log: Log,
     /// Redeliveries so far, for sources that count them.
     count: Option<u32>,
+    /// When the source takes the delivery back on its own.
+    gone_at: Option<tokio::time::Instant>,
 }
 
 #[async_trait]
@@ -44,6 +46,9 @@ impl DeliveryHandle for FakeHandle {
     fn redelivery_count(&self) -> Option<u32> {
         self.count
     }
+    fn gone(&self) -> bool {
+        self.gone_at.is_some_and(|at| tokio::time::Instant::now() >= at)
+    }
 }
 
 /// Emits the given envelopes once, then waits for shutdown.
@@ -61,7 +66,13 @@ impl Receiver for FakeReceiver {
                 ferry_envelope::HeaderValue::Integer(n) => u32::try_from(*n).ok(),
                 _ => None,
             });
-            let handle = Box::new(FakeHandle { id: envelope.id.clone(), log: self.log.clone(), count });
+            let gone_at = envelope.headers.get("test.gone-after-ms").and_then(|v| match v {
+                ferry_envelope::HeaderValue::Integer(ms) => {
+                    Some(tokio::time::Instant::now() + Duration::from_millis(u64::try_from(*ms).ok()?))
+                }
+                _ => None,
+            });
+            let handle = Box::new(FakeHandle { id: envelope.id.clone(), log: self.log.clone(), count, gone_at });
             if sink.send(Delivery::new(envelope, handle)).await.is_err() {
                 break;
             }
@@ -775,6 +786,32 @@ async fn an_outage_longer_than_the_whole_budget_delays_messages_and_never_fails_
         let unavailable = Metrics::count(&h.route.metrics.send_unavailable, &[("route", "r1"), ("binding", "b0")]);
         assert_eq!(unavailable as usize, attempts - 3);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_delivery_the_source_took_back_during_an_outage_is_let_go_not_sent() {
+    // m1's channel closes 10 s into a 60 s outage (RabbitMQ's
+    // consumer_timeout): the route lets it go then, without waiting for the
+    // target, and never sends that copy; m2 waits and goes.
+    let mut m1 = env("m1");
+    m1.set_header("test.count", HeaderValue::Integer(0));
+    m1.set_header("test.gone-after-ms", HeaderValue::Integer(10_000));
+    let mut m2 = env("m2");
+    m2.set_header("test.count", HeaderValue::Integer(0));
+    let target = DownUntil::new(Duration::from_secs(60));
+    let h = with_sender(harness(vec![m1, m2], vec![], 1, policy()), 0, target.clone());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(h.route.clone().run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into())]);
+    tokio::time::sleep(Duration::from_secs(40)).await;
+    assert_eq!(*h.log.lock().expect("lock"), vec![Settled::Released("m1".into()), Settled::Acked("m2".into())]);
+    assert_eq!(*target.sent.lock().expect("lock"), vec!["m2".to_owned()]);
+    assert!(h.dlq.entries.lock().expect("lock").is_empty());
+    let text = h.route.metrics.render();
+    assert!(!text.contains("ferry_messages_retried_total"), "{text}");
+    shutdown.cancel();
+    task.await.expect("join").expect("route result");
 }
 
 #[tokio::test(start_paused = true)]
