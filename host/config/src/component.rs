@@ -1,5 +1,5 @@
 //! `type = "component"`: a receiver or sender that is a transport component
-//! from the plugin directory (`ferry:plugin` 1.2.0, the `transport-*`
+//! from the plugin directory (`ferry:plugin` 1.2.0 and later, the `transport-*`
 //! worlds).
 
 use schemars::JsonSchema;

@@ -51,7 +51,7 @@ pub mod mapper {
     });
 }
 
-/// The `transport-receiver` world (1.2.0): a component that exports the
+/// The `transport-receiver` world (since 1.2.0): a component that exports the
 /// `receiver` interface. A `transport` component (both halves) is
 /// instantiated through this and through [`transport_sender`], once per
 /// part that uses it.
@@ -68,7 +68,7 @@ pub mod transport_receiver {
     });
 }
 
-/// The `transport-sender` world (1.2.0).
+/// The `transport-sender` world (since 1.2.0).
 pub mod transport_sender {
     wasmtime::component::bindgen!({
         path: "../../wit",
@@ -124,6 +124,9 @@ pub struct HostState {
     /// When the call in progress must end (transport components, whose
     /// epoch callback reads it).
     pub call_deadline: Option<std::time::Instant>,
+    /// What a transport sender said with `host.target-unavailable` during
+    /// the `send` in progress (the host clears it before each call).
+    pub target_unavailable: Option<String>,
 }
 
 /// Lets a request through to a host and port `allow_hosts` names, with
@@ -251,6 +254,7 @@ impl HostState {
                 client: network.map(|n| n.client.clone()),
             },
             call_deadline: None,
+            target_unavailable: None,
         })
     }
 
@@ -389,6 +393,12 @@ impl ferry::plugin::host::Host for HostState {
 
     fn now(&mut self) -> wasmtime::Result<i64> {
         Ok(Timestamp::now().as_millis())
+    }
+
+    fn target_unavailable(&mut self, reason: String) -> wasmtime::Result<()> {
+        // Bounded like a log line; read only by a transport sender's `send`.
+        self.target_unavailable = Some(reason.chars().take(4096).collect());
+        Ok(())
     }
 }
 

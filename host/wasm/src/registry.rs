@@ -18,12 +18,12 @@ use crate::engine::PluginEngine;
 
 /// The plugin package and version this host provides (`wit/plugin.wit`).
 pub const PLUGIN_PACKAGE: &str = "ferry:plugin";
-pub const PLUGIN_VERSION: &str = "1.2.0";
+pub const PLUGIN_VERSION: &str = "1.3.0";
 /// The versions a component may be built against (`MAJOR.MINOR`): the
 /// current minor and the previous one of the same major
 /// (`wit/previous/plugin.wit`). The linker resolves an import of the
 /// previous minor to this host's definitions, which only add to it.
-pub const LOADS: [(u64, u64); 2] = [(1, 2), (1, 1)];
+pub const LOADS: [(u64, u64); 2] = [(1, 3), (1, 2)];
 
 /// Whether a component built against `version` loads here.
 pub fn loads(version: &str) -> bool {
@@ -34,7 +34,7 @@ pub fn loads(version: &str) -> bool {
     }
 }
 
-/// The versions [`LOADS`] names, for messages: `1.2 and 1.1`.
+/// The versions [`LOADS`] names, for messages: `1.3 and 1.2`.
 fn loaded_versions() -> String {
     LOADS.iter().map(|(major, minor)| format!("{major}.{minor}")).collect::<Vec<_>>().join(" and ")
 }
@@ -378,7 +378,7 @@ fn check_world(engine: &PluginEngine, component: &Component) -> Result<(PluginWo
     }
     let exports: Vec<&str> = ty.exports(engine.engine()).map(|(n, _)| n).collect();
     // An interface export is named with its package and version
-    // (`ferry:plugin/receiver@1.2.0`).
+    // (`ferry:plugin/receiver@1.3.0`).
     let exports_interface = |name: &str| {
         exports.iter().any(|e| {
             e.strip_prefix(PLUGIN_PACKAGE)
@@ -429,10 +429,10 @@ mod tests {
     #[test]
     fn loads_the_current_and_the_previous_minor_only() {
         assert!(loads(PLUGIN_VERSION));
-        assert!(loads("1.2.7") && loads("1.1.0"));
-        for refused in ["0.1.0", "1.0.0", "1.3.0", "2.0.0", "1.2", "1.2.0-rc1", "(unversioned)"] {
+        assert!(loads("1.3.7") && loads("1.2.0"));
+        for refused in ["0.1.0", "1.1.0", "1.4.0", "2.0.0", "1.3", "1.3.0-rc1", "(unversioned)"] {
             assert!(!loads(refused), "{refused}");
         }
-        assert_eq!(loaded_versions(), "1.2 and 1.1");
+        assert_eq!(loaded_versions(), "1.3 and 1.2");
     }
 }

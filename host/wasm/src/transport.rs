@@ -1,5 +1,5 @@
 //! Transport components: a `type = "component"` receiver or sender whose
-//! protocol is a WebAssembly component (`ferry:plugin` 1.2.0, the worlds
+//! protocol is a WebAssembly component (`ferry:plugin` 1.2.0 and later, the worlds
 //! `transport-receiver`, `transport-sender` and `transport`).
 //!
 //! Every call into a component is async (wasmtime's `call_async`, WASI and
@@ -18,6 +18,10 @@
 //! - `settle`: the source was not told; it delivers the message again (at
 //!   least once).
 //! - `send`: the message is retried like any transient send failure.
+//!
+//! A sender that calls `host.target-unavailable` during `send` (1.3.0)
+//! makes that call's `transient` results *unavailable*: the route holds the
+//! messages for the target and probes it, spending no replay budget.
 //!
 //! The host trusts what a component says: a message a sender calls
 //! `accepted` is done as far as ferry is concerned, whether or not it was
@@ -606,10 +610,14 @@ impl Sender for ComponentSender {
         let answer = self
             .part
             .call(idle, move |i| {
-                Box::pin(async move { i.guest.ferry_plugin_sender().call_send(&mut i.store, &batch).await })
+                Box::pin(async move {
+                    i.store.data_mut().target_unavailable = None;
+                    let results = i.guest.ferry_plugin_sender().call_send(&mut i.store, &batch).await;
+                    results.map(|r| (r, i.store.data_mut().target_unavailable.take()))
+                })
             })
             .await;
-        let (instance, mut results) = match answer {
+        let (instance, (mut results, unavailable)) = match answer {
             Ok(answer) => answer,
             Err(e) => {
                 self.part.connected("sender", false);
@@ -627,7 +635,10 @@ impl Sender for ComponentSender {
         match results.remove(0) {
             wit::SendResult::Accepted => Ok(()),
             wit::SendResult::Transient(r) => {
-                let mut e = TransportError::transient(format!("component {name}: {}", r.reason));
+                let mut e = match unavailable {
+                    Some(why) => TransportError::unavailable(format!("component {name}: {why}")),
+                    None => TransportError::transient(format!("component {name}: {}", r.reason)),
+                };
                 e.retry_after = Some(Duration::from_millis(r.delay_ms).min(MAX_DELAY));
                 Err(e)
             }
@@ -819,6 +830,6 @@ impl TypedTransport for Component {
     }
 
     fn outage_note(&self) -> &'static str {
-        "nothing: a component's transient result is transient (a component cannot say unavailable yet)"
+        "a transient result of a send during which the component called host.target-unavailable"
     }
 }

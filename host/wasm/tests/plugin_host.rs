@@ -168,14 +168,14 @@ fn a_component_for_another_contract_version_is_refused_clearly() {
     let _ = std::fs::remove_file(&file);
     let text = err.to_string();
     assert!(text.contains("built against ferry:plugin@2.0.0"), "{text}");
-    assert!(text.contains("provides ferry:plugin@1.2.0 and loads components built against 1.2 and 1.1"), "{text}");
+    assert!(text.contains("provides ferry:plugin@1.3.0 and loads components built against 1.3 and 1.2"), "{text}");
 }
 
 #[test]
 fn a_component_for_the_previous_minor_loads_and_runs() {
     let engine = engine();
     let plugin = load_file(&engine, &wasm("tests/plugins/filter-previous.wasm")).expect("loads");
-    assert_eq!(plugin.contract, "1.1.0");
+    assert_eq!(plugin.contract, "1.2.0");
     let current = load_file(&engine, &wasm("plugins/filter.wasm")).expect("loads");
     assert_eq!(current.contract, ferry_wasm::registry::PLUGIN_VERSION);
     let f = processor(

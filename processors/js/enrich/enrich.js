@@ -19,7 +19,7 @@
 // Build with `just plugins` (componentize-js from npm, against
 // ../../../wit, world `processor`).
 
-import { log, now } from "ferry:plugin/host@1.2.0";
+import { log, now } from "ferry:plugin/host@1.3.0";
 
 let settings = { set: {}, received_at: null, size: null };
 

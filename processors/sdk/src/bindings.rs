@@ -5,11 +5,11 @@
 //! targets. Plugins do not use this module: they implement the SDK's traits
 //! and call its `export_*!` macros.
 //!
-//! By default they are those of `wit/plugin.wit` (`ferry:plugin@1.2.0`).
+//! By default they are those of `wit/plugin.wit` (`ferry:plugin@1.3.0`).
 //! With the feature `previous-contract` they are those of
-//! `wit/previous/plugin.wit` (1.1.0), for a plugin that must also load on a
-//! ferry of the previous minor; what 1.2 added (the transport worlds) is
-//! then absent.
+//! `wit/previous/plugin.wit` (1.2.0), for a plugin that must also load on a
+//! ferry of the previous minor; the SDK then offers the processor and
+//! mapper worlds only.
 
 macro_rules! contract {
     ($wit:literal, $types:literal, $host:literal, $kv:literal) => {
@@ -56,7 +56,7 @@ macro_rules! contract {
     };
 }
 
-/// The transport worlds (contract 1.2): `transport-receiver` and
+/// The transport worlds (since contract 1.2): `transport-receiver` and
 /// `transport-sender`, the second sharing the first's `transport-types`.
 /// A component with both halves (world `transport`) invokes both export
 /// macros: the two worlds' exports and imports add up to that world's,
@@ -104,14 +104,14 @@ macro_rules! transports {
 // The interface names carry the version: wit-bindgen's `with` wants them
 // exactly as the package declares them.
 #[cfg(not(feature = "previous-contract"))]
-contract!("../../wit", "ferry:plugin/types@1.2.0", "ferry:plugin/host@1.2.0", "ferry:plugin/kv@1.2.0");
+contract!("../../wit", "ferry:plugin/types@1.3.0", "ferry:plugin/host@1.3.0", "ferry:plugin/kv@1.3.0");
 #[cfg(not(feature = "previous-contract"))]
 transports!(
     "../../wit",
-    "ferry:plugin/types@1.2.0",
-    "ferry:plugin/host@1.2.0",
-    "ferry:plugin/kv@1.2.0",
-    "ferry:plugin/transport-types@1.2.0"
+    "ferry:plugin/types@1.3.0",
+    "ferry:plugin/host@1.3.0",
+    "ferry:plugin/kv@1.3.0",
+    "ferry:plugin/transport-types@1.3.0"
 );
 #[cfg(feature = "previous-contract")]
-contract!("../../wit/previous", "ferry:plugin/types@1.1.0", "ferry:plugin/host@1.1.0", "ferry:plugin/kv@1.1.0");
+contract!("../../wit/previous", "ferry:plugin/types@1.2.0", "ferry:plugin/host@1.2.0", "ferry:plugin/kv@1.2.0");

@@ -152,6 +152,13 @@ pub fn advance(ms: i64) {
     set_now(crate::now() + ms);
 }
 
+/// What the sender last told with
+/// [`transport::unavailable`](crate::transport::unavailable), taken (the
+/// host clears it before each `send`).
+pub fn target_unavailable() -> Option<String> {
+    UNAVAILABLE.with(|u| u.borrow_mut().take())
+}
+
 /// The lines the plugin logged since the last call, oldest first.
 pub fn logs() -> Vec<(Level, String)> {
     LOG.with(|l| std::mem::take(&mut *l.borrow_mut()))
@@ -235,6 +242,7 @@ impl Fake {
 thread_local! {
     static CLOCK: Cell<Option<i64>> = const { Cell::new(None) };
     static LOG: RefCell<Vec<(Level, String)>> = const { RefCell::new(Vec::new()) };
+    static UNAVAILABLE: RefCell<Option<String>> = const { RefCell::new(None) };
     static KV: RefCell<Space> = RefCell::new(Space::default());
 }
 
@@ -244,6 +252,10 @@ pub(crate) mod host {
 
     pub fn log(level: Level, message: &str) {
         LOG.with(|l| l.borrow_mut().push((level, message.to_owned())));
+    }
+
+    pub fn target_unavailable(reason: &str) {
+        UNAVAILABLE.with(|u| *u.borrow_mut() = Some(reason.to_owned()));
     }
 
     pub fn now() -> i64 {

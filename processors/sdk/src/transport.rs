@@ -1,4 +1,4 @@
-//! Transport components (contract 1.2): a receiver, a sender, or both, for
+//! Transport components (contract 1.2; [`unavailable`] 1.3): a receiver, a sender, or both, for
 //! a system ferry has no built-in transport for.
 //!
 //! ```text
@@ -54,6 +54,17 @@ pub trait Sender: Plugin {
     /// Sends a batch: one result per message, in order. The host trusts
     /// it: say `Accepted` only for a message the destination has.
     fn send(&self, batch: Vec<Outbound>) -> Vec<SendResult>;
+}
+
+/// Tells the host, from [`Sender::send`], that the target as a whole
+/// cannot take messages now: nothing reached it (a refused connection, a
+/// timeout) or it said so for everything (503). The `Transient` results of
+/// this `send` then spend no replay budget: the host holds the route's
+/// messages for the target and probes it until it takes one again. Leave
+/// it out for a failure about one message (the host counts those against
+/// `max_replay_attempts`).
+pub fn unavailable(reason: &str) {
+    crate::host_api::target_unavailable(reason);
 }
 
 /// An envelope with these parts and no headers.

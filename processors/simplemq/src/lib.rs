@@ -142,6 +142,13 @@ fn transient(status: u16) -> bool {
     matches!(status, 408 | 429) || status >= 500
 }
 
+/// Whether an answer says the service takes nothing now, not that it
+/// refused this message: the host then holds messages for it and spends no
+/// replay budget (the HTTP sender's classes).
+fn says_unavailable(status: u16) -> bool {
+    matches!(status, 408 | 429 | 502 | 503 | 504)
+}
+
 /// The delay an answer asks for (`Retry-After` in seconds), else 1 s.
 fn retry_after_ms(response: &Answer) -> u64 {
     response.retry_after_secs.map_or(1000, |s| s.saturating_mul(1000))
@@ -295,15 +302,23 @@ impl SimplemqSender {
         let body = serde_json::json!({ "content": content }).to_string();
         match call("POST", &messages_url(&c.api_url, &queue), &c.api_key, Some(&body)) {
             Ok(a) if (200..300).contains(&a.status) => SendResult::Accepted,
-            Ok(a) if transient(a.status) => SendResult::Transient(RetryAfter {
-                delay_ms: retry_after_ms(&a),
-                reason: format!("SimpleMQ send answered {}", a.status),
-            }),
+            Ok(a) if transient(a.status) => {
+                let reason = format!("SimpleMQ send answered {}", a.status);
+                if says_unavailable(a.status) {
+                    transport::unavailable(&reason);
+                }
+                SendResult::Transient(RetryAfter { delay_ms: retry_after_ms(&a), reason })
+            }
             Ok(a) => {
                 let text: String = String::from_utf8_lossy(&a.body).chars().take(200).collect();
                 SendResult::Permanent(format!("SimpleMQ send answered {}: {text}", a.status))
             }
-            Err(e) => SendResult::Transient(RetryAfter { delay_ms: 1000, reason: format!("SimpleMQ send: {e}") }),
+            // Nothing reached the service (refused, reset, timed out).
+            Err(e) => {
+                let reason = format!("SimpleMQ send: {e}");
+                transport::unavailable(&reason);
+                SendResult::Transient(RetryAfter { delay_ms: 1000, reason })
+            }
         }
     }
 }
@@ -342,6 +357,25 @@ mod tests {
         assert_eq!(e.created_at, 1_700_000_000_000);
         assert_eq!(e.headers, vec![("simplemq.message-id".to_owned(), HeaderValue::Text("smq-1".into()))]);
         assert_eq!(to_envelope("smq-2", "not base64!", 0).payload, b"not base64!");
+    }
+
+    #[test]
+    fn a_service_out_of_reach_is_unavailable_and_a_bad_message_is_not() {
+        use ferry_plugin_sdk::testing::target_unavailable;
+        use transport::Sender as _;
+        let sender = ferry_plugin_sdk::start::<SimplemqSender>(
+            &serde_json::json!({ "queue": "orders", "api_key": "k" }).to_string(),
+        )
+        .expect("open");
+        let out = |queue: &str| Outbound { message: transport::envelope("m-1", b"x".to_vec()), address: queue.into() };
+        // Natively nothing is reached, as with a refused connection.
+        let results = sender.send(vec![out("")]);
+        assert!(matches!(&results[..], [SendResult::Transient(_)]), "{results:?}");
+        assert!(target_unavailable().is_some_and(|r| r.contains("no network")));
+        let results = sender.send(vec![out("x")]);
+        assert!(matches!(&results[..], [SendResult::Permanent(_)]), "{results:?}");
+        assert_eq!(target_unavailable(), None);
+        assert!(says_unavailable(503) && says_unavailable(429) && !says_unavailable(500));
     }
 
     #[test]

@@ -124,7 +124,7 @@ config = { when = [{ header = "size", op = "gt", value = 2 }] }
     ws.config(&route_config(&url, &src, &url, &format!("{dst}/{{mqtt.topic}}"), processors, "", ""));
     let check = ws.ferry(&["plugins", "check", "plugins/size-guard.wasm"]);
     let said = String::from_utf8_lossy(&check.stdout);
-    assert!(said.contains("world ferry:plugin/processor@1.2.0"), "{said}");
+    assert!(said.contains("world ferry:plugin/processor@1.3.0"), "{said}");
     let valid = ws.ferry(&["validate", "-c", "ferry.toml"]);
     assert!(valid.status.success(), "{}", String::from_utf8_lossy(&valid.stderr));
     let daemon = Daemon::start(&ws, 2);

@@ -670,3 +670,64 @@ async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(
     amqp10.close().await;
     (daemon, ws, sent, target)
 }
+
+/// A transport component that tells the host its target is out of reach
+/// (`host.target-unavailable`, contract 1.3) gets the outage treatment of a
+/// built-in sender: the SimpleMQ component, cut off from its service for
+/// longer than the whole replay budget, delays every message and fails
+/// none, and no replay is spent.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transport_component_that_says_unavailable_delays_messages_and_fails_none() {
+    let smq = FakeSimpleMq::start(Duration::from_secs(5)).await;
+    let to = unique("outage-smq-out");
+    smq.create_queue(&to, "key");
+    let proxy = TcpProxy::start(smq.url().trim_start_matches("http://").parse().expect("address")).await;
+    let api = format!("http://127.0.0.1:{}", proxy.port);
+    let src = unique("outage/component");
+    let ws = Workspace::with_plugins(&["simplemq"]);
+    let admin = ANY_PORT.to_owned();
+    ws.config(&with_admin(
+        &admin,
+        format!(
+            "[receivers.in]\ntype = \"mqtt\"\nurl = \"{}\"\nclient_id = \"{}\"\ntopics = [\"{src}/#\"]\n\n\
+             [senders.out]\ntype = \"component\"\ncomponent = \"simplemq\"\nallow_hosts = [\"127.0.0.1:{}\"]\n\
+             config = {{ queue = \"{to}\", api_key = \"key\", api_url = \"{api}\" }}\n\n\
+             [[routes]]\nid = \"component\"\nreceiver = \"in\"\nbackoff = {{ initial_ms = 50, max_ms = 200 }}\n\
+             [[routes.bindings]]\nsender = \"out\"\n",
+            broker_url(),
+            unique("ferry-outage-component"),
+            proxy.port
+        ),
+    ));
+    // The sender says it is connected once a send went through: only the
+    // receiver can be waited on.
+    let daemon = Daemon::start_with_connected(&ws, &[("receiver", "in")]);
+    proxy.cut();
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    let mut sent = Vec::new();
+    for phase in ["before", "during"] {
+        for i in 0..3 {
+            let body = format!("component:{phase}-{i}");
+            publisher.publish_with(&format!("{src}/x"), &body, &[("mqtt.message-id", &body)]).await;
+            sent.push(("component".to_owned(), body));
+        }
+        tokio::time::sleep(OUTAGE / 4).await;
+    }
+    daemon.wait_for_total("ferry_send_unavailable_total", "route=\"component\"", 1.0, WAIT);
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+
+    proxy.restore();
+    ferry_tests::eventually_within("every message in the service's queue", WAIT, || {
+        let arrived: BTreeSet<String> = smq
+            .messages(&to)
+            .iter()
+            .map(|m| String::from_utf8_lossy(&BASE64.decode(&m.content).unwrap_or_default()).into_owned())
+            .collect();
+        let missing: Vec<&String> = sent.iter().map(|(_, b)| b).filter(|b| !arrived.contains(*b)).collect();
+        std::future::ready(if missing.is_empty() { Ok(()) } else { Err(format!("missing {missing:?}")) })
+    })
+    .await;
+    assert_back_with_no_replay_spent(&daemon.admin(), &sent).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
+}

@@ -18,10 +18,10 @@ fn list_and_check_tell_which_components_load_and_why_not() {
     assert_eq!(out.status.code(), Some(1), "a refused component makes list fail:\n{text}");
     let line = |name: &str| text.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_owned();
     let filter = line("filter ");
-    assert!(filter.contains("ferry:plugin/processor@1.2.0") && filter.ends_with("yes"), "{text}");
+    assert!(filter.contains("ferry:plugin/processor@1.3.0") && filter.ends_with("yes"), "{text}");
     // Built against the previous minor: loads, and says so.
     let previous = line("filter-previous ");
-    assert!(previous.contains("ferry:plugin/processor@1.1.0") && previous.ends_with("yes"), "{text}");
+    assert!(previous.contains("ferry:plugin/processor@1.2.0") && previous.ends_with("yes"), "{text}");
     let size = std::fs::metadata(plugin_file("filter")).expect("filter.wasm").len().to_string();
     assert!(filter.contains(&size), "the size is shown: {text}");
     assert!(line("future-version").contains("no: "), "{text}");
@@ -33,7 +33,7 @@ fn list_and_check_tell_which_components_load_and_why_not() {
     let refused = ws.ferry(&["plugins", "check", &plugins.join("future-version.wasm").to_string_lossy()]);
     assert_eq!(refused.status.code(), Some(2));
     let why = String::from_utf8_lossy(&refused.stdout);
-    assert!(why.contains("refused") && why.contains("2.0.0") && why.contains("1.2.0"), "names both versions: {why}");
+    assert!(why.contains("refused") && why.contains("2.0.0") && why.contains("1.3.0"), "names both versions: {why}");
 
     let only_good = Workspace::with_plugins(&["filter"]);
     assert!(only_good.ferry(&["plugins", "list"]).status.success());
@@ -49,7 +49,7 @@ fn transport_components_are_listed_with_their_world_and_opened_by_validate() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     let simplemq = text.lines().find(|l| l.starts_with("simplemq ")).unwrap_or_default();
-    assert!(simplemq.contains("ferry:plugin/transport@1.2.0") && simplemq.ends_with("yes"), "{text}");
+    assert!(simplemq.contains("ferry:plugin/transport@1.3.0") && simplemq.ends_with("yes"), "{text}");
 
     let validate = |receiver: &str, sender: &str| {
         ws.config(&format!(

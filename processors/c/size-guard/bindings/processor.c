@@ -5,70 +5,73 @@
 
 union double_int64 { double a; int64_t b; };
 
-// Imported Functions from `ferry:plugin/types@1.2.0`
+// Imported Functions from `ferry:plugin/types@1.3.0`
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.id")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.id")))
 extern void __wasm_import_ferry_plugin_types_method_message_id(int32_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.subject")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.subject")))
 extern void __wasm_import_ferry_plugin_types_method_message_subject(int32_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.set-subject")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.set-subject")))
 extern void __wasm_import_ferry_plugin_types_method_message_set_subject(int32_t, int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.header")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.header")))
 extern void __wasm_import_ferry_plugin_types_method_message_header(int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.header-names")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.header-names")))
 extern void __wasm_import_ferry_plugin_types_method_message_header_names(int32_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.set-header")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.set-header")))
 extern void __wasm_import_ferry_plugin_types_method_message_set_header(int32_t, uint8_t *, size_t, int32_t, int64_t, size_t);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.remove-header")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.remove-header")))
 extern void __wasm_import_ferry_plugin_types_method_message_remove_header(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.payload-len")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.payload-len")))
 extern int64_t __wasm_import_ferry_plugin_types_method_message_payload_len(int32_t);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.payload")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.payload")))
 extern void __wasm_import_ferry_plugin_types_method_message_payload(int32_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.set-payload")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.set-payload")))
 extern void __wasm_import_ferry_plugin_types_method_message_set_payload(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.created-at")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.created-at")))
 extern int64_t __wasm_import_ferry_plugin_types_method_message_created_at(int32_t);
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[method]message.expires-at")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[method]message.expires-at")))
 extern void __wasm_import_ferry_plugin_types_method_message_expires_at(int32_t, uint8_t *);
 
-// Imported Functions from `ferry:plugin/host@1.2.0`
+// Imported Functions from `ferry:plugin/host@1.3.0`
 
-__attribute__((__import_module__("ferry:plugin/host@1.2.0"), __import_name__("log")))
+__attribute__((__import_module__("ferry:plugin/host@1.3.0"), __import_name__("log")))
 extern void __wasm_import_ferry_plugin_host_log(int32_t, uint8_t *, size_t);
 
-__attribute__((__import_module__("ferry:plugin/host@1.2.0"), __import_name__("now")))
+__attribute__((__import_module__("ferry:plugin/host@1.3.0"), __import_name__("now")))
 extern int64_t __wasm_import_ferry_plugin_host_now(void);
 
-// Imported Functions from `ferry:plugin/kv@1.2.0`
+__attribute__((__import_module__("ferry:plugin/host@1.3.0"), __import_name__("target-unavailable")))
+extern void __wasm_import_ferry_plugin_host_target_unavailable(uint8_t *, size_t);
 
-__attribute__((__import_module__("ferry:plugin/kv@1.2.0"), __import_name__("get")))
+// Imported Functions from `ferry:plugin/kv@1.3.0`
+
+__attribute__((__import_module__("ferry:plugin/kv@1.3.0"), __import_name__("get")))
 extern void __wasm_import_ferry_plugin_kv_get(uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/kv@1.2.0"), __import_name__("set")))
+__attribute__((__import_module__("ferry:plugin/kv@1.3.0"), __import_name__("set")))
 extern void __wasm_import_ferry_plugin_kv_set(uint8_t *, size_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/kv@1.2.0"), __import_name__("delete")))
+__attribute__((__import_module__("ferry:plugin/kv@1.3.0"), __import_name__("delete")))
 extern void __wasm_import_ferry_plugin_kv_delete(uint8_t *, size_t);
 
-__attribute__((__import_module__("ferry:plugin/kv@1.2.0"), __import_name__("compare-and-swap")))
+__attribute__((__import_module__("ferry:plugin/kv@1.3.0"), __import_name__("compare-and-swap")))
 extern void __wasm_import_ferry_plugin_kv_compare_and_swap(uint8_t *, size_t, int32_t, uint8_t *, size_t, int32_t, uint8_t *, size_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/kv@1.2.0"), __import_name__("increment")))
+__attribute__((__import_module__("ferry:plugin/kv@1.3.0"), __import_name__("increment")))
 extern void __wasm_import_ferry_plugin_kv_increment(uint8_t *, size_t, int64_t, uint8_t *);
 
-__attribute__((__import_module__("ferry:plugin/kv@1.2.0"), __import_name__("keys")))
+__attribute__((__import_module__("ferry:plugin/kv@1.3.0"), __import_name__("keys")))
 extern void __wasm_import_ferry_plugin_kv_keys(uint8_t *, size_t, uint8_t *);
 
 // Exported Functions from `processor`
@@ -191,7 +194,7 @@ void ferry_plugin_types_header_value_free(ferry_plugin_types_header_value_t *ptr
   }
 }
 
-__attribute__((__import_module__("ferry:plugin/types@1.2.0"), __import_name__("[resource-drop]message")))
+__attribute__((__import_module__("ferry:plugin/types@1.3.0"), __import_name__("[resource-drop]message")))
 extern void __wasm_import_ferry_plugin_types_message_drop(int32_t handle);
 
 void ferry_plugin_types_message_drop_own(ferry_plugin_types_own_message_t handle) {
@@ -560,6 +563,10 @@ void ferry_plugin_host_log(ferry_plugin_host_level_t level, processor_string_t *
 ferry_plugin_host_timestamp_t ferry_plugin_host_now(void) {
   int64_t ret = __wasm_import_ferry_plugin_host_now();
   return ret;
+}
+
+void ferry_plugin_host_target_unavailable(processor_string_t *reason) {
+  __wasm_import_ferry_plugin_host_target_unavailable((uint8_t *) (*reason).ptr, (*reason).len);
 }
 
 bool ferry_plugin_kv_get(processor_string_t *key, processor_list_u8_t *ret) {

@@ -192,7 +192,7 @@ typedef struct {
   } val;
 } processor_result_verdict_failure_t;
 
-// Imported Functions from `ferry:plugin/types@1.2.0`
+// Imported Functions from `ferry:plugin/types@1.3.0`
 // The message identity (stable across redeliveries when the source
 // transport provides one).
 extern void ferry_plugin_types_method_message_id(ferry_plugin_types_borrow_message_t self, processor_string_t *ret);
@@ -220,14 +220,24 @@ extern ferry_plugin_types_timestamp_t ferry_plugin_types_method_message_created_
 // When the message expires, if it has an expiry.
 extern bool ferry_plugin_types_method_message_expires_at(ferry_plugin_types_borrow_message_t self, ferry_plugin_types_timestamp_t *ret);
 
-// Imported Functions from `ferry:plugin/host@1.2.0`
+// Imported Functions from `ferry:plugin/host@1.3.0`
 // Writes a line to the host's log, tagged with the plugin and route.
 // Lines longer than 4096 characters are cut.
 extern void ferry_plugin_host_log(ferry_plugin_host_level_t level, processor_string_t *message);
 // The host's wall clock.
 extern ferry_plugin_host_timestamp_t ferry_plugin_host_now(void);
+// Called by a transport sender during `send`: the target as a whole
+// cannot take messages now (nothing reached it, or it said so for
+// everything: a refused connection, a 503). Every `transient` result
+// of that `send` call is then an *unavailable* outcome: it spends no
+// replay budget, the host holds the route's messages for this target
+// and probes it, one message at a time, until it takes one again. A
+// `transient` result without this call is about its message and counts
+// against the route's `max_replay_attempts`. Called anywhere else
+// (by a processor, a mapper, a receiver), it does nothing. Since 1.3.0.
+extern void ferry_plugin_host_target_unavailable(processor_string_t *reason);
 
-// Imported Functions from `ferry:plugin/kv@1.2.0`
+// Imported Functions from `ferry:plugin/kv@1.3.0`
 // The value stored at `key`.
 extern bool ferry_plugin_kv_get(processor_string_t *key, processor_list_u8_t *ret);
 // Stores `value` at `key`.
