@@ -214,7 +214,7 @@ pub fn request_headers(envelope: &Envelope, config: &HttpSenderConfig) -> (Heade
     (out, dropped)
 }
 
-/// `Retry-After` in seconds (an HTTP date is not read), capped.
+/// `Retry-After` (seconds or an HTTP date), capped.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     retry_after_at(headers, std::time::SystemTime::now())
 }

@@ -149,15 +149,29 @@ fn says_unavailable(status: u16) -> bool {
     matches!(status, 408 | 429 | 502 | 503 | 504)
 }
 
-/// The delay an answer asks for (`Retry-After` in seconds), else 1 s.
+/// The delay an answer asks for (`Retry-After`), else 1 s.
 fn retry_after_ms(response: &Answer) -> u64 {
-    response.retry_after_secs.map_or(1000, |s| s.saturating_mul(1000))
+    response.retry_after.as_deref().and_then(|v| retry_after_at(v, ferry_plugin_sdk::now())).unwrap_or(1000)
+}
+
+/// A `Retry-After` value as milliseconds to wait at `now_ms`: delay-seconds
+/// or an HTTP date (one already past is no wait); `None` when it is
+/// neither.
+fn retry_after_at(value: &str, now_ms: i64) -> Option<u64> {
+    let value = value.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(secs.saturating_mul(1000));
+    }
+    let at = httpdate::parse_http_date(value).ok()?.duration_since(std::time::UNIX_EPOCH).ok()?;
+    let at_ms = i64::try_from(at.as_millis()).unwrap_or(i64::MAX);
+    Some(u64::try_from(at_ms.saturating_sub(now_ms)).unwrap_or(0))
 }
 
 /// What a call answered, as far as this component reads it.
 struct Answer {
     status: u16,
-    retry_after_secs: Option<u64>,
+    /// The `Retry-After` header, as sent.
+    retry_after: Option<String>,
     body: Vec<u8>,
 }
 
@@ -169,8 +183,8 @@ fn call(method: &str, url: &str, api_key: &str, body: Option<&str>) -> Result<An
         headers.push(("content-type", "application/json"));
     }
     let r = transport::http::request(method, url, &headers, body.unwrap_or("").as_bytes(), MAX_ANSWER_BYTES)?;
-    let retry_after_secs = r.header("retry-after").and_then(|v| v.trim().parse().ok());
-    Ok(Answer { status: r.status, retry_after_secs, body: r.body })
+    let retry_after = r.header("retry-after").map(str::to_owned);
+    Ok(Answer { status: r.status, retry_after, body: r.body })
 }
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -376,6 +390,17 @@ mod tests {
         assert!(matches!(&results[..], [SendResult::Permanent(_)]), "{results:?}");
         assert_eq!(target_unavailable(), None);
         assert!(says_unavailable(503) && says_unavailable(429) && !says_unavailable(500));
+    }
+
+    #[test]
+    fn retry_after_is_read_as_seconds_or_as_an_http_date() {
+        // Sun, 06 Nov 1994 08:49:37 GMT
+        let date_ms = 784_111_777_000;
+        assert_eq!(retry_after_at("7", date_ms), Some(7000));
+        assert_eq!(retry_after_at(" 0 ", date_ms), Some(0));
+        assert_eq!(retry_after_at("Sun, 06 Nov 1994 08:49:37 GMT", date_ms - 30_000), Some(30_000));
+        assert_eq!(retry_after_at("Sun, 06 Nov 1994 08:49:37 GMT", date_ms + 5_000), Some(0), "past: no wait");
+        assert_eq!(retry_after_at("soon", date_ms), None);
     }
 
     #[test]
