@@ -131,13 +131,38 @@ pub fn render(path: &Path) -> ExitCode {
     }
 }
 
+/// Whether a key names a secret by the usual spellings (`password`,
+/// `api_key`, `token`, `secret`, …), wherever it is: in a transport
+/// component's free-form `config` table ferry knows nothing else of it. A
+/// key naming a file (`credentials_file`) holds a path, not the secret.
+fn names_a_secret(key: &str) -> bool {
+    const WORDS: [&str; 9] =
+        ["password", "passwd", "secret", "token", "api_key", "apikey", "access_key", "private_key", "seed"];
+    let key = key.to_ascii_lowercase();
+    !key.ends_with("_file") && WORDS.iter().any(|w| key.contains(w))
+}
+
 /// Masks the password of every URL (each of a list too) under a key that
-/// names URLs (`url`, `…_url`, `urls`), and the text of every secret
-/// (secret files, the admin token) wherever it appears.
+/// names URLs (`url`, `…_url`, `urls`), every text under a key that names a
+/// secret ([`names_a_secret`]), and the text of every secret (secret files,
+/// the admin token, what the transports declare) wherever it appears.
 fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
     match value {
         serde_json::Value::Object(map) => {
             for (k, v) in map.iter_mut() {
+                if names_a_secret(k) {
+                    match v {
+                        serde_json::Value::String(s) if !s.is_empty() => *s = "****".to_owned(),
+                        serde_json::Value::Array(items) => {
+                            for item in items {
+                                if let serde_json::Value::String(s) = item {
+                                    *s = "****".to_owned();
+                                }
+                            }
+                        }
+                        _ => {}
+                    }
+                }
                 if k == "url" || k.ends_with("_url") || k == "urls" {
                     match v {
                         serde_json::Value::String(s) => *s = ferry_core::redact::url(s),
@@ -371,6 +396,23 @@ mod tests {
             assert!(!text.contains(secret), "{secret} in {text}");
         }
         assert!(text.contains("nats://a:****@h1:4222,nats://b:****@h2:4222"), "{text}");
+    }
+
+    #[test]
+    fn keys_that_name_a_secret_are_masked_in_any_table() {
+        let mut v = serde_json::json!({"senders": {"c": {"config": {
+            "api_key": "k1", "Password": "k2", "auth": {"client_secret": "k3", "tokens": ["k4"]},
+            "routing_key": "orders", "credentials_file": "/etc/ferry/nats.creds", "queue": "q"
+        }}}});
+        mask_secrets(&mut v, &[]);
+        let text = v.to_string();
+        for secret in ["k1", "k2", "k3", "k4"] {
+            assert!(!text.contains(&format!("\"{secret}\"")), "{secret} in {text}");
+        }
+        let c = &v["senders"]["c"]["config"];
+        assert_eq!(c["routing_key"], "orders", "a routing key is not a secret");
+        assert_eq!(c["credentials_file"], "/etc/ferry/nats.creds", "a path is not a secret");
+        assert_eq!(c["queue"], "q");
     }
 
     #[test]

@@ -485,3 +485,142 @@ async fn only_the_plugins_a_config_names_are_loaded() {
     }
     assert!(daemon.terminate().success());
 }
+
+/// `ferry render` of a config with a secret in every transport that takes
+/// one, each written inline (the case no `{ file = … }` marks): the output
+/// names every key and prints none of the secrets, whether the transport
+/// declares them, a URL carries them or a component's free-form config
+/// holds them.
+#[test]
+fn render_prints_no_secret_of_any_transport() {
+    let ws = Workspace::with_plugins(&["simplemq"]);
+    let secret = |what: &str| format!("s3cret-{what}-{}", unique("x").rsplit('-').next().unwrap_or("0"));
+    let secrets: Vec<(&str, String)> = [
+        "mqtt-in",
+        "mqtt-out",
+        "amqp091",
+        "amqp10",
+        "nats-token",
+        "nats-seed",
+        "redis-in",
+        "redis-out",
+        "http-bearer",
+        "http-hmac",
+        "hook-bearer",
+        "hook-hmac",
+        "hook-url",
+        "smq-in",
+        "smq-out",
+        "endpoint",
+        "admin",
+        "component",
+    ]
+    .into_iter()
+    .map(|w| (w, secret(w)))
+    .collect();
+    let s = |w: &str| secrets.iter().find(|(k, _)| *k == w).map(|(_, v)| v.clone()).expect("secret");
+    let seed = nkeys::KeyPair::new_user().seed().expect("seed");
+    let text = format!(
+        r#"
+[admin]
+listen = "127.0.0.1:0"
+token = "{admin}"
+
+[endpoints.sqs]
+listen = "127.0.0.1:0"
+access_keys = [{{ id = "AKIDRENDER", secret = "{endpoint}" }}]
+[endpoints.sqs.queues.q]
+
+[receivers.mqtt]
+type = "mqtt"
+url = "mqtt://user:{mqtt_in}@127.0.0.1:1883"
+topics = ["a/#"]
+[receivers.amqp091]
+type = "amqp091"
+url = "amqp://guest:{amqp091}@127.0.0.1:5672/%2f"
+queue = "q"
+[receivers.amqp10]
+type = "amqp10"
+url = "amqp://guest:{amqp10}@127.0.0.1:5672"
+address = "/queues/q"
+[receivers.nats]
+type = "nats"
+url = "nats://127.0.0.1:4222"
+stream = "S"
+token = "{nats_token}"
+[receivers.redis]
+type = "redis"
+url = "redis://:{redis_in}@127.0.0.1:6379"
+stream = "s"
+[receivers.http]
+type = "http"
+listen = "127.0.0.1:0"
+bearer_token = "{http_bearer}"
+hmac_secret = "{http_hmac}"
+[receivers.smq]
+type = "simplemq"
+queue = "orders"
+api_key = "{smq_in}"
+
+[senders.mqtt]
+type = "mqtt"
+url = "mqtt://user:{mqtt_out}@127.0.0.1:1883"
+[senders.nats]
+type = "nats"
+url = "nats://127.0.0.1:4222"
+subject = "out.x"
+nkey_seed = "{seed}"
+[senders.redis]
+type = "redis"
+url = "redis://:{redis_out}@127.0.0.1:6379"
+stream = "s"
+[senders.hook]
+type = "http"
+url = "https://user:{hook_url}@hooks.example/in"
+bearer_token = "{hook_bearer}"
+hmac_secret = "{hook_hmac}"
+[senders.smq]
+type = "simplemq"
+queue = "orders"
+api_key = "{smq_out}"
+[senders.component]
+type = "component"
+component = "simplemq"
+allow_hosts = ["127.0.0.1:9"]
+config = {{ queue = "orders", api_key = "{component}", api_url = "http://127.0.0.1:9" }}
+
+[[routes]]
+id = "r"
+receiver = "mqtt"
+[[routes.bindings]]
+sender = "mqtt"
+"#,
+        admin = s("admin"),
+        endpoint = s("endpoint"),
+        mqtt_in = s("mqtt-in"),
+        mqtt_out = s("mqtt-out"),
+        amqp091 = s("amqp091"),
+        amqp10 = s("amqp10"),
+        nats_token = s("nats-token"),
+        redis_in = s("redis-in"),
+        redis_out = s("redis-out"),
+        http_bearer = s("http-bearer"),
+        http_hmac = s("http-hmac"),
+        hook_url = s("hook-url"),
+        hook_bearer = s("hook-bearer"),
+        hook_hmac = s("hook-hmac"),
+        smq_in = s("smq-in"),
+        smq_out = s("smq-out"),
+        component = s("component"),
+    );
+    ws.config(&text);
+    let out = ws.ferry(&["render", "-c", "ferry.toml"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for key in ["token", "nkey_seed", "bearer_token", "hmac_secret", "api_key", "access_keys"] {
+        assert!(stdout.contains(&format!("\"{key}\"")), "{key} is rendered:\n{stdout}");
+    }
+    let shown: Vec<&str> = secrets.iter().filter(|(_, v)| stdout.contains(v.as_str())).map(|(k, _)| *k).collect();
+    assert!(shown.is_empty(), "render printed the secrets of {shown:?}:\n{stdout}");
+    assert!(!stdout.contains(&seed), "render printed the NKey seed:\n{stdout}");
+}
