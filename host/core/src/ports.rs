@@ -80,9 +80,10 @@ pub trait DeliveryHandle: Send + Sync {
     /// link it came on closed: RabbitMQ's `consumer_timeout`, a lost
     /// connection). Settling it does nothing and the source delivers it
     /// again, so a route holding it through an outage lets it go rather than
-    /// send a copy that is already on its way back.
-    fn gone(&self) -> bool {
-        false
+    /// send a copy that is already on its way back. `None`: the source
+    /// cannot tell (the route then never asks again).
+    fn gone(&self) -> Option<bool> {
+        None
     }
 }
 

@@ -256,11 +256,15 @@ impl Attempt<'_> {
 const TAKEN_BACK_CHECK: Duration = Duration::from_millis(500);
 
 /// Resolves once the source has taken `handle`'s delivery back
-/// ([`DeliveryHandle::gone`]); never for a source that cannot tell.
+/// ([`DeliveryHandle::gone`]); never for a source that cannot tell, which
+/// costs no timer.
 async fn taken_back(handle: &dyn DeliveryHandle) {
+    if handle.gone().is_none() {
+        return std::future::pending().await;
+    }
     loop {
         tokio::time::sleep(TAKEN_BACK_CHECK).await;
-        if handle.gone() {
+        if handle.gone() == Some(true) {
             return;
         }
     }
@@ -767,7 +771,7 @@ impl Route {
             }
             still_pending.append(&mut held);
             pending = still_pending;
-            if at.handle.gone() {
+            if at.handle.gone() == Some(true) {
                 self.remember(at, failed, &accepted);
                 return self.let_go(&envelope.id, &last_error);
             }

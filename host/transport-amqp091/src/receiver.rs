@@ -303,8 +303,8 @@ impl DeliveryHandle for Amqp091DeliveryHandle {
         Some(self.tracked.count())
     }
 
-    fn gone(&self) -> bool {
-        self.settler.is_gone()
+    fn gone(&self) -> Option<bool> {
+        Some(self.settler.is_gone())
     }
 }
 

@@ -386,7 +386,7 @@ impl DeliveryHandle for Amqp10DeliveryHandle {
         Some(self.tracked.count())
     }
 
-    fn gone(&self) -> bool {
-        self.tx.is_closed()
+    fn gone(&self) -> Option<bool> {
+        Some(self.tx.is_closed())
     }
 }

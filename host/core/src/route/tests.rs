@@ -46,8 +46,8 @@ impl DeliveryHandle for FakeHandle {
     fn redelivery_count(&self) -> Option<u32> {
         self.count
     }
-    fn gone(&self) -> bool {
-        self.gone_at.is_some_and(|at| tokio::time::Instant::now() >= at)
+    fn gone(&self) -> Option<bool> {
+        self.gone_at.map(|at| tokio::time::Instant::now() >= at)
     }
 }
 
