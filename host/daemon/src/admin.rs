@@ -33,23 +33,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::readiness::SharedReadiness;
 use crate::watchdog::Watchdog;
-
-/// What must be up for `/readyz` to answer 200.
-#[derive(Clone, Debug, Default)]
-pub struct Readiness {
-    /// (kind, role, name) of every receiver and sender in use; role is
-    /// `receiver` or `sender`.
-    pub transports: Vec<(String, String, String)>,
-    /// Every route id.
-    pub routes: Vec<String>,
-    /// (route, binding) of every binding: one whose target is in an outage
-    /// (`ferry_binding_available` 0) is named.
-    pub bindings: Vec<(String, String)>,
-}
-
-/// Readiness as the running bridge sees it; a reload replaces it.
-pub type SharedReadiness = Arc<RwLock<Readiness>>;
 
 /// What `/readyz` reports: what must be up, and the bound listeners.
 #[derive(Clone)]

@@ -23,6 +23,7 @@ pub mod logging;
 pub mod pipeline_test;
 pub mod plugins;
 pub mod process;
+pub mod readiness;
 pub mod scaffold;
 pub mod tap;
 pub mod telemetry;

@@ -36,6 +36,7 @@ pub mod topics;
 pub mod transport;
 #[cfg(test)]
 mod windows_tests;
+pub mod xml;
 
 pub use engine::{Engine, Identity};
 pub use error::SqsError;

@@ -17,6 +17,7 @@ use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{Map, Value};
 
 use crate::error::SqsError;
+use crate::xml::escape;
 
 /// The API version the query protocol's XML names.
 pub const XMLNS: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
@@ -200,23 +201,6 @@ fn nest(pairs: &[(&str, &str)]) -> Value {
         plain.insert((*json_key).to_owned(), value);
     }
     Value::Object(plain)
-}
-
-/// Escapes text for XML.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            '\r' => out.push_str("&#xD;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// The XML element name of one entry of a batch result list.

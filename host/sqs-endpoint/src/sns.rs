@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::error::SqsError;
-use crate::protocol::escape;
 use crate::topics::{Listed, MAX_PUBLISH_BYTES, Publish, Topics};
+use crate::xml::escape;
 
 /// The namespace of SNS's XML.
 pub const XMLNS: &str = "http://sns.amazonaws.com/doc/2010-03-31/";

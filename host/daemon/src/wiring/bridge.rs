@@ -21,7 +21,7 @@ use super::parts::{
 use super::plan::{
     ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, Shared, prepare, warn_orphaned_records,
 };
-use crate::admin::SharedReadiness;
+use crate::readiness::SharedReadiness;
 
 /// A route task.
 struct RunningRoute {

@@ -19,7 +19,7 @@ use super::parts::{
     EndpointQueues, StartError, binding_mappers, build_chain, build_mappers, chain_plugins, load_plugins,
     make_bindings, new_engine, new_receiver, plugin_limits, services, shadow_plugins, start_sender, uses_plugins,
 };
-use crate::admin::Readiness;
+use crate::readiness::Readiness;
 
 /// What a route is made of, but for its processors' code; a reload
 /// restarts a route when this changes: its own settings, its receiver's,
