@@ -29,6 +29,7 @@ pub mod error;
 pub mod filter;
 pub mod model;
 pub mod protocol;
+pub mod records;
 pub mod server;
 mod shared;
 pub mod sns;

@@ -30,12 +30,12 @@ use tokio::sync::{Notify, broadcast};
 use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
-use crate::engine::{
+use crate::error::SqsError;
+use crate::model::{DEDUP_WINDOW_MS, RedrivePolicy};
+use crate::records::{
     Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored, decode, encode, parse_receipt,
     receipt_handle,
 };
-use crate::error::SqsError;
-use crate::model::{DEDUP_WINDOW_MS, RedrivePolicy};
 
 /// The longest a long poll sleeps without looking at the queue again.
 const RECHECK: Duration = Duration::from_secs(2);

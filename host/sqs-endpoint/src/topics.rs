@@ -32,10 +32,11 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::engine::{Engine, Outgoing, decode, encode};
+use crate::engine::{Engine, Outgoing};
 use crate::error::SqsError;
 use crate::filter::{Policy, Scope};
 use crate::model::{Attr, route_queue};
+use crate::records::{decode, encode};
 
 const TOPICS: &str = "sns.topic";
 const SUBSCRIPTIONS: &str = "sns.subscription";
