@@ -20,7 +20,8 @@
 // Build with `npm run build` (writes http-queue.wasm); `npm test` runs the
 // logic under Node.
 
-import { configure, encodeContent, messageUrl, requestHeaders, toReceived, transient } from "./queue.js";
+import { targetUnavailable } from "ferry:plugin/host@1.3.0";
+import { configure, encodeContent, messageUrl, requestHeaders, saysUnavailable, toReceived, transient } from "./queue.js";
 
 let receiving = null;
 let sending = null;
@@ -95,13 +96,20 @@ export const sender = {
         if (answer.ok) {
           results.push({ tag: "accepted" });
         } else if (transient(answer.status)) {
-          results.push({ tag: "transient", val: { delayMs: 1000n, reason: `POST answered ${answer.status}` } });
+          const reason = `POST answered ${answer.status}`;
+          // The queue takes nothing now: the host holds messages for it
+          // and spends no replay budget.
+          if (saysUnavailable(answer.status)) targetUnavailable(reason);
+          results.push({ tag: "transient", val: { delayMs: 1000n, reason } });
         } else {
           const text = (await answer.text()).slice(0, 200);
           results.push({ tag: "permanent", val: `POST answered ${answer.status}: ${text}` });
         }
       } catch (e) {
-        results.push({ tag: "transient", val: { delayMs: 1000n, reason: `POST ${settings.url}: ${e}` } });
+        // Nothing reached the queue.
+        const reason = `POST ${settings.url}: ${e}`;
+        targetUnavailable(reason);
+        results.push({ tag: "transient", val: { delayMs: 1000n, reason } });
       }
     }
     return results;

@@ -82,3 +82,9 @@ export function toReceived(settings, m) {
 export function transient(status) {
   return status === 408 || status === 429 || status >= 500;
 }
+
+/// Whether an answer says the queue takes nothing now (not that it
+/// refused this message).
+export function saysUnavailable(status) {
+  return [408, 429, 502, 503, 504].includes(status);
+}

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { configure, decodeContent, encodeContent, messageUrl, toReceived } from "./queue.js";
+import { configure, decodeContent, encodeContent, messageUrl, saysUnavailable, toReceived, transient } from "./queue.js";
 
 const settings = configure('{"url": "http://q.test/v1/queues/orders/messages/", "token": "k"}');
 
@@ -32,4 +32,12 @@ test("content is base64 both ways", () => {
   assert.equal(r.token, "m-2");
   assert.equal(r.message.createdAt, 1700000000000n);
   assert.deepEqual(r.message.payload, new TextEncoder().encode("hi"));
+});
+
+test("a queue that takes nothing now is unavailable; one that failed a message is not", () => {
+  for (const status of [408, 429, 502, 503, 504]) {
+    assert.ok(transient(status) && saysUnavailable(status), `${status}`);
+  }
+  assert.ok(transient(500) && !saysUnavailable(500));
+  assert.ok(!transient(400) && !saysUnavailable(400));
 });

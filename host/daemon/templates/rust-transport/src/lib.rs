@@ -170,14 +170,25 @@ impl transport::Sender for Queue {
                 let body = serde_json::json!({ "content": STANDARD.encode(&out.message.payload) }).to_string();
                 match self.call("POST", &self.0.url, Some(body)) {
                     Ok((status, _)) if (200..300).contains(&status) => SendResult::Accepted,
-                    Ok((status, _)) if status == 429 || status >= 500 => {
-                        SendResult::Transient(RetryAfter { delay_ms: 1000, reason: format!("POST answered {status}") })
+                    Ok((status, _)) if status == 408 || status == 429 || status >= 500 => {
+                        let reason = format!("POST answered {status}");
+                        // The queue takes nothing now (not "this message
+                        // failed"): the host holds messages for it and
+                        // spends no replay budget.
+                        if matches!(status, 408 | 429 | 502 | 503 | 504) {
+                            transport::unavailable(&reason);
+                        }
+                        SendResult::Transient(RetryAfter { delay_ms: 1000, reason })
                     }
                     Ok((status, body)) => {
                         let text: String = String::from_utf8_lossy(&body).chars().take(200).collect();
                         SendResult::Permanent(format!("POST answered {status}: {text}"))
                     }
-                    Err(e) => SendResult::Transient(RetryAfter { delay_ms: 1000, reason: e }),
+                    // Nothing reached the queue.
+                    Err(e) => {
+                        transport::unavailable(&e);
+                        SendResult::Transient(RetryAfter { delay_ms: 1000, reason: e })
+                    }
                 }
             })
             .collect()
