@@ -73,6 +73,15 @@ impl Inner {
     }
 }
 
+/// Keys a receiver's ledger remembers at most by default.
+pub const REDELIVERY_LEDGER_CAPACITY: usize = 100_000;
+
+impl Default for RedeliveryLedger {
+    fn default() -> Self {
+        Self::new(REDELIVERY_LEDGER_CAPACITY)
+    }
+}
+
 impl RedeliveryLedger {
     /// A ledger remembering at most `capacity` keys.
     pub fn new(capacity: usize) -> Self {

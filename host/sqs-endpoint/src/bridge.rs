@@ -106,13 +106,9 @@ pub struct EndpointReceiver {
     ledger: Arc<RedeliveryLedger>,
 }
 
-/// Messages the redelivery ledger remembers at most.
-const LEDGER_CAPACITY: usize = 100_000;
-
 impl EndpointReceiver {
     pub fn new(name: &str, config: SqsEndpointReceiverConfig, topics: Arc<Topics>, metrics: Metrics) -> Self {
-        let ledger = Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY));
-        Self { name: name.to_owned(), config, engine: topics.queues.clone(), topics, metrics, ledger }
+        Self { name: name.to_owned(), config, engine: topics.queues.clone(), topics, metrics, ledger: Arc::default() }
     }
 
     /// The queue to receive from: the configured one, or the route's own

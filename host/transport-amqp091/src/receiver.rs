@@ -43,8 +43,6 @@ use crate::connection::{close, close_with, open};
 use crate::ingress::{from_delivery, undecodable_field};
 use crate::settle::Settler;
 
-const LEDGER_CAPACITY: usize = 100_000;
-
 /// An AMQP 0-9-1 queue consumer feeding one route.
 pub struct Amqp091Receiver {
     name: String,
@@ -65,7 +63,7 @@ pub fn exchange_kind(name: &str) -> ExchangeKind {
 
 impl Amqp091Receiver {
     pub fn new(name: &str, config: Amqp091ReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::default() }
     }
 
     /// Connects and sets up the topology and the consumer.

@@ -45,9 +45,6 @@ pub const UNDELIVERABLE: &str = "ferry:undeliverable";
 /// The most settlements the link task applies in one go.
 const SETTLE_BATCH: usize = 256;
 
-/// Keys the redelivery ledger remembers.
-const LEDGER_CAPACITY: usize = 100_000;
-
 /// An AMQP 1.0 receiving link feeding one route.
 pub struct Amqp10Receiver {
     name: String,
@@ -80,7 +77,7 @@ enum LinkEnd {
 
 impl Amqp10Receiver {
     pub fn new(name: &str, config: Amqp10ReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::default() }
     }
 
     fn labels(&self) -> ferry_core::metrics::Labels {

@@ -49,12 +49,9 @@ pub struct NatsReceiver {
     ledger: Arc<RedeliveryLedger>,
 }
 
-/// Messages the redelivery ledger remembers at most.
-const LEDGER_CAPACITY: usize = 100_000;
-
 impl NatsReceiver {
     pub fn new(name: &str, config: NatsReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::default() }
     }
 }
 

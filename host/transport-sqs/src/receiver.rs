@@ -41,12 +41,9 @@ pub struct SqsReceiver {
     ledger: Arc<RedeliveryLedger>,
 }
 
-/// Message ids the redelivery ledger remembers at most.
-const LEDGER_CAPACITY: usize = 100_000;
-
 impl SqsReceiver {
     pub fn new(name: &str, config: SqsReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics, ledger: Arc::new(RedeliveryLedger::new(LEDGER_CAPACITY)) }
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::default() }
     }
 }
 
