@@ -319,39 +319,3 @@ fn topic_name_ok(name: &str) -> bool {
 const TOPIC_NAME_RULE: &str = "a topic name is 1 to 256 letters, digits, - and _ (ferry serves standard topics only)";
 
 const QUEUE_NAME_RULE: &str = "a queue name is 1 to 80 letters, digits, - and _, with .fifo at the end of a FIFO queue";
-
-impl SqsEndpointReceiverConfig {
-    /// The SQS receiver whose envelope mapping this one shares (for
-    /// `ferry test` and `ferry validate --explain`).
-    pub fn as_sqs(&self) -> crate::SqsReceiverConfig {
-        crate::SqsReceiverConfig {
-            queue_url: None,
-            queue_name: Some(self.queue.clone()),
-            endpoint_url: None,
-            region: None,
-            wait_time_seconds: 20,
-            max_messages: self.max_messages,
-            visibility_timeout: self.visibility_timeout,
-            sns_unwrap: !self.topic.is_empty(),
-            wire_format: self.wire_format,
-        }
-    }
-}
-
-impl SqsEndpointSenderConfig {
-    /// The SQS sender whose envelope mapping this one shares.
-    pub fn as_sqs(&self) -> crate::SqsSenderConfig {
-        crate::SqsSenderConfig {
-            queue_url: None,
-            queue_name: (!self.queue.is_empty()).then(|| self.queue.clone()),
-            endpoint_url: None,
-            region: None,
-            max_message_bytes: 1024 * 1024,
-            message_group_header: self.message_group_header.clone(),
-            default_message_group: self.default_message_group.clone(),
-            batch_size: 10,
-            batch_linger_ms: 5,
-            wire_format: self.wire_format,
-        }
-    }
-}

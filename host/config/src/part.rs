@@ -13,7 +13,7 @@ use crate::validate::{CheckKeys, Checks};
 use crate::{ConfigError, ReceiverConfig, SenderConfig, WireFormat};
 
 /// The `type`s whose config this crate still reads itself.
-const BUILT_IN: [&str; 6] = ["mqtt", "sqs", "http", "simplemq", "sqs_endpoint", "component"];
+const BUILT_IN: [&str; 5] = ["mqtt", "http", "simplemq", "sqs_endpoint", "component"];
 
 /// A receiver or sender as written, for its transport to read.
 #[derive(Debug, Clone, PartialEq)]

@@ -271,7 +271,7 @@ mod tests {
             assert!(page.contains(&format!("| {key} |")), "{key} missing");
         }
         for section in
-            ["`[receivers.NAME]` with `type = \"mqtt\"`", "`[senders.NAME]` with `type = \"sqs\"`", "`[[routes]]`"]
+            ["`[receivers.NAME]` with `type = \"mqtt\"`", "`[senders.NAME]` with `type = \"mqtt\"`", "`[[routes]]`"]
         {
             assert!(page.contains(&format!("## {section}")), "{section} missing");
         }

@@ -272,7 +272,6 @@ fn default_pool_size() -> usize {
 #[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
-    Sqs(SqsReceiverConfig),
     Http(HttpReceiverConfig),
     Simplemq(SimplemqReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
@@ -289,7 +288,6 @@ pub enum ReceiverConfig {
 #[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
-    Sqs(SqsSenderConfig),
     Http(HttpSenderConfig),
     Simplemq(SimplemqSenderConfig),
     #[serde(rename = "sqs_endpoint")]
@@ -306,7 +304,6 @@ impl ReceiverConfig {
     pub fn kind(&self) -> &str {
         match self {
             ReceiverConfig::Mqtt(_) => "mqtt",
-            ReceiverConfig::Sqs(_) => "sqs",
             ReceiverConfig::Http(_) => "http",
             ReceiverConfig::Simplemq(_) => "simplemq",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
@@ -319,7 +316,6 @@ impl ReceiverConfig {
     pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
         match self {
             ReceiverConfig::Mqtt(c) => c,
-            ReceiverConfig::Sqs(c) => c,
             ReceiverConfig::Http(c) => c,
             ReceiverConfig::Simplemq(c) => c,
             ReceiverConfig::Table(c) => c,
@@ -332,7 +328,6 @@ impl ReceiverConfig {
     pub fn wire_format(&self) -> WireFormat {
         match self {
             ReceiverConfig::Mqtt(c) => c.wire_format,
-            ReceiverConfig::Sqs(c) => c.wire_format,
             ReceiverConfig::Http(c) => c.wire_format,
             ReceiverConfig::Simplemq(c) => c.wire_format,
             ReceiverConfig::Table(c) => c.wire_format,
@@ -356,7 +351,6 @@ impl SenderConfig {
     pub fn kind(&self) -> &str {
         match self {
             SenderConfig::Mqtt(_) => "mqtt",
-            SenderConfig::Sqs(_) => "sqs",
             SenderConfig::Http(_) => "http",
             SenderConfig::Simplemq(_) => "simplemq",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
@@ -369,7 +363,6 @@ impl SenderConfig {
     pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
         match self {
             SenderConfig::Mqtt(c) => c,
-            SenderConfig::Sqs(c) => c,
             SenderConfig::Http(c) => c,
             SenderConfig::Simplemq(c) => c,
             SenderConfig::Table(c) => c,
@@ -382,7 +375,6 @@ impl SenderConfig {
     pub fn wire_format(&self) -> WireFormat {
         match self {
             SenderConfig::Mqtt(c) => c.wire_format,
-            SenderConfig::Sqs(c) => c.wire_format,
             SenderConfig::Http(c) => c.wire_format,
             SenderConfig::Simplemq(c) => c.wire_format,
             SenderConfig::Table(c) => c.wire_format,
@@ -595,116 +587,6 @@ pub struct MqttSenderConfig {
 
 fn default_ack_timeout_ms() -> u64 {
     10_000
-}
-
-/// `type = "sqs"` receiver. Credentials come from the standard AWS chain
-/// (environment, profile, instance role).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqsReceiverConfig {
-    /// Full queue URL. Give this or `queue_name`.
-    #[serde(default)]
-    pub queue_url: Option<String>,
-    /// Queue name, resolved with GetQueueUrl at start.
-    #[serde(default)]
-    pub queue_name: Option<String>,
-    /// Endpoint override, e.g. `http://127.0.0.1:4566` (a local
-    /// SQS-compatible server). Default: AWS's endpoint for the region.
-    #[serde(default)]
-    pub endpoint_url: Option<String>,
-    /// AWS region. Default: the AWS chain's, else `us-east-1`.
-    #[serde(default)]
-    pub region: Option<String>,
-    /// Long-polling wait, 0..=20 seconds. Default 20.
-    #[serde(default = "default_wait_time_seconds")]
-    pub wait_time_seconds: i32,
-    /// Messages per ReceiveMessage call, 1..=10; ferry never fetches more
-    /// than the route has room for. Default 10.
-    #[serde(default = "default_max_messages")]
-    pub max_messages: i32,
-    /// Visibility timeout ferry asks for, in seconds (1..=43200). While
-    /// ferry holds a message (queued in the route or being processed) a
-    /// heartbeat extends it every half period, so it does not reappear.
-    /// Default 30.
-    #[serde(default = "default_visibility_timeout")]
-    pub visibility_timeout: i32,
-    /// Replace an SNS notification body with the message inside it
-    /// (`Message`) and map its `MessageAttributes` to headers, plus
-    /// `sns.TopicArn`, `sns.MessageId` and `sns.Subject`. Default false.
-    #[serde(default)]
-    pub sns_unwrap: bool,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
-}
-
-fn default_wait_time_seconds() -> i32 {
-    20
-}
-fn default_max_messages() -> i32 {
-    10
-}
-fn default_visibility_timeout() -> i32 {
-    30
-}
-
-/// `type = "sqs"` sender.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqsSenderConfig {
-    /// Full queue URL. Give this or `queue_name`.
-    #[serde(default)]
-    pub queue_url: Option<String>,
-    /// Queue name, resolved with GetQueueUrl at start.
-    #[serde(default)]
-    pub queue_name: Option<String>,
-    /// Endpoint override, e.g. `http://127.0.0.1:4566` (a local
-    /// SQS-compatible server). Default: AWS's endpoint for the region.
-    #[serde(default)]
-    pub endpoint_url: Option<String>,
-    /// AWS region. Default: the AWS chain's, else `us-east-1`.
-    #[serde(default)]
-    pub region: Option<String>,
-    /// Body plus every attribute's name, type and value must fit in this.
-    /// Default 1 MiB (SQS's limit).
-    #[serde(default = "default_max_message_bytes")]
-    pub max_message_bytes: usize,
-    /// FIFO queues: header whose text is the MessageGroupId. Default
-    /// `x-bridge.ordering-key`.
-    #[serde(default = "default_message_group_header")]
-    pub message_group_header: String,
-    /// FIFO queues: MessageGroupId when that header is missing. Default
-    /// `default`.
-    #[serde(default = "default_message_group")]
-    pub default_message_group: String,
-    /// Messages per SendMessageBatch, 1..=10. Default 10.
-    #[serde(default = "default_max_messages")]
-    pub batch_size: i32,
-    /// How long a batch waits for more messages, in milliseconds. Default 5.
-    #[serde(default = "default_batch_linger_ms")]
-    pub batch_linger_ms: u64,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
-}
-
-fn default_max_message_bytes() -> usize {
-    1024 * 1024
-}
-fn default_message_group_header() -> String {
-    "x-bridge.ordering-key".to_owned()
-}
-fn default_message_group() -> String {
-    "default".to_owned()
-}
-fn default_batch_linger_ms() -> u64 {
-    5
 }
 
 /// How a route holds its source messages.

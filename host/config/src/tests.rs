@@ -117,50 +117,6 @@ fn malformed_toml_is_a_file_error() {
 }
 
 #[test]
-fn sqs_receivers_and_senders_parse_and_check_their_ranges() {
-    let text = r#"
-[receivers.q]
-type = "sqs"
-queue_name = "orders"
-endpoint_url = "http://127.0.0.1:4566"
-[senders.s]
-type = "sqs"
-queue_url = "http://127.0.0.1:4566/000000000000/out.fifo"
-[[routes]]
-id = "r"
-receiver = "q"
-[[routes.bindings]]
-sender = "s"
-"#;
-    let c = parse_with_env(text, &no_env).expect("valid");
-    let ReceiverConfig::Sqs(q) = &c.receivers["q"] else { panic!("sqs receiver") };
-    assert_eq!((q.wait_time_seconds, q.max_messages, q.visibility_timeout), (20, 10, 30));
-    let SenderConfig::Sqs(s) = &c.senders["s"] else { panic!("sqs sender") };
-    assert_eq!(s.max_message_bytes, 1024 * 1024);
-    assert_eq!(s.message_group_header, "x-bridge.ordering-key");
-
-    let cases = [
-        (
-            text.replace("queue_name = \"orders\"", "max_messages = 11\nqueue_name = \"orders\""),
-            "receivers.q.max_messages",
-        ),
-        (text.replace("queue_name = \"orders\"\n", ""), "receivers.q.queue_url"),
-        (
-            text.replace("queue_name = \"orders\"", "queue_name = \"orders\"\nqueue_url = \"http://x\""),
-            "receivers.q.queue_url",
-        ),
-        (
-            text.replace("type = \"sqs\"\nqueue_url", "type = \"sqs\"\nbatch_size = 0\nqueue_url"),
-            "senders.s.batch_size",
-        ),
-    ];
-    for (bad, path) in cases {
-        let err = parse_with_env(&bad, &no_env).expect_err(path);
-        assert!(err.path.starts_with(path), "expected {path}, got {err}");
-    }
-}
-
-#[test]
 fn amqp_parts_read_their_own_keys() {
     let text = r#"
 [receivers.a10]

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::{
     Config, ConfigError, DeliveryMode, HttpReceiverConfig, HttpSenderConfig, MqttReceiverConfig, MqttSenderConfig,
     SimplemqReceiverConfig, SimplemqSenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
-    SqsReceiverConfig, SqsSenderConfig,
 };
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -259,17 +258,6 @@ fn check_secret(secret: Option<&str>, name: &str, key: &str) -> Result<(), Confi
     Ok(())
 }
 
-fn check_queue(url: &Option<String>, name: &Option<String>, key: &str) -> Result<(), ConfigError> {
-    match (url, name) {
-        (Some(u), None) if !u.is_empty() => Ok(()),
-        (None, Some(n)) if !n.is_empty() => Ok(()),
-        (Some(_), Some(_)) => {
-            Err(ConfigError::new(format!("{key}.queue_url"), "give queue_url or queue_name, not both"))
-        }
-        _ => Err(ConfigError::new(format!("{key}.queue_url"), "queue_url or queue_name is required")),
-    }
-}
-
 fn check_qos(qos: u8, key: &str) -> Result<(), ConfigError> {
     if qos > 2 {
         return Err(ConfigError::new(format!("{key}.qos"), format!("{qos} is not a QoS level (0, 1 or 2)")));
@@ -424,23 +412,6 @@ impl CheckKeys for MqttReceiverConfig {
     }
 }
 
-impl CheckKeys for SqsReceiverConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let q = self;
-        check_queue(&q.queue_url, &q.queue_name, key)?;
-        if !(0..=20).contains(&q.wait_time_seconds) {
-            return Err(ConfigError::new(format!("{key}.wait_time_seconds"), "must be between 0 and 20"));
-        }
-        if !(1..=10).contains(&q.max_messages) {
-            return Err(ConfigError::new(format!("{key}.max_messages"), "must be between 1 and 10"));
-        }
-        if !(1..=43_200).contains(&q.visibility_timeout) {
-            return Err(ConfigError::new(format!("{key}.visibility_timeout"), "must be between 1 and 43200 seconds"));
-        }
-        Ok(())
-    }
-}
-
 impl CheckKeys for HttpReceiverConfig {
     fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let h = self;
@@ -520,23 +491,6 @@ impl CheckKeys for MqttSenderConfig {
             return Err(ConfigError::new(format!("{key}.ack_timeout_ms"), "must be at least 1"));
         }
         checks.claim_client_id(m.connection(name).client_id, &m.url, key.to_owned())?;
-        Ok(())
-    }
-}
-
-impl CheckKeys for SqsSenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let q = self;
-        check_queue(&q.queue_url, &q.queue_name, key)?;
-        if !(1..=10).contains(&q.batch_size) {
-            return Err(ConfigError::new(format!("{key}.batch_size"), "must be between 1 and 10"));
-        }
-        if q.max_message_bytes < 1024 || q.max_message_bytes > 1024 * 1024 {
-            return Err(ConfigError::new(format!("{key}.max_message_bytes"), "must be between 1024 and 1048576"));
-        }
-        if q.default_message_group.is_empty() || q.default_message_group.len() > 128 {
-            return Err(ConfigError::new(format!("{key}.default_message_group"), "must be 1 to 128 characters"));
-        }
         Ok(())
     }
 }

@@ -13,6 +13,7 @@ use ferry_core::transport::{Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
+use ferry_transport_sqs::config::{MAX_MESSAGE_BYTES, SqsReceiverConfig, SqsSenderConfig};
 
 use crate::Topics;
 use crate::bridge::{EndpointReceiver, EndpointSender, channel};
@@ -21,6 +22,36 @@ use crate::bridge::{EndpointReceiver, EndpointSender, channel};
 /// It serves from the daemon's [`Topics`], handed over as
 /// [`Parts::services`].
 pub struct SqsEndpoint;
+
+/// The SQS receiver whose envelope mapping an endpoint receiver shares
+/// (for `ferry test` and `ferry validate --explain`).
+fn as_sqs_receiver(config: &SqsEndpointReceiverConfig) -> SqsReceiverConfig {
+    SqsReceiverConfig {
+        queue_url: None,
+        queue_name: Some(config.queue.clone()),
+        endpoint_url: None,
+        region: None,
+        wait_time_seconds: 20,
+        max_messages: config.max_messages,
+        visibility_timeout: config.visibility_timeout,
+        sns_unwrap: !config.topic.is_empty(),
+    }
+}
+
+/// The SQS sender whose envelope mapping an endpoint sender shares.
+fn as_sqs_sender(config: &SqsEndpointSenderConfig) -> SqsSenderConfig {
+    SqsSenderConfig {
+        queue_url: None,
+        queue_name: (!config.queue.is_empty()).then(|| config.queue.clone()),
+        endpoint_url: None,
+        region: None,
+        max_message_bytes: MAX_MESSAGE_BYTES,
+        message_group_header: config.message_group_header.clone(),
+        default_message_group: config.default_message_group.clone(),
+        batch_size: 10,
+        batch_linger_ms: 5,
+    }
+}
 
 fn topics<'a>(parts: &'a Parts<'_>) -> Result<&'a Arc<Topics>, String> {
     parts
@@ -78,7 +109,7 @@ impl TypedTransport for SqsEndpoint {
         input: Value,
         now: Timestamp,
     ) -> Result<Admitted, String> {
-        ferry_transport_sqs::fixture::receive(input, &config.as_sqs(), now).map(|admitted| match admitted {
+        ferry_transport_sqs::fixture::receive(input, &as_sqs_receiver(config), now).map(|admitted| match admitted {
             Admitted::Envelope(mut e) => {
                 e.subject.get_or_insert_with(|| channel(&config.queue, None));
                 Admitted::Envelope(e)
@@ -93,7 +124,7 @@ impl TypedTransport for SqsEndpoint {
         msg: &OutboundMessage,
         _: Timestamp,
     ) -> Result<View, TransportError> {
-        ferry_transport_sqs::fixture::send(&config.as_sqs(), msg)
+        ferry_transport_sqs::fixture::send(&as_sqs_sender(config), msg)
     }
 
     fn fidelity_probe(&self, _: &SqsEndpointReceiverConfig) -> Probe {

@@ -4,9 +4,9 @@
 
 use std::collections::BTreeMap;
 
+use crate::config::{SqsReceiverConfig, SqsSenderConfig};
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
-use ferry_config::{SqsReceiverConfig, SqsSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value as Toml};

@@ -3,6 +3,7 @@
 //! - [`attributes`]: headers -> message attributes under SQS's ten-attribute
 //!   and byte budgets (seed 000), body checks, and the MD5 digests SQS
 //!   returns (seed 003).
+//! - [`config`]: the receiver's and sender's keys and their checks.
 //! - [`fixture`]: fixture messages in and outbound messages as JSON, for
 //!   `ferry test`.
 //! - [`ingress`]: SQS message -> envelope (attributes, system attributes,
@@ -18,6 +19,7 @@
 
 pub mod attributes;
 pub mod client;
+pub mod config;
 pub mod fixture;
 pub mod ingress;
 pub mod receiver;

@@ -12,10 +12,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::SqsReceiverConfig;
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, Message, MessageSystemAttributeName};
-use ferry_config::SqsReceiverConfig;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::ledger::{RedeliveryLedger, Tracked};
 use ferry_core::metrics::{Metrics, labels};

@@ -13,11 +13,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use crate::config::SqsSenderConfig;
 use async_trait::async_trait;
 use aws_sdk_sqs::Client;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
-use ferry_config::SqsSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{OutboundMessage, Sender};

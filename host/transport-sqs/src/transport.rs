@@ -3,7 +3,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{ReceiverConfig, SenderConfig, SqsReceiverConfig, SqsSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{Find, ID, Probe, SUBJECT, TEXT_VALUE, extras, feature, table, text};
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
@@ -13,20 +12,11 @@ use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
 use crate::client::probe;
+use crate::config::{SqsReceiverConfig, SqsSenderConfig};
 use crate::{SqsReceiver, SqsSender, fixture};
 
 /// AWS SQS (`type = "sqs"`).
 pub struct Sqs;
-
-/// The first of `queue_url` and `endpoint_url` that is not a URL.
-fn check_urls(queue_url: Option<&String>, endpoint_url: Option<&String>) -> Result<(), KeyProblem> {
-    for (key, url) in [("queue_url", queue_url), ("endpoint_url", endpoint_url)] {
-        if let Some(url) = url {
-            url::Url::parse(url).map_err(|e| KeyProblem::new(key, e))?;
-        }
-    }
-    Ok(())
-}
 
 #[async_trait]
 impl TypedTransport for Sqs {
@@ -34,20 +24,12 @@ impl TypedTransport for Sqs {
     type SenderConfig = SqsSenderConfig;
     const KIND: &'static str = "sqs";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&SqsReceiverConfig> {
-        if let ReceiverConfig::Sqs(c) = config { Some(c) } else { None }
-    }
-
-    fn sender_config(config: &SenderConfig) -> Option<&SqsSenderConfig> {
-        if let SenderConfig::Sqs(c) = config { Some(c) } else { None }
-    }
-
     fn check_receiver(&self, _: &str, config: &SqsReceiverConfig) -> Result<(), KeyProblem> {
-        check_urls(config.queue_url.as_ref(), config.endpoint_url.as_ref())
+        config.check()
     }
 
     fn check_sender(&self, _: &str, config: &SqsSenderConfig) -> Result<(), KeyProblem> {
-        check_urls(config.queue_url.as_ref(), config.endpoint_url.as_ref())
+        config.check()
     }
 
     fn receiver(&self, name: &str, config: &SqsReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {

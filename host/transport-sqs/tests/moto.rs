@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ferry_config::{SqsReceiverConfig, SqsSenderConfig};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue};
 use ferry_tests::receiver::RunningReceiver;
 use ferry_tests::sqs::{self, attribute, create_queue, depth, receive, require_aws_env, text};
+use ferry_transport_sqs::config::{SqsReceiverConfig, SqsSenderConfig};
 use ferry_transport_sqs::{SqsReceiver, SqsSender};
 
 fn sender_config(url: &str, extra: &str) -> SqsSenderConfig {
