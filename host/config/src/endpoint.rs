@@ -117,10 +117,7 @@ fn default_account() -> String {
 
 /// Checks `[endpoints]`; `listeners` holds the addresses HTTP receivers
 /// listen on.
-pub(crate) fn check(
-    endpoints: &EndpointsConfig,
-    listeners: &BTreeMap<std::net::SocketAddr, String>,
-) -> Result<(), ConfigError> {
+pub(crate) fn check(endpoints: &EndpointsConfig) -> Result<(), ConfigError> {
     let Some(sqs) = &endpoints.sqs else {
         return Ok(());
     };
@@ -143,9 +140,6 @@ pub(crate) fn check(
         if k.id.is_empty() || k.secret.is_empty() {
             return Err(ConfigError::new(format!("{key}.access_keys[{i}]"), "id and secret must not be empty"));
         }
-    }
-    if let Some(other) = listeners.get(&addr) {
-        return Err(ConfigError::new(format!("{key}.listen"), format!("{other} listens there already")));
     }
     if let Some(url) = &sqs.advertised_url
         && !(url.starts_with("http://") || url.starts_with("https://"))

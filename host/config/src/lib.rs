@@ -12,15 +12,15 @@
 
 mod component;
 mod endpoint;
-mod http;
 mod instance;
 mod part;
 pub mod reference;
 pub mod schema;
 pub mod substitute;
 mod validate;
+mod wire_format;
 
-pub use validate::{reconnect_problem, simplemq_queue_name_ok, valid_plugin_name};
+pub use validate::{reconnect_problem, valid_plugin_name};
 
 use std::path::Path;
 
@@ -164,13 +164,18 @@ fn add_parts(
             if let Some(properties) = properties.as_object_mut() {
                 let mut with_type = serde_json::Map::new();
                 with_type.insert("type".into(), serde_json::json!({ "type": "string", "const": kind }));
+                // A transport that reads the wire format itself documents
+                // its own key (and its default).
+                let own_format = properties.contains_key("wire_format");
                 with_type.extend(std::mem::take(properties));
-                let mut format = wire_format.clone();
-                if let Some(f) = format.as_object_mut() {
-                    f.insert("description".into(), WIRE_FORMAT_DOC.into());
-                    f.insert("default".into(), "none".into());
+                if !own_format {
+                    let mut format = wire_format.clone();
+                    if let Some(f) = format.as_object_mut() {
+                        f.insert("description".into(), WIRE_FORMAT_DOC.into());
+                        f.insert("default".into(), "none".into());
+                    }
+                    with_type.insert("wire_format".into(), format);
                 }
-                with_type.insert("wire_format".into(), format);
                 *properties = with_type;
             }
             let required = map.entry("required").or_insert_with(|| serde_json::json!([]));

@@ -13,15 +13,16 @@ use crate::validate::{CheckKeys, Checks};
 use crate::{ConfigError, ReceiverConfig, SenderConfig, WireFormat};
 
 /// The `type`s whose config this crate still reads itself.
-const BUILT_IN: [&str; 5] = ["mqtt", "http", "simplemq", "sqs_endpoint", "component"];
+const BUILT_IN: [&str; 3] = ["mqtt", "sqs_endpoint", "component"];
 
 /// A receiver or sender as written, for its transport to read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PartTable {
     /// `type`: the transport's name in config and metrics.
     pub kind: String,
-    /// `wire_format`, which every receiver and sender has.
-    pub wire_format: WireFormat,
+    /// `wire_format`, which every receiver and sender has, where it is
+    /// written.
+    pub wire_format: Option<WireFormat>,
     /// Every other key, as written (after `${VAR}` and `{ file = … }`).
     pub keys: toml::Table,
 }
@@ -32,8 +33,8 @@ impl PartTable {
     pub fn new(kind: impl Into<String>, mut keys: toml::Table) -> Result<Self, ConfigError> {
         keys.remove("type");
         let wire_format = match keys.remove("wire_format") {
-            None => WireFormat::default(),
-            Some(v) => v.try_into().map_err(|e: toml::de::Error| ConfigError::new("wire_format", e.message()))?,
+            None => None,
+            Some(v) => Some(v.try_into().map_err(|e: toml::de::Error| ConfigError::new("wire_format", e.message()))?),
         };
         Ok(Self { kind: kind.into(), wire_format, keys })
     }
@@ -41,7 +42,23 @@ impl PartTable {
     /// The keys as the transport's config type `T`; on failure the key
     /// path below the part's (empty for the part as a whole) and why.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        serde_path_to_error::deserialize(toml::Value::Table(self.keys.clone())).map_err(|e| {
+        Self::read(self.keys.clone())
+    }
+
+    /// As [`PartTable::parse`], for a transport that reads or writes the
+    /// wire format itself: `T` has a `wire_format` key of its own (with
+    /// the transport's default), given where it is written.
+    pub fn parse_with_wire_format<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        let mut keys = self.keys.clone();
+        if let Some(format) = self.wire_format {
+            let value = toml::Value::try_from(format).map_err(|e| ConfigError::new("wire_format", e.to_string()))?;
+            keys.insert("wire_format".into(), value);
+        }
+        Self::read(keys)
+    }
+
+    fn read<T: DeserializeOwned>(keys: toml::Table) -> Result<T, ConfigError> {
+        serde_path_to_error::deserialize(toml::Value::Table(keys)).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
             // Where serde reports an unknown key depends on the table's
@@ -61,8 +78,10 @@ impl Serialize for PartTable {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut all = self.keys.clone();
         all.insert("type".into(), toml::Value::String(self.kind.clone()));
-        let format = toml::Value::try_from(self.wire_format).map_err(serde::ser::Error::custom)?;
-        all.insert("wire_format".into(), format);
+        if let Some(format) = self.wire_format {
+            let format = toml::Value::try_from(format).map_err(serde::ser::Error::custom)?;
+            all.insert("wire_format".into(), format);
+        }
         all.serialize(serializer)
     }
 }

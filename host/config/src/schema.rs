@@ -11,8 +11,8 @@ pub use crate::endpoint::{
     AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig,
     SqsEndpointSenderConfig, SqsEndpointTopic,
 };
-pub use crate::http::*;
 pub use crate::part::PartTable;
+pub use crate::wire_format::WireFormat;
 
 /// The whole configuration file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -272,8 +272,6 @@ fn default_pool_size() -> usize {
 #[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum ReceiverConfig {
     Mqtt(MqttReceiverConfig),
-    Http(HttpReceiverConfig),
-    Simplemq(SimplemqReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointReceiverConfig),
     Component(ComponentReceiverConfig),
@@ -288,8 +286,6 @@ pub enum ReceiverConfig {
 #[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum SenderConfig {
     Mqtt(MqttSenderConfig),
-    Http(HttpSenderConfig),
-    Simplemq(SimplemqSenderConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointSenderConfig),
     Component(ComponentSenderConfig),
@@ -304,8 +300,6 @@ impl ReceiverConfig {
     pub fn kind(&self) -> &str {
         match self {
             ReceiverConfig::Mqtt(_) => "mqtt",
-            ReceiverConfig::Http(_) => "http",
-            ReceiverConfig::Simplemq(_) => "simplemq",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
             ReceiverConfig::Component(_) => "component",
             ReceiverConfig::Table(t) => &t.kind,
@@ -316,21 +310,19 @@ impl ReceiverConfig {
     pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
         match self {
             ReceiverConfig::Mqtt(c) => c,
-            ReceiverConfig::Http(c) => c,
-            ReceiverConfig::Simplemq(c) => c,
             ReceiverConfig::Table(c) => c,
             ReceiverConfig::SqsEndpoint(c) => c,
             ReceiverConfig::Component(c) => c,
         }
     }
 
-    /// The receiver's `wire_format`.
+    /// The receiver's `wire_format`, `"none"` where it is not written
+    /// (a transport that reads the wire format itself has its own default
+    /// in its own config).
     pub fn wire_format(&self) -> WireFormat {
         match self {
             ReceiverConfig::Mqtt(c) => c.wire_format,
-            ReceiverConfig::Http(c) => c.wire_format,
-            ReceiverConfig::Simplemq(c) => c.wire_format,
-            ReceiverConfig::Table(c) => c.wire_format,
+            ReceiverConfig::Table(c) => c.wire_format.unwrap_or_default(),
             ReceiverConfig::SqsEndpoint(c) => c.wire_format,
             ReceiverConfig::Component(c) => c.wire_format,
         }
@@ -351,8 +343,6 @@ impl SenderConfig {
     pub fn kind(&self) -> &str {
         match self {
             SenderConfig::Mqtt(_) => "mqtt",
-            SenderConfig::Http(_) => "http",
-            SenderConfig::Simplemq(_) => "simplemq",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
             SenderConfig::Component(_) => "component",
             SenderConfig::Table(t) => &t.kind,
@@ -363,21 +353,17 @@ impl SenderConfig {
     pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
         match self {
             SenderConfig::Mqtt(c) => c,
-            SenderConfig::Http(c) => c,
-            SenderConfig::Simplemq(c) => c,
             SenderConfig::Table(c) => c,
             SenderConfig::SqsEndpoint(c) => c,
             SenderConfig::Component(c) => c,
         }
     }
 
-    /// The sender's `wire_format`.
+    /// The sender's `wire_format`, as [`ReceiverConfig::wire_format`].
     pub fn wire_format(&self) -> WireFormat {
         match self {
             SenderConfig::Mqtt(c) => c.wire_format,
-            SenderConfig::Http(c) => c.wire_format,
-            SenderConfig::Simplemq(c) => c.wire_format,
-            SenderConfig::Table(c) => c.wire_format,
+            SenderConfig::Table(c) => c.wire_format.unwrap_or_default(),
             SenderConfig::SqsEndpoint(c) => c.wire_format,
             SenderConfig::Component(c) => c.wire_format,
         }

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{
-    Config, ConfigError, DeliveryMode, HttpReceiverConfig, HttpSenderConfig, MqttReceiverConfig, MqttSenderConfig,
-    SimplemqReceiverConfig, SimplemqSenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig,
+    Config, ConfigError, DeliveryMode, MqttReceiverConfig, MqttSenderConfig, SqsEndpointReceiverConfig,
+    SqsEndpointSenderConfig,
 };
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
@@ -47,11 +47,11 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     check_store(&config.store)?;
 
-    let mut checks = Checks { client_ids: BTreeMap::new(), listeners: BTreeMap::new(), endpoints: &config.endpoints };
+    let mut checks = Checks { client_ids: BTreeMap::new(), endpoints: &config.endpoints };
     for (name, r) in &config.receivers {
         r.keys().check(name, &format!("receivers.{name}"), &mut checks)?;
     }
-    crate::endpoint::check(&config.endpoints, &checks.listeners)?;
+    crate::endpoint::check(&config.endpoints)?;
     for (name, s) in &config.senders {
         s.keys().check(name, &format!("senders.{name}"), &mut checks)?;
     }
@@ -206,58 +206,6 @@ fn check_tls(url: &str, tls_scheme: &str, tls: Option<&crate::TlsConfig>, key: &
     }
 }
 
-/// An HTTP header-name prefix: lowercase token characters, not empty.
-fn check_header_prefix(prefix: &str, key: &str) -> Result<(), ConfigError> {
-    let token = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "!#$%&'*+-.^_`|~".contains(c);
-    if prefix.is_empty() || !prefix.chars().all(token) {
-        return Err(ConfigError::new(
-            format!("{key}.header_prefix"),
-            "must be a non-empty lowercase HTTP header-name prefix such as x-ferry-",
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `name` is a SimpleMQ queue name: 5 to 64 letters and digits,
-/// single hyphens inside (the API's pattern). The SimpleMQ sender checks a
-/// binding's expanded address with it too.
-pub fn simplemq_queue_name_ok(name: &str) -> bool {
-    (5..=64).contains(&name.len())
-        && name.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()))
-}
-
-/// A SimpleMQ queue name, or an error naming `key`.
-fn check_simplemq_queue(queue: &str, key: &str) -> Result<(), ConfigError> {
-    if !simplemq_queue_name_ok(queue) {
-        return Err(ConfigError::new(
-            key,
-            format!("{queue:?} is not a SimpleMQ queue name (5 to 64 letters and digits, single hyphens inside)"),
-        ));
-    }
-    Ok(())
-}
-
-fn check_simplemq_api(
-    api_url: &str,
-    api_key: &str,
-    tls: Option<&crate::TlsConfig>,
-    key: &str,
-) -> Result<(), ConfigError> {
-    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
-        return Err(ConfigError::new(format!("{key}.api_url"), "must be an http:// or https:// URL"));
-    }
-    check_tls(api_url, "https://", tls, key)?;
-    check_secret(Some(api_key), "api_key", key)
-}
-
-/// A secret that is set must not be empty (an unset variable, say).
-fn check_secret(secret: Option<&str>, name: &str, key: &str) -> Result<(), ConfigError> {
-    if secret.is_some_and(|s| s.is_empty()) {
-        return Err(ConfigError::new(format!("{key}.{name}"), "is empty; leave it out to turn it off"));
-    }
-    Ok(())
-}
-
 fn check_qos(qos: u8, key: &str) -> Result<(), ConfigError> {
     if qos > 2 {
         return Err(ConfigError::new(format!("{key}.qos"), format!("{qos} is not a QoS level (0, 1 or 2)")));
@@ -338,10 +286,9 @@ fn check_store(store: &crate::StoreConfig) -> Result<(), ConfigError> {
 }
 
 /// What checking one receiver or sender shares with the others: the
-/// client ids claimed so far, the listen addresses taken, the endpoints.
+/// client ids claimed so far and the endpoints.
 pub(crate) struct Checks<'a> {
     client_ids: BTreeMap<String, String>,
-    listeners: BTreeMap<std::net::SocketAddr, String>,
     endpoints: &'a crate::EndpointsConfig,
 }
 
@@ -412,69 +359,10 @@ impl CheckKeys for MqttReceiverConfig {
     }
 }
 
-impl CheckKeys for HttpReceiverConfig {
-    fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let h = self;
-        let addr: std::net::SocketAddr = h.listen.parse().map_err(|_| {
-            ConfigError::new(format!("{key}.listen"), format!("{:?} is not an IP:port address", h.listen))
-        })?;
-        if addr.port() != 0
-            && let Some(other) = checks.listeners.insert(addr, key.to_owned())
-        {
-            return Err(ConfigError::new(format!("{key}.listen"), format!("{other} listens there already")));
-        }
-        if !h.path.starts_with('/') {
-            return Err(ConfigError::new(format!("{key}.path"), "must start with /"));
-        }
-        check_header_prefix(&h.header_prefix, key)?;
-        for (k, v) in [
-            ("max_body_bytes", h.max_body_bytes as u64),
-            ("read_timeout_ms", h.read_timeout_ms),
-            ("reply_timeout_ms", h.reply_timeout_ms),
-            ("max_connections", h.max_connections as u64),
-        ] {
-            if v == 0 {
-                return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-            }
-        }
-        check_secret(h.bearer_token.as_deref(), "bearer_token", key)?;
-        check_secret(h.hmac_secret.as_deref(), "hmac_secret", key)?;
-        Ok(())
-    }
-}
-
 impl CheckKeys for SqsEndpointReceiverConfig {
     fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let e = self;
         crate::endpoint::check_receiver(e, checks.endpoints, key)?;
-        Ok(())
-    }
-}
-
-impl CheckKeys for SimplemqReceiverConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let q = self;
-        check_simplemq_queue(&q.queue, &format!("{key}.queue"))?;
-        check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), key)?;
-        if !(1..=64).contains(&q.pollers) {
-            return Err(ConfigError::new(format!("{key}.pollers"), "must be between 1 and 64"));
-        }
-        for (k, v) in [
-            ("polling_interval_ms", q.polling_interval_ms),
-            ("extend_every_secs", q.extend_every_secs),
-            ("timeout_ms", q.timeout_ms),
-            ("connect_timeout_ms", q.connect_timeout_ms),
-        ] {
-            if v == 0 {
-                return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-            }
-        }
-        if q.require_rabbitmq_headers && q.headers != crate::SimplemqHeaders::Mqbridge {
-            return Err(ConfigError::new(
-                format!("{key}.require_rabbitmq_headers"),
-                "needs headers = \"mqbridge\" (the rabbitmq.* names)",
-            ));
-        }
         Ok(())
     }
 }
@@ -495,48 +383,10 @@ impl CheckKeys for MqttSenderConfig {
     }
 }
 
-impl CheckKeys for HttpSenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let h = self;
-        if let Some(url) = &h.url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(ConfigError::new(format!("{key}.url"), "must be an http:// or https:// URL"));
-            }
-            check_tls(url, "https://", h.tls.as_ref(), key)?;
-        }
-        if !["POST", "PUT", "PATCH"].contains(&h.method.as_str()) {
-            return Err(ConfigError::new(format!("{key}.method"), "must be POST, PUT or PATCH"));
-        }
-        check_header_prefix(&h.header_prefix, key)?;
-        if h.timeout_ms == 0 || h.connect_timeout_ms == 0 {
-            let k = if h.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
-            return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-        }
-        check_secret(h.bearer_token.as_deref(), "bearer_token", key)?;
-        check_secret(h.hmac_secret.as_deref(), "hmac_secret", key)?;
-        Ok(())
-    }
-}
-
 impl CheckKeys for SqsEndpointSenderConfig {
     fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let e = self;
         crate::endpoint::check_sender(e, checks.endpoints, key)?;
-        Ok(())
-    }
-}
-
-impl CheckKeys for SimplemqSenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let q = self;
-        if let Some(queue) = &q.queue {
-            check_simplemq_queue(queue, &format!("{key}.queue"))?;
-        }
-        check_simplemq_api(&q.api_url, &q.api_key, q.tls.as_ref(), key)?;
-        if q.timeout_ms == 0 || q.connect_timeout_ms == 0 {
-            let k = if q.timeout_ms == 0 { "timeout_ms" } else { "connect_timeout_ms" };
-            return Err(ConfigError::new(format!("{key}.{k}"), "must be at least 1"));
-        }
         Ok(())
     }
 }

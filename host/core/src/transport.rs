@@ -94,6 +94,33 @@ impl KeyProblem {
     }
 }
 
+/// Something a receiver or sender takes that no other part of the config
+/// may take too (a listen address, a client id at one broker): the
+/// daemon refuses the second taker by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// The key below the part's that takes it (`listen`, `client_id`).
+    pub key: String,
+    /// What is taken, written the same by every transport that takes it
+    /// (`listen address 127.0.0.1:8080`).
+    pub what: String,
+    /// What the second taker is told after the first's key (`listens
+    /// there already`).
+    pub clash: String,
+}
+
+impl Claim {
+    /// The listen address `addr` (port 0 is never taken: each gets its
+    /// own port).
+    pub fn listen(key: &str, addr: std::net::SocketAddr) -> Option<Claim> {
+        (addr.port() != 0).then(|| Claim {
+            key: key.to_owned(),
+            what: format!("listen address {addr}"),
+            clash: "listens there already".to_owned(),
+        })
+    }
+}
+
 /// A transport as its crate writes it, on its own config types.
 #[async_trait]
 pub trait TypedTransport: Send + Sync + 'static {
@@ -134,6 +161,18 @@ pub trait TypedTransport: Send + Sync + 'static {
     fn check_sender(&self, name: &str, config: &Self::SenderConfig) -> Result<(), KeyProblem> {
         let _ = (name, config);
         Ok(())
+    }
+
+    /// What the receiver takes that no other part may take too.
+    fn receiver_claims(&self, name: &str, config: &Self::ReceiverConfig) -> Vec<Claim> {
+        let _ = (name, config);
+        Vec::new()
+    }
+
+    /// As [`TypedTransport::receiver_claims`], for a sender.
+    fn sender_claims(&self, name: &str, config: &Self::SenderConfig) -> Vec<Claim> {
+        let _ = (name, config);
+        Vec::new()
     }
 
     /// `ferry validate`: what can be checked of the part with the daemon's
@@ -253,6 +292,8 @@ pub trait Transport: Send + Sync {
     fn schemas(&self, generator: &mut schemars::SchemaGenerator) -> PartSchemas;
     fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem>;
     fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem>;
+    fn receiver_claims(&self, name: &str, config: &ReceiverConfig) -> Vec<Claim>;
+    fn sender_claims(&self, name: &str, config: &SenderConfig) -> Vec<Claim>;
     fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
@@ -282,27 +323,36 @@ fn wrong_kind(transport: &str, got: &str) -> String {
 }
 
 /// `config` as `T`'s receiver config: the built-in variant, or its table
-/// read; a table that does not read is a problem with its key.
-fn receiver_of<T: TypedTransport>(config: &ReceiverConfig) -> Result<Cow<'_, T::ReceiverConfig>, KeyProblem> {
+/// read (with `wire_format` where the transport reads the wire format
+/// itself); a table that does not read is a problem with its key.
+fn receiver_of<'c, T: TypedTransport>(
+    transport: &T,
+    config: &'c ReceiverConfig,
+) -> Result<Cow<'c, T::ReceiverConfig>, KeyProblem> {
     if let Some(c) = T::receiver_config(config) {
         return Ok(Cow::Borrowed(c));
     }
     match config {
         ReceiverConfig::Table(t) if t.kind == T::KIND => {
-            t.parse().map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
+            let read = if transport.receiver_reads_wire_format() { t.parse_with_wire_format() } else { t.parse() };
+            read.map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
         }
         _ => Err(KeyProblem::new("type", wrong_kind(T::KIND, config.kind()))),
     }
 }
 
 /// As [`receiver_of`], for a sender.
-fn sender_of<T: TypedTransport>(config: &SenderConfig) -> Result<Cow<'_, T::SenderConfig>, KeyProblem> {
+fn sender_of<'c, T: TypedTransport>(
+    transport: &T,
+    config: &'c SenderConfig,
+) -> Result<Cow<'c, T::SenderConfig>, KeyProblem> {
     if let Some(c) = T::sender_config(config) {
         return Ok(Cow::Borrowed(c));
     }
     match config {
         SenderConfig::Table(t) if t.kind == T::KIND => {
-            t.parse().map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
+            let read = if transport.sender_writes_wire_format() { t.parse_with_wire_format() } else { t.parse() };
+            read.map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
         }
         _ => Err(KeyProblem::new("type", wrong_kind(T::KIND, config.kind()))),
     }
@@ -329,29 +379,37 @@ impl<T: TypedTransport> Transport for T {
     }
 
     fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem> {
-        let c = receiver_of::<T>(config)?;
+        let c = receiver_of(self, config)?;
         TypedTransport::check_receiver(self, name, &c)
     }
 
     fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem> {
-        let c = sender_of::<T>(config)?;
+        let c = sender_of(self, config)?;
         TypedTransport::check_sender(self, name, &c)
     }
 
+    fn receiver_claims(&self, name: &str, config: &ReceiverConfig) -> Vec<Claim> {
+        receiver_of(self, config).map(|c| TypedTransport::receiver_claims(self, name, &c)).unwrap_or_default()
+    }
+
+    fn sender_claims(&self, name: &str, config: &SenderConfig) -> Vec<Claim> {
+        sender_of(self, config).map(|c| TypedTransport::sender_claims(self, name, &c)).unwrap_or_default()
+    }
+
     fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
-        TypedTransport::validate_receiver(self, name, &*receiver_of::<T>(config).map_err(|e| e.to_string())?, parts)
+        TypedTransport::validate_receiver(self, name, &*receiver_of(self, config).map_err(|e| e.to_string())?, parts)
     }
 
     fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String> {
-        TypedTransport::validate_sender(self, name, &*sender_of::<T>(config).map_err(|e| e.to_string())?, parts)
+        TypedTransport::validate_sender(self, name, &*sender_of(self, config).map_err(|e| e.to_string())?, parts)
     }
 
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {
-        TypedTransport::receiver(self, name, &*receiver_of::<T>(config).map_err(|e| e.to_string())?, parts)
+        TypedTransport::receiver(self, name, &*receiver_of(self, config).map_err(|e| e.to_string())?, parts)
     }
 
     fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
-        TypedTransport::sender(self, name, &*sender_of::<T>(config).map_err(|e| e.to_string())?, parts)
+        TypedTransport::sender(self, name, &*sender_of(self, config).map_err(|e| e.to_string())?, parts)
     }
 
     fn receiver_reads_wire_format(&self) -> bool {
@@ -363,17 +421,17 @@ impl<T: TypedTransport> Transport for T {
     }
 
     async fn probe_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<String, TransportError> {
-        let c = receiver_of::<T>(config).map_err(|e| TransportError::permanent(e.to_string()))?;
+        let c = receiver_of(self, config).map_err(|e| TransportError::permanent(e.to_string()))?;
         TypedTransport::probe_receiver(self, name, &c).await
     }
 
     async fn probe_sender(&self, name: &str, config: &SenderConfig) -> Result<String, TransportError> {
-        let c = sender_of::<T>(config).map_err(|e| TransportError::permanent(e.to_string()))?;
+        let c = sender_of(self, config).map_err(|e| TransportError::permanent(e.to_string()))?;
         TypedTransport::probe_sender(self, name, &c).await
     }
 
     fn fixture_receive(&self, config: &ReceiverConfig, input: TomlValue, now: Timestamp) -> Result<Admitted, String> {
-        TypedTransport::fixture_receive(self, &*receiver_of::<T>(config).map_err(|e| e.to_string())?, input, now)
+        TypedTransport::fixture_receive(self, &*receiver_of(self, config).map_err(|e| e.to_string())?, input, now)
     }
 
     fn fixture_send(
@@ -382,20 +440,20 @@ impl<T: TypedTransport> Transport for T {
         msg: &OutboundMessage,
         now: Timestamp,
     ) -> Result<View, TransportError> {
-        let c = sender_of::<T>(config).map_err(|e| TransportError::permanent(e.to_string()))?;
+        let c = sender_of(self, config).map_err(|e| TransportError::permanent(e.to_string()))?;
         TypedTransport::fixture_send(self, &c, msg, now)
     }
 
     fn receiver_secrets(&self, config: &ReceiverConfig) -> Vec<String> {
-        receiver_of::<T>(config).map(|c| TypedTransport::receiver_secrets(self, &c)).unwrap_or_default()
+        receiver_of(self, config).map(|c| TypedTransport::receiver_secrets(self, &c)).unwrap_or_default()
     }
 
     fn sender_secrets(&self, config: &SenderConfig) -> Vec<String> {
-        sender_of::<T>(config).map(|c| TypedTransport::sender_secrets(self, &c)).unwrap_or_default()
+        sender_of(self, config).map(|c| TypedTransport::sender_secrets(self, &c)).unwrap_or_default()
     }
 
     fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String> {
-        Ok(TypedTransport::fidelity_probe(self, &*receiver_of::<T>(config).map_err(|e| e.to_string())?))
+        Ok(TypedTransport::fidelity_probe(self, &*receiver_of(self, config).map_err(|e| e.to_string())?))
     }
 
     fn lossy_note(&self) -> &'static str {
@@ -407,7 +465,7 @@ impl<T: TypedTransport> Transport for T {
     }
 
     fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str> {
-        sender_of::<T>(config).ok().and_then(|c| TypedTransport::sender_warning(self, &c))
+        sender_of(self, config).ok().and_then(|c| TypedTransport::sender_warning(self, &c))
     }
 
     fn outage_note(&self) -> &'static str {

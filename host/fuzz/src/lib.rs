@@ -206,7 +206,7 @@ pub fn sigv4(data: &[u8]) {
     }
 }
 
-fn http_config(wire_json: bool) -> ferry_config::HttpReceiverConfig {
+fn http_config(wire_json: bool) -> ferry_transport_http::config::HttpReceiverConfig {
     let text = format!("listen = \"127.0.0.1:1\"\nwire_format = \"{}\"", if wire_json { "json" } else { "none" });
     toml::from_str(&text).expect("a valid HTTP receiver config")
 }
@@ -232,7 +232,8 @@ pub fn http_webhook(data: &[u8]) {
 /// of a wire-format document, or not), read with ferry's and mqbridge's
 /// header names.
 pub fn simplemq_content(data: &[u8]) {
-    use ferry_config::{SimplemqHeaders, WireFormat};
+    use ferry_config::WireFormat;
+    use ferry_transport_http::config::SimplemqHeaders;
     let text = String::from_utf8_lossy(data);
     let (id, content) = text.split_once('\n').unwrap_or(("fuzz-id", &text));
     for wire in [WireFormat::Json, WireFormat::None] {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_config::{HttpReceiverConfig, HttpSenderConfig, SimplemqReceiverConfig, SimplemqSenderConfig};
+use crate::config::{HttpReceiverConfig, HttpSenderConfig, SimplemqReceiverConfig, SimplemqSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value as Toml};

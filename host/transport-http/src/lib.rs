@@ -7,12 +7,14 @@
 //!   and honour `Retry-After`, other statuses permanent.
 //! - [`simplemq`]: Sakura Cloud's SimpleMQ queue (`type = "simplemq"`),
 //!   receiver and sender, with mqbridge's header names when asked.
+//! - [`config`]: the receivers' and senders' keys and their checks.
 //! - [`auth`]: bearer tokens and `X-Ferry-Signature` HMACs.
 //! - [`fixture`]: requests for `ferry test`.
 //! - [`transport`]: [`Http`] and [`Simplemq`], the crate's entries in the
 //!   daemon's transport table.
 
 pub mod auth;
+pub mod config;
 pub mod fixture;
 pub mod probe;
 pub mod receiver;

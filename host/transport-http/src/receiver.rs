@@ -20,7 +20,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ferry_config::{HttpReceiverConfig, WireFormat};
+use ferry_config::WireFormat;
+
+use crate::config::HttpReceiverConfig;
 use ferry_core::TransportError;
 use ferry_core::json_wire::{self, Decoded, Unpacked};
 use ferry_core::listeners::Listeners;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ferry_config::{HttpSenderConfig, TlsConfig};
+use ferry_config::TlsConfig;
+
+use crate::config::HttpSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{OutboundMessage, Sender};

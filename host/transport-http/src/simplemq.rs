@@ -21,7 +21,9 @@ use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use ferry_config::{SimplemqHeaders, SimplemqReceiverConfig, SimplemqSenderConfig, WireFormat};
+use ferry_config::WireFormat;
+
+use crate::config::{SimplemqHeaders, SimplemqReceiverConfig, SimplemqSenderConfig, simplemq_queue_name_ok};
 use ferry_core::TransportError;
 use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::json_wire::{self, Decoded, Unpacked};
@@ -257,7 +259,7 @@ impl Sender for SimplemqSender {
         } else {
             ferry_core::address::expand(&msg.address, &msg.envelope)?
         };
-        if !ferry_config::simplemq_queue_name_ok(&queue) {
+        if !simplemq_queue_name_ok(&queue) {
             return Err(TransportError::unroutable(format!(
                 "{queue:?} is not a SimpleMQ queue name (5 to 64 letters, digits and single hyphens)"
             )));

@@ -4,21 +4,20 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{
-    HttpReceiverConfig, HttpSenderConfig, ReceiverConfig, SenderConfig, SimplemqHeaders, SimplemqReceiverConfig,
-    SimplemqSenderConfig,
-};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{
     CONTENT_TYPE, CORRELATION, EXTRA, Find, ID, Probe, REPLY_TO, SUBJECT, TEXT_VALUE, extras, feature, table, text,
     typed_features, typed_headers,
 };
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
-use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
+use ferry_core::transport::{Claim, KeyProblem, Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
+use crate::config::{
+    HttpReceiverConfig, HttpSenderConfig, SimplemqHeaders, SimplemqReceiverConfig, SimplemqSenderConfig,
+};
 use crate::{HttpReceiver, HttpSender, SimplemqReceiver, SimplemqSender, fixture, probe};
 
 /// Webhooks in and out (`type = "http"`).
@@ -27,25 +26,23 @@ pub struct Http;
 /// Sakura Cloud's SimpleMQ (`type = "simplemq"`).
 pub struct Simplemq;
 
-fn check_api_url(url: &str) -> Result<(), KeyProblem> {
-    reqwest::Url::parse(url).map(|_| ()).map_err(|e| KeyProblem::new("api_url", e))
-}
-
 #[async_trait]
 impl TypedTransport for Http {
     type ReceiverConfig = HttpReceiverConfig;
     type SenderConfig = HttpSenderConfig;
     const KIND: &'static str = "http";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&HttpReceiverConfig> {
-        if let ReceiverConfig::Http(c) = config { Some(c) } else { None }
+    fn check_receiver(&self, _: &str, config: &HttpReceiverConfig) -> Result<(), KeyProblem> {
+        config.check()
     }
 
-    fn sender_config(config: &SenderConfig) -> Option<&HttpSenderConfig> {
-        if let SenderConfig::Http(c) = config { Some(c) } else { None }
+    fn check_sender(&self, _: &str, config: &HttpSenderConfig) -> Result<(), KeyProblem> {
+        config.check()
     }
 
-    // The sender's URL is a template: checked once its headers are filled in.
+    fn receiver_claims(&self, _: &str, config: &HttpReceiverConfig) -> Vec<Claim> {
+        config.claims()
+    }
 
     fn receiver(
         &self,
@@ -130,20 +127,12 @@ impl TypedTransport for Simplemq {
     type SenderConfig = SimplemqSenderConfig;
     const KIND: &'static str = "simplemq";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&SimplemqReceiverConfig> {
-        if let ReceiverConfig::Simplemq(c) = config { Some(c) } else { None }
-    }
-
-    fn sender_config(config: &SenderConfig) -> Option<&SimplemqSenderConfig> {
-        if let SenderConfig::Simplemq(c) = config { Some(c) } else { None }
-    }
-
     fn check_receiver(&self, _: &str, config: &SimplemqReceiverConfig) -> Result<(), KeyProblem> {
-        check_api_url(&config.api_url)
+        config.check()
     }
 
     fn check_sender(&self, _: &str, config: &SimplemqSenderConfig) -> Result<(), KeyProblem> {
-        check_api_url(&config.api_url)
+        config.check()
     }
 
     fn receiver(

@@ -12,7 +12,7 @@ use ferry_core::json_wire::{PackingSender, UnpackingReceiver};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Receiver, Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::Binding;
-use ferry_core::transport::{Parts, Services};
+use ferry_core::transport::{Claim, Parts, Services};
 use ferry_wasm::{
     Grants, LoadedPlugin, PluginEngine, PluginLimits, PluginRegistry, PluginWorld, WasmHeaderMapper, WasmProcessor,
 };
@@ -330,18 +330,53 @@ fn processors_of(
 /// connects with, so `ferry validate` and the start of `ferry run` refuse a
 /// URL that cannot work (a port out of range, credentials that do not
 /// decode, no host) instead of a connection retrying it for ever.
+///
+/// Then what each part takes that no other may (a listen address, a
+/// client id at one broker): the second taker is refused, naming the
+/// first.
 pub fn check_urls(config: &Config) -> Result<(), StartError> {
+    let mut taken = Taken::default();
+    let listens =
+        [("endpoints.sqs", config.endpoints.sqs.as_ref().map(|e| &e.listen)), ("admin", config.admin.listen.as_ref())];
+    for (key, listen) in listens {
+        if let Some(claim) = listen.and_then(|l| l.parse().ok()).and_then(|addr| Claim::listen("listen", addr)) {
+            taken.claim(key, claim)?;
+        }
+    }
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
         let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
         transport.check_receiver(name, r).map_err(|p| key_problem(&key, p))?;
+        for claim in transport.receiver_claims(name, r) {
+            taken.claim(&key, claim)?;
+        }
     }
     for (name, s) in &config.senders {
         let key = format!("senders.{name}");
         let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
         transport.check_sender(name, s).map_err(|p| key_problem(&key, p))?;
+        for claim in transport.sender_claims(name, s) {
+            taken.claim(&key, claim)?;
+        }
     }
     Ok(())
+}
+
+/// What the parts checked so far take, and which part took each.
+#[derive(Default)]
+struct Taken(BTreeMap<String, String>);
+
+impl Taken {
+    /// `claim`, taken by the part at `key`, unless another took it first.
+    fn claim(&mut self, key: &str, claim: Claim) -> Result<(), StartError> {
+        match self.0.get(&claim.what) {
+            Some(other) => Err(StartError::new(format!("{key}.{}", claim.key), format!("{other} {}", claim.clash))),
+            None => {
+                self.0.insert(claim.what, key.to_owned());
+                Ok(())
+            }
+        }
+    }
 }
 
 /// A transport's problem with a key of the part at `key`.
@@ -532,5 +567,37 @@ pub(super) fn injected_fault() -> Option<ferry_store::Fault> {
         "hang" => Some(ferry_store::Fault::Hang(op)),
         "fail" => Some(ferry_store::Fault::Fail(op)),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `receivers` and `[endpoints.sqs]` as written, checked as `ferry
+    /// validate` does; the refused key and why.
+    fn check(parts: &str) -> Result<(), (String, String)> {
+        let text = format!(
+            "{parts}\n[senders.out]\ntype = \"http\"\nurl = \"http://127.0.0.1:9/\"\n[[routes]]\nid = \"r\"\nreceiver = \"a\"\n[[routes.bindings]]\nsender = \"out\"\n"
+        );
+        let config = ferry_config::parse_with_env(&text, &|_| None).expect("valid config");
+        check_urls(&config).map_err(|e| (e.path, e.message))
+    }
+
+    #[test]
+    fn two_listeners_on_one_address_are_refused_by_name() {
+        let http = |name: &str, listen: &str| format!("[receivers.{name}]\ntype = \"http\"\nlisten = \"{listen}\"\n");
+        let both = format!("{}{}", http("a", "127.0.0.1:8080"), http("b", "127.0.0.1:8080"));
+        let err = check(&both).expect_err("one address");
+        assert_eq!(err, ("receivers.b.listen".into(), "receivers.a listens there already".into()));
+        check(&format!("{}{}", http("a", "127.0.0.1:0"), http("b", "127.0.0.1:0"))).expect("port 0 twice");
+        check(&format!("{}{}", http("a", "127.0.0.1:8080"), http("b", "127.0.0.1:8081"))).expect("two ports");
+
+        let endpoint = "[endpoints.sqs]\nlisten = \"127.0.0.1:8080\"\n";
+        let err = check(&format!("{endpoint}{}", http("a", "127.0.0.1:8080"))).expect_err("the endpoint's");
+        assert_eq!(err, ("receivers.a.listen".into(), "endpoints.sqs listens there already".into()));
+        let admin = "[admin]\nlisten = \"127.0.0.1:8080\"\n";
+        let err = check(&format!("{admin}{}", http("a", "127.0.0.1:8080"))).expect_err("the admin's");
+        assert_eq!(err, ("receivers.a.listen".into(), "admin listens there already".into()));
     }
 }

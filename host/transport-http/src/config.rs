@@ -1,25 +1,13 @@
-//! The HTTP transport's keys (`type = "http"`): a receiver that takes
-//! webhooks (each POST a message) and a sender that calls one. Documented
-//! here and in the book.
+//! `[receivers.NAME]` and `[senders.NAME]` of this crate's transports:
+//! `type = "http"`, a receiver that takes webhooks (each POST a message)
+//! and a sender that calls one, and `type = "simplemq"`, Sakura Cloud's
+//! HTTP queue. Both read and write the JSON wire format themselves where
+//! they do, so their tables have a `wire_format` key of their own.
 
+use ferry_config::{TlsConfig, WireFormat};
+use ferry_core::transport::{Claim, KeyProblem};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-
-use crate::TlsConfig;
-
-/// How payloads are written on a transport (`wire_format`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum WireFormat {
-    /// The payload is the message body; headers travel as the transport's
-    /// own headers.
-    #[default]
-    None,
-    /// The JSON wire format of seed 004: `{"headers": {...}, "body": "...",
-    /// "body_encoding": "base64"?}`. What is not that JSON is read as a
-    /// plain body with no headers.
-    Json,
-}
 
 fn default_header_prefix() -> String {
     "x-ferry-".to_owned()
@@ -169,12 +157,6 @@ pub struct HttpSenderConfig {
     /// Sends `X-Ferry-Signature: sha256=<hex HMAC-SHA256 of the body>`.
     #[serde(default)]
     pub hmac_secret: Option<String>,
-    /// `"json"`: the body is the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) of the
-    /// message (headers and body in one document). Default `"none"`: the
-    /// body is the payload.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 fn default_simplemq_api_url() -> String {
@@ -303,4 +285,259 @@ pub struct SimplemqSenderConfig {
     /// base64-encoded; `"none"`: the body alone, base64-encoded.
     #[serde(default = "default_json")]
     pub wire_format: WireFormat,
+}
+
+impl HttpReceiverConfig {
+    /// Every key's own rule.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        self.address()?;
+        if !self.path.starts_with('/') {
+            return Err(KeyProblem::new("path", "must start with /"));
+        }
+        check_header_prefix(&self.header_prefix)?;
+        for (key, value) in [
+            ("max_body_bytes", self.max_body_bytes as u64),
+            ("read_timeout_ms", self.read_timeout_ms),
+            ("reply_timeout_ms", self.reply_timeout_ms),
+            ("max_connections", self.max_connections as u64),
+        ] {
+            KeyProblem::at_least_one(key, value)?;
+        }
+        check_secret(self.bearer_token.as_deref(), "bearer_token")?;
+        check_secret(self.hmac_secret.as_deref(), "hmac_secret")
+    }
+
+    /// `listen` as an address.
+    pub fn address(&self) -> Result<std::net::SocketAddr, KeyProblem> {
+        self.listen
+            .parse()
+            .map_err(|_| KeyProblem::new("listen", format!("{:?} is not an IP:port address", self.listen)))
+    }
+
+    /// The address it listens on, which no other listener may share.
+    pub fn claims(&self) -> Vec<Claim> {
+        self.address().ok().and_then(|addr| Claim::listen("listen", addr)).into_iter().collect()
+    }
+}
+
+impl HttpSenderConfig {
+    /// Every key's own rule; `url`, a template, is parsed once its headers
+    /// are filled in.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        if let Some(url) = &self.url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(KeyProblem::new("url", "must be an http:// or https:// URL"));
+            }
+            KeyProblem::tls(self.tls.as_ref(), url.starts_with("https://"), "https://")?;
+        }
+        if !["POST", "PUT", "PATCH"].contains(&self.method.as_str()) {
+            return Err(KeyProblem::new("method", "must be POST, PUT or PATCH"));
+        }
+        check_header_prefix(&self.header_prefix)?;
+        KeyProblem::at_least_one("timeout_ms", self.timeout_ms)?;
+        KeyProblem::at_least_one("connect_timeout_ms", self.connect_timeout_ms)?;
+        check_secret(self.bearer_token.as_deref(), "bearer_token")?;
+        check_secret(self.hmac_secret.as_deref(), "hmac_secret")
+    }
+}
+
+impl SimplemqReceiverConfig {
+    /// Every key's own rule; `api_url` parsed as the client parses it.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        check_simplemq_queue(&self.queue, "queue")?;
+        check_simplemq_api(&self.api_url, &self.api_key, self.tls.as_ref())?;
+        if !(1..=64).contains(&self.pollers) {
+            return Err(KeyProblem::new("pollers", "must be between 1 and 64"));
+        }
+        for (key, value) in [
+            ("polling_interval_ms", self.polling_interval_ms),
+            ("extend_every_secs", self.extend_every_secs),
+            ("timeout_ms", self.timeout_ms),
+            ("connect_timeout_ms", self.connect_timeout_ms),
+        ] {
+            KeyProblem::at_least_one(key, value)?;
+        }
+        if self.require_rabbitmq_headers && self.headers != SimplemqHeaders::Mqbridge {
+            return Err(KeyProblem::new(
+                "require_rabbitmq_headers",
+                "needs headers = \"mqbridge\" (the rabbitmq.* names)",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl SimplemqSenderConfig {
+    /// Every key's own rule; `api_url` parsed as the client parses it.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        if let Some(queue) = &self.queue {
+            check_simplemq_queue(queue, "queue")?;
+        }
+        check_simplemq_api(&self.api_url, &self.api_key, self.tls.as_ref())?;
+        KeyProblem::at_least_one("timeout_ms", self.timeout_ms)?;
+        KeyProblem::at_least_one("connect_timeout_ms", self.connect_timeout_ms)
+    }
+}
+
+/// An HTTP header-name prefix: lowercase token characters, not empty.
+fn check_header_prefix(prefix: &str) -> Result<(), KeyProblem> {
+    let token = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || "!#$%&'*+-.^_`|~".contains(c);
+    if prefix.is_empty() || !prefix.chars().all(token) {
+        return Err(KeyProblem::new(
+            "header_prefix",
+            "must be a non-empty lowercase HTTP header-name prefix such as x-ferry-",
+        ));
+    }
+    Ok(())
+}
+
+/// A secret that is set must not be empty (an unset variable, say).
+fn check_secret(secret: Option<&str>, key: &str) -> Result<(), KeyProblem> {
+    if secret.is_some_and(str::is_empty) {
+        return Err(KeyProblem::new(key, "is empty; leave it out to turn it off"));
+    }
+    Ok(())
+}
+
+/// Whether `name` is a SimpleMQ queue name: 5 to 64 letters and digits,
+/// single hyphens inside (the API's pattern). The SimpleMQ sender checks a
+/// binding's expanded address with it too.
+pub fn simplemq_queue_name_ok(name: &str) -> bool {
+    (5..=64).contains(&name.len())
+        && name.split('-').all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric()))
+}
+
+/// A SimpleMQ queue name, or a problem with `key`.
+fn check_simplemq_queue(queue: &str, key: &str) -> Result<(), KeyProblem> {
+    if !simplemq_queue_name_ok(queue) {
+        return Err(KeyProblem::new(
+            key,
+            format!("{queue:?} is not a SimpleMQ queue name (5 to 64 letters and digits, single hyphens inside)"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_simplemq_api(api_url: &str, api_key: &str, tls: Option<&TlsConfig>) -> Result<(), KeyProblem> {
+    if !(api_url.starts_with("http://") || api_url.starts_with("https://")) {
+        return Err(KeyProblem::new("api_url", "must be an http:// or https:// URL"));
+    }
+    reqwest::Url::parse(api_url).map_err(|e| KeyProblem::new("api_url", e))?;
+    KeyProblem::tls(tls, api_url.starts_with("https://"), "https://")?;
+    check_secret(Some(api_key), "api_key")
+}
+
+#[cfg(test)]
+mod tests {
+    use ferry_config::PartTable;
+
+    use super::*;
+
+    const RECEIVER: &str = "listen = \"127.0.0.1:8080\"\n";
+    const SENDER: &str = "url = \"https://hooks.example/{tenant}\"\n";
+    const SMQ_RECEIVER: &str = "queue = \"orders-in\"\napi_key = \"k\"\n";
+    const SMQ_SENDER: &str = "api_key = \"k\"\n";
+
+    /// The part as the daemon hands it over (with `wire_format`: every
+    /// half but the HTTP sender reads or writes it itself), then checked;
+    /// on failure the key below the part's.
+    fn read<T: serde::de::DeserializeOwned>(
+        kind: &str,
+        text: &str,
+        check: fn(&T) -> Result<(), KeyProblem>,
+    ) -> Result<T, String> {
+        let keys: toml::Table = toml::from_str(text).expect("toml");
+        let part = PartTable::new(kind, keys).expect("part");
+        let config: T = part.parse_with_wire_format().map_err(|e| e.path)?;
+        check(&config).map_err(|p| p.key)?;
+        Ok(config)
+    }
+
+    /// As [`read`], for the HTTP sender (the daemon packs the wire format
+    /// for it).
+    fn read_sender(text: &str) -> Result<HttpSenderConfig, String> {
+        let keys: toml::Table = toml::from_str(text).expect("toml");
+        let config: HttpSenderConfig = PartTable::new("http", keys).expect("part").parse().map_err(|e| e.path)?;
+        config.check().map_err(|p| p.key)?;
+        Ok(config)
+    }
+
+    #[test]
+    fn receivers_and_senders_read_with_their_defaults() {
+        let r = read("http", RECEIVER, HttpReceiverConfig::check).expect("valid");
+        assert_eq!((r.path.as_str(), r.header_prefix.as_str(), r.wire_format), ("/", "x-ferry-", WireFormat::None));
+        assert_eq!((r.max_body_bytes, r.reply_timeout_ms, r.max_connections), (1024 * 1024, 30_000, 1024));
+        let r = read("http", &format!("{RECEIVER}wire_format = \"json\""), HttpReceiverConfig::check).expect("valid");
+        assert_eq!(r.wire_format, WireFormat::Json, "the receiver reads the wire format itself");
+        let s = read_sender(SENDER).expect("valid");
+        assert_eq!((s.method.as_str(), s.timeout_ms, s.connect_timeout_ms), ("POST", 10_000, 5_000));
+
+        // SimpleMQ's content is the wire format unless it says otherwise.
+        let q = read("simplemq", SMQ_RECEIVER, SimplemqReceiverConfig::check).expect("valid");
+        assert_eq!((q.wire_format, q.headers, q.pollers), (WireFormat::Json, SimplemqHeaders::Ferry, 1));
+        assert_eq!(q.api_url, "https://simplemq.tk1b.api.sacloud.jp");
+        let q = read("simplemq", &format!("{SMQ_SENDER}wire_format = \"none\""), SimplemqSenderConfig::check);
+        assert_eq!(q.expect("valid").wire_format, WireFormat::None);
+    }
+
+    #[test]
+    fn every_key_is_checked_with_its_name() {
+        let http = |extra: &str| read("http", &format!("{RECEIVER}{extra}"), HttpReceiverConfig::check).err();
+        for (extra, key) in [
+            ("path = \"in\"", "path"),
+            ("header_prefix = \"X-Up\"", "header_prefix"),
+            ("max_body_bytes = 0", "max_body_bytes"),
+            ("reply_timeout_ms = 0", "reply_timeout_ms"),
+            ("bearer_token = \"\"", "bearer_token"),
+            ("hmac_secret = \"\"", "hmac_secret"),
+        ] {
+            assert_eq!(http(extra).as_deref(), Some(key), "{extra}");
+        }
+        let nowhere = read("http", "listen = \"localhost\"", HttpReceiverConfig::check).err();
+        assert_eq!(nowhere.as_deref(), Some("listen"));
+
+        let sender = |text: &str| read_sender(text).err();
+        for (text, key) in [
+            ("url = \"ftp://h/\"", "url"),
+            ("url = \"http://h/\"\ntls = { ca_file = \"/ca\" }", "tls"),
+            ("method = \"GET\"", "method"),
+            ("timeout_ms = 0", "timeout_ms"),
+            ("wire_format = \"json\"\nmethod = \"GET\"", "method"),
+        ] {
+            assert_eq!(sender(text).as_deref(), Some(key), "{text}");
+        }
+
+        let smq = |text: &str| read("simplemq", text, SimplemqReceiverConfig::check).err();
+        for (text, key) in [
+            ("queue = \"abc\"\napi_key = \"k\"", "queue"),
+            ("queue = \"orders-in\"\napi_key = \"\"", "api_key"),
+            ("queue = \"orders-in\"\napi_key = \"k\"\napi_url = \"simplemq\"", "api_url"),
+            ("queue = \"orders-in\"\napi_key = \"k\"\napi_url = \"http://[::1\"", "api_url"),
+            ("queue = \"orders-in\"\napi_key = \"k\"\npollers = 65", "pollers"),
+            ("queue = \"orders-in\"\napi_key = \"k\"\nrequire_rabbitmq_headers = true", "require_rabbitmq_headers"),
+        ] {
+            assert_eq!(smq(text).as_deref(), Some(key), "{text}");
+        }
+        let bad_queue = read("simplemq", "api_key = \"k\"\nqueue = \"a_b_c_d\"", SimplemqSenderConfig::check);
+        assert_eq!(bad_queue.err().as_deref(), Some("queue"));
+    }
+
+    #[test]
+    fn a_receiver_claims_its_listen_address_but_not_port_0() {
+        let claims = |listen: &str| {
+            let r = read("http", &format!("listen = {listen:?}"), HttpReceiverConfig::check).expect("valid");
+            r.claims().into_iter().map(|c| (c.key, c.what)).collect::<Vec<_>>()
+        };
+        assert_eq!(claims("127.0.0.1:8080"), [("listen".into(), "listen address 127.0.0.1:8080".into())]);
+        assert!(claims("127.0.0.1:0").is_empty(), "each port 0 gets a port of its own");
+    }
+
+    #[test]
+    fn simplemq_queue_names_follow_the_api() {
+        assert!(simplemq_queue_name_ok("my-own-queue-00"));
+        assert!(!simplemq_queue_name_ok("abc"));
+        assert!(!simplemq_queue_name_ok("bad--name"));
+        assert!(!simplemq_queue_name_ok("-start"));
+        assert!(!simplemq_queue_name_ok("under_score"));
+    }
 }
