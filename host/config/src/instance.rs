@@ -1,16 +1,13 @@
 //! The instance id (`[instance] id`) and the defaults that carry it.
 
-use crate::{Config, ConfigError, ReceiverConfig, SenderConfig};
+use crate::{Config, ConfigError};
 
 /// Longest instance id: it goes into MQTT client ids and metric labels.
 const MAX_ID_LEN: usize = 64;
 
 /// Settles the instance id (the config's, else `$FERRY_INSTANCE_ID`, else
-/// the host name) and gives every MQTT receiver and sender without a
-/// `client_id` the default `ferry-<instance id>-<name>`, so two instances
-/// of one config never take each other's client id at a broker. (A
-/// transport that reads its own keys takes the instance id from the
-/// [`crate::InstanceConfig`] it is handed.)
+/// the host name). Transports take it for names that must differ between
+/// instances of one config (MQTT client ids, Redis consumers).
 pub(crate) fn resolve(config: &mut Config, env: &dyn Fn(&str) -> Option<String>) -> Result<(), ConfigError> {
     let id = match config.instance.id.take() {
         Some(id) => checked(id, "instance.id")?,
@@ -19,17 +16,6 @@ pub(crate) fn resolve(config: &mut Config, env: &dyn Fn(&str) -> Option<String>)
             None => host_name(),
         },
     };
-    let client_id = |name: &str| format!("ferry-{id}-{name}");
-    for (name, receiver) in &mut config.receivers {
-        if let ReceiverConfig::Mqtt(m) = receiver {
-            m.client_id.get_or_insert_with(|| client_id(name));
-        }
-    }
-    for (name, sender) in &mut config.senders {
-        if let SenderConfig::Mqtt(m) = sender {
-            m.client_id.get_or_insert_with(|| client_id(name));
-        }
-    }
     config.instance.id = Some(id);
     Ok(())
 }

@@ -13,7 +13,7 @@ use crate::validate::{CheckKeys, Checks};
 use crate::{ConfigError, ReceiverConfig, SenderConfig, WireFormat};
 
 /// The `type`s whose config this crate still reads itself.
-const BUILT_IN: [&str; 3] = ["mqtt", "sqs_endpoint", "component"];
+const BUILT_IN: [&str; 2] = ["sqs_endpoint", "component"];
 
 /// A receiver or sender as written, for its transport to read.
 #[derive(Debug, Clone, PartialEq)]

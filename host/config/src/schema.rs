@@ -271,7 +271,6 @@ fn default_pool_size() -> usize {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum ReceiverConfig {
-    Mqtt(MqttReceiverConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointReceiverConfig),
     Component(ComponentReceiverConfig),
@@ -285,7 +284,6 @@ pub enum ReceiverConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
 pub enum SenderConfig {
-    Mqtt(MqttSenderConfig),
     #[serde(rename = "sqs_endpoint")]
     SqsEndpoint(SqsEndpointSenderConfig),
     Component(ComponentSenderConfig),
@@ -299,7 +297,6 @@ impl ReceiverConfig {
     /// The receiver's `type`: its transport's name in config and metrics.
     pub fn kind(&self) -> &str {
         match self {
-            ReceiverConfig::Mqtt(_) => "mqtt",
             ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
             ReceiverConfig::Component(_) => "component",
             ReceiverConfig::Table(t) => &t.kind,
@@ -309,7 +306,6 @@ impl ReceiverConfig {
     /// The checks of this receiver's own keys.
     pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
         match self {
-            ReceiverConfig::Mqtt(c) => c,
             ReceiverConfig::Table(c) => c,
             ReceiverConfig::SqsEndpoint(c) => c,
             ReceiverConfig::Component(c) => c,
@@ -321,7 +317,6 @@ impl ReceiverConfig {
     /// in its own config).
     pub fn wire_format(&self) -> WireFormat {
         match self {
-            ReceiverConfig::Mqtt(c) => c.wire_format,
             ReceiverConfig::Table(c) => c.wire_format.unwrap_or_default(),
             ReceiverConfig::SqsEndpoint(c) => c.wire_format,
             ReceiverConfig::Component(c) => c.wire_format,
@@ -342,7 +337,6 @@ impl SenderConfig {
     /// The sender's `type`: its transport's name in config and metrics.
     pub fn kind(&self) -> &str {
         match self {
-            SenderConfig::Mqtt(_) => "mqtt",
             SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
             SenderConfig::Component(_) => "component",
             SenderConfig::Table(t) => &t.kind,
@@ -352,7 +346,6 @@ impl SenderConfig {
     /// The checks of this sender's own keys.
     pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
         match self {
-            SenderConfig::Mqtt(c) => c,
             SenderConfig::Table(c) => c,
             SenderConfig::SqsEndpoint(c) => c,
             SenderConfig::Component(c) => c,
@@ -362,7 +355,6 @@ impl SenderConfig {
     /// The sender's `wire_format`, as [`ReceiverConfig::wire_format`].
     pub fn wire_format(&self) -> WireFormat {
         match self {
-            SenderConfig::Mqtt(c) => c.wire_format,
             SenderConfig::Table(c) => c.wire_format.unwrap_or_default(),
             SenderConfig::SqsEndpoint(c) => c.wire_format,
             SenderConfig::Component(c) => c.wire_format,
@@ -410,169 +402,6 @@ impl TlsConfig {
         }
         None
     }
-}
-
-/// MQTT 5 connection settings shared by receivers and senders (the
-/// `url`, `client_id`, `keep_alive_secs`, `reconnect_*` keys of both).
-#[derive(Debug, Clone, PartialEq)]
-pub struct MqttConnection {
-    pub url: String,
-    pub tls: Option<TlsConfig>,
-    pub client_id: String,
-    pub keep_alive_secs: u64,
-    pub reconnect_initial_ms: u64,
-    pub reconnect_max_ms: u64,
-}
-
-fn default_keep_alive_secs() -> u64 {
-    30
-}
-fn default_reconnect_initial_ms() -> u64 {
-    200
-}
-fn default_reconnect_max_ms() -> u64 {
-    10_000
-}
-
-/// `type = "mqtt"` receiver.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MqttReceiverConfig {
-    /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
-    /// for TLS (port 8883).
-    pub url: String,
-    /// TLS files for `mqtts://`: `{ ca_file = "ca.pem", cert_file =
-    /// "client.pem", key_file = "client.key" }`, every key optional.
-    /// Without `ca_file` the system CA bundle
-    /// (`/etc/ssl/certs/ca-certificates.crt`) verifies the broker;
-    /// `cert_file` and `key_file` (PEM) go together.
-    #[serde(default)]
-    pub tls: Option<TlsConfig>,
-    /// MQTT client id. Default `ferry-<instance id>-<name>` (the loader
-    /// fills it in). It names the persistent session, so keep it stable
-    /// across restarts: an upgrade from a ferry whose default was
-    /// `ferry-<name>` starts a new session; set `client_id` to the old id
-    /// to resume it.
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// MQTT keep-alive in seconds (5..65535). Default 30.
-    #[serde(default = "default_keep_alive_secs")]
-    pub keep_alive_secs: u64,
-    /// First reconnect delay in milliseconds; each further one doubles,
-    /// with ±30% jitter, up to `reconnect_max_ms`. Default 200.
-    #[serde(default = "default_reconnect_initial_ms")]
-    pub reconnect_initial_ms: u64,
-    /// Reconnect delay cap in milliseconds. Default 10000.
-    #[serde(default = "default_reconnect_max_ms")]
-    pub reconnect_max_ms: u64,
-    /// Topic filters to subscribe to (wildcards allowed).
-    pub topics: Vec<String>,
-    /// MQTT 5 shared subscription group: each filter is subscribed as
-    /// `$share/<group>/<filter>`, so instances (or receivers) in one group
-    /// split the messages instead of each getting every one (see [Running
-    /// more than one
-    /// ferry](../operating/several-instances.md#running-more-than-one-ferry)).
-    /// No `/`, `+` or `#` in the name. Default none.
-    #[serde(default)]
-    pub share_group: Option<String>,
-    /// Subscription QoS (0, 1 or 2). Default 1. With 1 and 2 a message is
-    /// acknowledged to the broker only after the route finished with it.
-    #[serde(default = "default_qos")]
-    pub qos: u8,
-    /// How long the broker keeps the session (and unacknowledged messages)
-    /// after a disconnect, in seconds. Default 3600.
-    #[serde(default = "default_session_expiry_secs")]
-    pub session_expiry_secs: u32,
-    /// Larger payloads are poison: dropped and counted. The broker is told
-    /// a maximum packet size of this plus 1 MiB, and discards anything
-    /// bigger itself. Default 1 MiB.
-    #[serde(default = "default_max_payload_bytes")]
-    pub max_payload_bytes: usize,
-    /// Sessions this receiver keeps with the broker (1..32), each with its
-    /// own client id (`<client_id>` then `<client_id>-1`, `-2`, …) and all
-    /// in one shared subscription (`share_group`, else one named after the
-    /// client id), so the broker splits the messages between them. A broker
-    /// caps the unacknowledged messages it sends to one client (Mosquitto:
-    /// `max_inflight_messages`, 20 by default), and with `direct_hold` each
-    /// waits for the target's acknowledgement: N sessions get N times as
-    /// many under way. Messages of one topic may then be handled out of
-    /// order. `/readyz` wants every session connected. Default 1.
-    #[serde(default = "default_connections")]
-    pub connections: u16,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
-}
-
-fn default_connections() -> u16 {
-    1
-}
-fn default_qos() -> u8 {
-    1
-}
-fn default_session_expiry_secs() -> u32 {
-    3600
-}
-fn default_max_payload_bytes() -> usize {
-    1024 * 1024
-}
-
-/// `type = "mqtt"` sender.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MqttSenderConfig {
-    /// `mqtt://[user[:password]@]host[:port]` (port 1883), or `mqtts://`
-    /// for TLS (port 8883).
-    pub url: String,
-    /// TLS files for `mqtts://`: `{ ca_file = "ca.pem", cert_file =
-    /// "client.pem", key_file = "client.key" }`, every key optional.
-    /// Without `ca_file` the system CA bundle
-    /// (`/etc/ssl/certs/ca-certificates.crt`) verifies the broker;
-    /// `cert_file` and `key_file` (PEM) go together.
-    #[serde(default)]
-    pub tls: Option<TlsConfig>,
-    /// MQTT client id. Default `ferry-<instance id>-<name>` (the loader
-    /// fills it in).
-    #[serde(default)]
-    pub client_id: Option<String>,
-    /// MQTT keep-alive in seconds (5..65535). Default 30.
-    #[serde(default = "default_keep_alive_secs")]
-    pub keep_alive_secs: u64,
-    /// First reconnect delay in milliseconds; each further one doubles,
-    /// with ±30% jitter, up to `reconnect_max_ms`. Default 200.
-    #[serde(default = "default_reconnect_initial_ms")]
-    pub reconnect_initial_ms: u64,
-    /// Reconnect delay cap in milliseconds. Default 10000.
-    #[serde(default = "default_reconnect_max_ms")]
-    pub reconnect_max_ms: u64,
-    /// Topic used when a binding's address is empty.
-    #[serde(default)]
-    pub default_topic: Option<String>,
-    /// Publish QoS (0, 1 or 2). Default 1. A send succeeds on PUBACK (QoS
-    /// 1), PUBCOMP (QoS 2) or once written (QoS 0).
-    #[serde(default = "default_qos")]
-    pub qos: u8,
-    /// RETAIN flag on every publish. Default false.
-    #[serde(default)]
-    pub retain: bool,
-    /// How long to wait for the broker's acknowledgement, in milliseconds,
-    /// before the send counts as a transient failure (retried). Default
-    /// 10000.
-    #[serde(default = "default_ack_timeout_ms")]
-    pub ack_timeout_ms: u64,
-    /// `"json"`: payloads are the [JSON wire
-    /// format](../concepts/wire-format.md#the-json-wire-format) (headers
-    /// and body in one document): a receiver unpacks them (what is not that
-    /// JSON stays a plain body), a sender packs into it. Default `"none"`.
-    #[serde(default)]
-    pub wire_format: WireFormat,
-}
-
-fn default_ack_timeout_ms() -> u64 {
-    10_000
 }
 
 /// How a route holds its source messages.
@@ -875,56 +704,3 @@ impl BindingConfig {
         self.id.as_deref().unwrap_or(&self.sender)
     }
 }
-
-/// Builds the shared connection settings from either MQTT config struct
-/// (serde cannot flatten them under `deny_unknown_fields`).
-macro_rules! mqtt_connection {
-    ($ty:ty) => {
-        impl $ty {
-            /// Connection settings; the client id defaults to `ferry-<name>`.
-            pub fn connection(&self, name: &str) -> MqttConnection {
-                MqttConnection {
-                    url: self.url.clone(),
-                    tls: self.tls.clone(),
-                    client_id: self.client_id.clone().unwrap_or_else(|| format!("ferry-{name}")),
-                    keep_alive_secs: self.keep_alive_secs,
-                    reconnect_initial_ms: self.reconnect_initial_ms,
-                    reconnect_max_ms: self.reconnect_max_ms,
-                }
-            }
-        }
-    };
-}
-mqtt_connection!(MqttReceiverConfig);
-
-impl MqttReceiverConfig {
-    /// The filters as subscribed by the receiver `name`:
-    /// `$share/<group>/<filter>` with a `share_group`, or with several
-    /// `connections` (the group then named after the client id), else as
-    /// written.
-    pub fn subscriptions(&self, name: &str) -> Vec<String> {
-        let group = match &self.share_group {
-            Some(group) => Some(group.clone()),
-            None if self.connections > 1 => Some(share_name_of(&self.connection(name).client_id)),
-            None => None,
-        };
-        match group {
-            Some(group) => self.topics.iter().map(|t| format!("$share/{group}/{t}")).collect(),
-            None => self.topics.clone(),
-        }
-    }
-
-    /// The client id of each of the receiver's sessions: the configured
-    /// (or default) one, then `-1`, `-2`, ….
-    pub fn client_ids(&self, name: &str) -> Vec<String> {
-        let base = self.connection(name).client_id;
-        (0..self.connections.max(1)).map(|k| if k == 0 { base.clone() } else { format!("{base}-{k}") }).collect()
-    }
-}
-
-/// A share name made from a client id: the characters a share name cannot
-/// hold (`/`, `+`, `#`) become `_`.
-fn share_name_of(client_id: &str) -> String {
-    client_id.chars().map(|c| if matches!(c, '/' | '+' | '#') { '_' } else { c }).collect()
-}
-mqtt_connection!(MqttSenderConfig);

@@ -30,9 +30,8 @@ fn no_env(_: &str) -> Option<String> {
 #[test]
 fn the_documented_example_parses_with_defaults() {
     let c = parse_with_env(VALID, &no_env).expect("valid");
-    let SenderConfig::Mqtt(out) = &c.senders["out"] else { panic!("mqtt sender") };
-    assert_eq!(out.url, "mqtt://127.0.0.1:1883");
-    assert_eq!(out.qos, 1);
+    let SenderConfig::Table(out) = &c.senders["out"] else { panic!("a transport's table") };
+    assert_eq!((out.kind.as_str(), out.keys["url"].as_str()), ("mqtt", Some("mqtt://127.0.0.1:1883")));
     assert_eq!(c.routes[0].max_in_flight, 100);
     assert_eq!(c.routes[0].processors[0].config["when"][0]["op"], "eq");
     assert_eq!(c.routes[0].bindings[0].id(), "out");
@@ -42,8 +41,8 @@ fn the_documented_example_parses_with_defaults() {
 fn env_variables_are_substituted_in_values() {
     let env = |n: &str| (n == "BROKER").then(|| "mqtt://broker:1884".to_owned());
     let c = parse_with_env(VALID, &env).expect("valid");
-    let SenderConfig::Mqtt(out) = &c.senders["out"] else { panic!("mqtt sender") };
-    assert_eq!(out.url, "mqtt://broker:1884");
+    let SenderConfig::Table(out) = &c.senders["out"] else { panic!("a transport's table") };
+    assert_eq!(out.keys["url"].as_str(), Some("mqtt://broker:1884"));
 }
 
 #[test]
@@ -67,8 +66,6 @@ fn invalid_fixtures_report_their_key() {
         ("sender = \"out\"", "sender = \"nowhere\"", "routes[0].bindings[0].sender"),
         ("receiver = \"in\"", "receiver = \"missing\"", "routes[0].receiver"),
         ("plugin = \"filter\"", "plugin = \"../etc/passwd\"", "routes[0].processors[0].plugin"),
-        ("topics = [\"sensors/#\"]", "topics = []", "receivers.in.topics"),
-        ("default_topic = \"bridged\"", "default_topic = \"bridged\"\nqos = 3", "senders.out.qos"),
         ("delivery_mode = \"direct_hold\"", "delivery_mode = \"sometimes\"", "routes[0].delivery_mode"),
         (
             "delivery_mode = \"direct_hold\"",
@@ -81,7 +78,6 @@ fn invalid_fixtures_report_their_key() {
             "id = \"sen/sors\"\nreceiver = \"in\"\ndelivery_mode = \"shared_outbox\"",
             "routes[0].id",
         ),
-        ("url = \"mqtt://127.0.0.1:1883\"\ntopics", "url = \"http://x\"\ntopics", "receivers.in.url"),
         ("[plugins]\ndir = \"plugins\"", "[plugins]\ndir = \"plugins\"\ncolour = \"blue\"", "plugins"),
         (
             "[plugins]\ndir = \"plugins\"",
@@ -239,36 +235,13 @@ sender = "out"
 }
 
 #[test]
-fn tls_needs_a_tls_url_and_a_key_with_its_certificate() {
-    let ok = VALID.replace(
-        "url = \"mqtt://127.0.0.1:1883\"\ntopics",
-        "url = \"mqtts://127.0.0.1\"\ntls = { ca_file = \"ca.pem\" }\ntopics",
-    );
-    let c = parse_with_env(&ok, &no_env).expect("valid");
-    let ReceiverConfig::Mqtt(r) = &c.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(r.tls.as_ref().and_then(|t| t.ca_file.as_deref()), Some("ca.pem"));
-    let plain = ok.replace("mqtts://", "mqtt://");
-    assert_eq!(parse_with_env(&plain, &no_env).expect_err("plain url").path, "receivers.in.tls");
-    let half = ok.replace("ca_file = \"ca.pem\"", "cert_file = \"c.pem\"");
-    assert_eq!(parse_with_env(&half, &no_env).expect_err("no key").path, "receivers.in.tls");
-}
-
-#[test]
 fn the_instance_id_comes_from_the_config_then_the_environment_then_the_host_name() {
     let env = |n: &str| (n == "FERRY_INSTANCE_ID").then(|| "pod-7".to_owned());
     let from_env = parse_with_env(VALID, &env).expect("valid");
     assert_eq!(from_env.instance.id(), "pod-7");
-    let ReceiverConfig::Mqtt(rx) = &from_env.receivers["in"] else { panic!("mqtt receiver") };
-    let SenderConfig::Mqtt(tx) = &from_env.senders["out"] else { panic!("mqtt sender") };
-    // Two instances of one config never share a client id at the broker.
-    assert_eq!(rx.connection("in").client_id, "ferry-pod-7-in");
-    assert_eq!(tx.connection("out").client_id, "ferry-pod-7-out");
-
     let text = format!("[instance]\nid = \"eu-1\"\n{VALID}");
     let from_config = parse_with_env(&text, &env).expect("valid");
     assert_eq!(from_config.instance.id(), "eu-1");
-    let ReceiverConfig::Mqtt(rx) = &from_config.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.client_id.as_deref(), Some("ferry-eu-1-in"));
 
     let from_host = parse_with_env(VALID, &no_env).expect("valid");
     let host = gethostname::gethostname().to_string_lossy().into_owned();
@@ -276,12 +249,6 @@ fn the_instance_id_comes_from_the_config_then_the_environment_then_the_host_name
     if host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')) && !host.is_empty() {
         assert_eq!(from_host.instance.id(), host);
     }
-
-    // An explicit client id is kept as written.
-    let explicit = VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\"]\nclient_id = \"mine\"");
-    let c = parse_with_env(&explicit, &env).expect("valid");
-    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.connection("in").client_id, "mine");
 }
 
 #[test]
@@ -298,28 +265,6 @@ fn an_instance_id_that_cannot_name_a_client_is_refused() {
     }
     let err = parse_with_env(&format!("[instance]\nname = \"x\"\n{VALID}"), &no_env).expect_err("unknown key");
     assert!(err.path.starts_with("instance"), "{err}");
-}
-
-#[test]
-fn a_share_group_prefixes_every_filter_and_must_be_a_share_name() {
-    let shared =
-        VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\", \"alarms\"]\nshare_group = \"g1\"");
-    let c = parse_with_env(&shared, &no_env).expect("valid");
-    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.subscriptions("in"), ["$share/g1/sensors/#", "$share/g1/alarms"]);
-    let plain = parse_with_env(VALID, &no_env).expect("valid");
-    let ReceiverConfig::Mqtt(rx) = &plain.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.subscriptions("in"), ["sensors/#"]);
-
-    for bad in ["", "a/b", "a+", "#"] {
-        let text =
-            VALID.replace("topics = [\"sensors/#\"]", &format!("topics = [\"sensors/#\"]\nshare_group = \"{bad}\""));
-        let err = parse_with_env(&text, &no_env).expect_err(bad);
-        assert_eq!(err.path, "receivers.in.share_group", "{bad:?}: {err}");
-    }
-    let doubled = VALID.replace("topics = [\"sensors/#\"]", "topics = [\"$share/x/sensors/#\"]\nshare_group = \"g\"");
-    let err = parse_with_env(&doubled, &no_env).expect_err("doubled");
-    assert_eq!(err.path, "receivers.in.topics[0]", "{err}");
 }
 
 #[test]
@@ -359,32 +304,6 @@ fn outbox_partitions_are_between_1_and_256() {
             Err(e) => assert!(!ok && e.path == "routes[0].outbox_partitions", "{n}: {e}"),
         }
     }
-}
-
-#[test]
-fn several_connections_share_one_subscription_under_client_ids_of_their_own() {
-    let text =
-        VALID.replace("topics = [\"sensors/#\"]", "topics = [\"sensors/#\"]\nclient_id = \"br/x\"\nconnections = 3");
-    let c = parse_with_env(&text, &no_env).expect("valid");
-    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.client_ids("in"), ["br/x", "br/x-1", "br/x-2"]);
-    assert_eq!(rx.subscriptions("in"), ["$share/br_x/sensors/#"], "a share name cannot hold '/'");
-    let grouped = text.replace("connections = 3", "connections = 3\nshare_group = \"g\"");
-    let c = parse_with_env(&grouped, &no_env).expect("valid");
-    let ReceiverConfig::Mqtt(rx) = &c.receivers["in"] else { panic!("mqtt receiver") };
-    assert_eq!(rx.subscriptions("in"), ["$share/g/sensors/#"], "the instances' group, shared by every session");
-
-    for (n, ok) in [(0, false), (1, true), (32, true), (33, false)] {
-        let text = VALID.replace("topics = [\"sensors/#\"]", &format!("topics = [\"sensors/#\"]\nconnections = {n}"));
-        match parse_with_env(&text, &no_env) {
-            Ok(_) => assert!(ok, "{n}"),
-            Err(e) => assert!(!ok && e.path == "receivers.in.connections", "{n}: {e}"),
-        }
-    }
-    // A sender may not take one of the sessions' ids.
-    let clash = text.replace("default_topic = \"bridged\"", "default_topic = \"bridged\"\nclient_id = \"br/x-2\"");
-    let err = parse_with_env(&clash, &no_env).expect_err("clash");
-    assert!(err.message.contains("also used by"), "{err}");
 }
 
 #[test]

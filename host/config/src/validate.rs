@@ -2,10 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{
-    Config, ConfigError, DeliveryMode, MqttReceiverConfig, MqttSenderConfig, SqsEndpointReceiverConfig,
-    SqsEndpointSenderConfig,
-};
+use crate::{Config, ConfigError, DeliveryMode, SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     let p = &config.plugins;
@@ -47,7 +44,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     }
     check_store(&config.store)?;
 
-    let mut checks = Checks { client_ids: BTreeMap::new(), endpoints: &config.endpoints };
+    let mut checks = Checks { endpoints: &config.endpoints };
     for (name, r) in &config.receivers {
         r.keys().check(name, &format!("receivers.{name}"), &mut checks)?;
     }
@@ -187,46 +184,6 @@ fn known<'a>(names: impl Iterator<Item = &'a String>) -> String {
     if list.is_empty() { "none".to_owned() } else { list.join(", ") }
 }
 
-fn check_mqtt_url(url: &str, key: &str) -> Result<(), ConfigError> {
-    let rest = url.strip_prefix("mqtt://").or_else(|| url.strip_prefix("mqtts://")).ok_or_else(|| {
-        ConfigError::new(format!("{key}.url"), format!("{url:?} must start with mqtt:// or mqtts://"))
-    })?;
-    let host = rest.rsplit('@').next().unwrap_or(rest);
-    if host.is_empty() || host.starts_with(':') {
-        return Err(ConfigError::new(format!("{key}.url"), "has no host"));
-    }
-    Ok(())
-}
-
-/// `tls` only with a TLS scheme; a client certificate needs its key.
-fn check_tls(url: &str, tls_scheme: &str, tls: Option<&crate::TlsConfig>, key: &str) -> Result<(), ConfigError> {
-    match tls.and_then(|t| t.problem(url.starts_with(tls_scheme), tls_scheme)) {
-        Some(why) => Err(ConfigError::new(format!("{key}.tls"), why)),
-        None => Ok(()),
-    }
-}
-
-fn check_qos(qos: u8, key: &str) -> Result<(), ConfigError> {
-    if qos > 2 {
-        return Err(ConfigError::new(format!("{key}.qos"), format!("{qos} is not a QoS level (0, 1 or 2)")));
-    }
-    Ok(())
-}
-
-fn check_keep_alive(secs: u64, key: &str) -> Result<(), ConfigError> {
-    if !(5..=65535).contains(&secs) {
-        return Err(ConfigError::new(format!("{key}.keep_alive_secs"), "must be between 5 and 65535"));
-    }
-    Ok(())
-}
-
-pub(crate) fn check_reconnect(initial: u64, max: u64, key: &str) -> Result<(), ConfigError> {
-    match reconnect_problem(initial, max) {
-        Some((k, why)) => Err(ConfigError::new(format!("{key}.{k}"), why)),
-        None => Ok(()),
-    }
-}
-
 /// What is wrong with a part's `reconnect_initial_ms` and
 /// `reconnect_max_ms`: the key and why (every transport's rule).
 pub fn reconnect_problem(initial: u64, max: u64) -> Option<(&'static str, &'static str)> {
@@ -237,24 +194,6 @@ pub fn reconnect_problem(initial: u64, max: u64) -> Option<(&'static str, &'stat
         return Some(("reconnect_max_ms", "must be at least reconnect_initial_ms"));
     }
     None
-}
-
-/// An MQTT 5 share name may not be empty or hold `/`, `+` or `#`, and the
-/// filters it prefixes must not be shared subscriptions already.
-fn check_share_group(group: &str, topics: &[String], key: &str) -> Result<(), ConfigError> {
-    if group.is_empty() || group.contains(['/', '+', '#']) {
-        return Err(ConfigError::new(
-            format!("{key}.share_group"),
-            format!("{group:?} is not an MQTT share name: it must be non-empty without '/', '+' or '#'"),
-        ));
-    }
-    if let Some((i, t)) = topics.iter().enumerate().find(|(_, t)| t.starts_with("$share/")) {
-        return Err(ConfigError::new(
-            format!("{key}.topics[{i}]"),
-            format!("{t:?} is a shared subscription already; with share_group write the plain filter"),
-        ));
-    }
-    Ok(())
 }
 
 /// `routes[].outbox_partitions` at most.
@@ -285,30 +224,10 @@ fn check_store(store: &crate::StoreConfig) -> Result<(), ConfigError> {
     }
 }
 
-/// What checking one receiver or sender shares with the others: the
-/// client ids claimed so far and the endpoints.
+/// What checking one receiver or sender needs of the rest of the config:
+/// the endpoints.
 pub(crate) struct Checks<'a> {
-    client_ids: BTreeMap<String, String>,
     endpoints: &'a crate::EndpointsConfig,
-}
-
-impl Checks<'_> {
-    /// Claims client id `id` on the broker at `url` for `key`; two
-    /// connections with one id keep disconnecting each other.
-    fn claim_client_id(&mut self, id: String, url: &str, key: String) -> Result<(), ConfigError> {
-        if id.is_empty() {
-            return Err(ConfigError::new(format!("{key}.client_id"), "must not be empty"));
-        }
-        if let Some(other) = self.client_ids.insert(format!("{url}\u{0}{id}"), key.clone()) {
-            return Err(ConfigError::new(
-                format!("{key}.client_id"),
-                format!(
-                    "client id {id:?} is also used by {other}; two connections with one id keep disconnecting each other"
-                ),
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// The checks of a receiver's or sender's own keys, written once per
@@ -317,68 +236,10 @@ pub(crate) trait CheckKeys {
     fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError>;
 }
 
-impl CheckKeys for MqttReceiverConfig {
-    fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let m = self;
-        check_mqtt_url(&m.url, key)?;
-        check_tls(&m.url, "mqtts://", m.tls.as_ref(), key)?;
-        check_qos(m.qos, key)?;
-        check_keep_alive(m.keep_alive_secs, key)?;
-        check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, key)?;
-        if m.topics.is_empty() {
-            return Err(ConfigError::new(format!("{key}.topics"), "needs at least one topic filter"));
-        }
-        for (i, t) in m.topics.iter().enumerate() {
-            if t.is_empty() {
-                return Err(ConfigError::new(format!("{key}.topics[{i}]"), "must not be empty"));
-            }
-        }
-        if m.max_payload_bytes == 0 {
-            return Err(ConfigError::new(format!("{key}.max_payload_bytes"), "must be at least 1"));
-        }
-        if let Some(group) = &m.share_group {
-            check_share_group(group, &m.topics, key)?;
-        }
-        if !(1..=32).contains(&m.connections) {
-            return Err(ConfigError::new(format!("{key}.connections"), "must be between 1 and 32"));
-        }
-        if m.connections > 1
-            && let Some((i, t)) = m.topics.iter().enumerate().find(|(_, t)| t.starts_with("$share/"))
-        {
-            return Err(ConfigError::new(
-                format!("{key}.topics[{i}]"),
-                format!(
-                    "{t:?} is a shared subscription already; several connections subscribe the plain filter as one"
-                ),
-            ));
-        }
-        for id in m.client_ids(name) {
-            checks.claim_client_id(id, &m.url, key.to_owned())?;
-        }
-        Ok(())
-    }
-}
-
 impl CheckKeys for SqsEndpointReceiverConfig {
     fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
         let e = self;
         crate::endpoint::check_receiver(e, checks.endpoints, key)?;
-        Ok(())
-    }
-}
-
-impl CheckKeys for MqttSenderConfig {
-    fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let m = self;
-        check_mqtt_url(&m.url, key)?;
-        check_tls(&m.url, "mqtts://", m.tls.as_ref(), key)?;
-        check_qos(m.qos, key)?;
-        check_keep_alive(m.keep_alive_secs, key)?;
-        check_reconnect(m.reconnect_initial_ms, m.reconnect_max_ms, key)?;
-        if m.ack_timeout_ms == 0 {
-            return Err(ConfigError::new(format!("{key}.ack_timeout_ms"), "must be at least 1"));
-        }
-        checks.claim_client_id(m.connection(name).client_id, &m.url, key.to_owned())?;
         Ok(())
     }
 }

@@ -163,15 +163,16 @@ pub trait TypedTransport: Send + Sync + 'static {
         Ok(())
     }
 
-    /// What the receiver takes that no other part may take too.
-    fn receiver_claims(&self, name: &str, config: &Self::ReceiverConfig) -> Vec<Claim> {
-        let _ = (name, config);
+    /// What the receiver takes that no other part may take too (as the
+    /// receiver of the instance `instance` takes it).
+    fn receiver_claims(&self, name: &str, config: &Self::ReceiverConfig, instance: &str) -> Vec<Claim> {
+        let _ = (name, config, instance);
         Vec::new()
     }
 
     /// As [`TypedTransport::receiver_claims`], for a sender.
-    fn sender_claims(&self, name: &str, config: &Self::SenderConfig) -> Vec<Claim> {
-        let _ = (name, config);
+    fn sender_claims(&self, name: &str, config: &Self::SenderConfig, instance: &str) -> Vec<Claim> {
+        let _ = (name, config, instance);
         Vec::new()
     }
 
@@ -292,8 +293,8 @@ pub trait Transport: Send + Sync {
     fn schemas(&self, generator: &mut schemars::SchemaGenerator) -> PartSchemas;
     fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem>;
     fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem>;
-    fn receiver_claims(&self, name: &str, config: &ReceiverConfig) -> Vec<Claim>;
-    fn sender_claims(&self, name: &str, config: &SenderConfig) -> Vec<Claim>;
+    fn receiver_claims(&self, name: &str, config: &ReceiverConfig, instance: &str) -> Vec<Claim>;
+    fn sender_claims(&self, name: &str, config: &SenderConfig, instance: &str) -> Vec<Claim>;
     fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String>;
     fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
@@ -388,12 +389,12 @@ impl<T: TypedTransport> Transport for T {
         TypedTransport::check_sender(self, name, &c)
     }
 
-    fn receiver_claims(&self, name: &str, config: &ReceiverConfig) -> Vec<Claim> {
-        receiver_of(self, config).map(|c| TypedTransport::receiver_claims(self, name, &c)).unwrap_or_default()
+    fn receiver_claims(&self, name: &str, config: &ReceiverConfig, instance: &str) -> Vec<Claim> {
+        receiver_of(self, config).map(|c| TypedTransport::receiver_claims(self, name, &c, instance)).unwrap_or_default()
     }
 
-    fn sender_claims(&self, name: &str, config: &SenderConfig) -> Vec<Claim> {
-        sender_of(self, config).map(|c| TypedTransport::sender_claims(self, name, &c)).unwrap_or_default()
+    fn sender_claims(&self, name: &str, config: &SenderConfig, instance: &str) -> Vec<Claim> {
+        sender_of(self, config).map(|c| TypedTransport::sender_claims(self, name, &c, instance)).unwrap_or_default()
     }
 
     fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {

@@ -43,7 +43,64 @@ pub fn of_sender(config: &SenderConfig) -> Result<&'static dyn Transport, String
 
 #[cfg(test)]
 mod tests {
+    use ferry_config::reference::config_markdown;
+
     use super::*;
+
+    #[test]
+    fn every_key_of_every_section_is_on_the_page() {
+        let page = config_markdown(&json_schema());
+        for key in ["`url`", "`max_in_flight`", "`dedup_window_secs`", "`call_timeout_ms`", "`share_group`"] {
+            assert!(page.contains(&format!("| {key} |")), "{key} missing");
+        }
+        for section in
+            ["`[receivers.NAME]` with `type = \"mqtt\"`", "`[senders.NAME]` with `type = \"mqtt\"`", "`[[routes]]`"]
+        {
+            assert!(page.contains(&format!("## {section}")), "{section} missing");
+        }
+        // The tables inside sections have sections of their own, and every
+        // key of every table the schema defines is on the page.
+        for nested in ["## `tls`", "## `grants`", "## `access_keys`", "## `queues.NAME`", "## `topics.NAME`"] {
+            assert!(page.contains(&format!("{nested}\n")), "{nested} missing");
+        }
+        assert!(page.contains("| `type` | `\"embedded\"`, `\"postgres\"` |"), "store.type missing");
+        let schema = json_schema();
+        for (name, def) in schema["$defs"].as_object().expect("defs") {
+            for key in def["properties"].as_object().into_iter().flat_map(|p| p.keys()) {
+                if name != "EndpointsConfig" && def["properties"][key].get("const").is_none() {
+                    assert!(page.contains(&format!("| `{key}` |")), "{name}.{key} missing");
+                }
+            }
+        }
+        // Only what is handed to a plugin as it is has no type of its own.
+        for line in page.lines().filter(|l| l.contains("| any |")) {
+            assert!(
+                ["| `config` |", "| `header_mapper_config` |", "| `shadow_config` |"]
+                    .iter()
+                    .any(|k| line.starts_with(k)),
+                "a key of unknown type: {line}"
+            );
+        }
+    }
+
+    #[test]
+    fn types_and_defaults_read_as_written_in_toml() {
+        let page = config_markdown(&json_schema());
+        let row = |key: &str, section: &str| -> String {
+            let start = page.find(&format!("## {section}")).expect("section");
+            let rest = &page[start..];
+            let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
+            rest[..end].lines().find(|l| l.starts_with(&format!("| `{key}` |"))).expect("row").to_owned()
+        };
+        assert!(
+            row("max_in_flight", "`[[routes]]`").contains("| integer | `100` |"),
+            "{}",
+            row("max_in_flight", "`[[routes]]`")
+        );
+        assert!(row("delivery_mode", "`[[routes]]`").contains("`\"direct_hold\"`, `\"shared_outbox\"`"));
+        assert!(row("topics", "`[receivers.NAME]` with `type = \"mqtt\"`").contains("list of string"));
+        assert!(row("url", "`[receivers.NAME]` with `type = \"mqtt\"`").contains("(or `{ file = … }`)"));
+    }
 
     /// Every `type` the config schema accepts has exactly one transport.
     #[test]

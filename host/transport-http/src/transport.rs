@@ -40,7 +40,7 @@ impl TypedTransport for Http {
         config.check()
     }
 
-    fn receiver_claims(&self, _: &str, config: &HttpReceiverConfig) -> Vec<Claim> {
+    fn receiver_claims(&self, _: &str, config: &HttpReceiverConfig, _: &str) -> Vec<Claim> {
         config.claims()
     }
 

@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
-use ferry_config::{MqttConnection, TlsConfig};
+use ferry_config::TlsConfig;
+
+use crate::config::MqttConnection;
 use ferry_core::TransportError;
 use ferry_core::backoff::Backoff;
 use rumqttc::v5::MqttOptions;

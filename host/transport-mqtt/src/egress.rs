@@ -1,8 +1,8 @@
 //! Envelope -> MQTT publish: the rules of seed 000 ("MQTT out of the
 //! envelope").
 
+use crate::config::MqttSenderConfig;
 use bytes::Bytes;
-use ferry_config::MqttSenderConfig;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_config::{MqttReceiverConfig, MqttSenderConfig};
+use crate::config::{MqttReceiverConfig, MqttSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value};

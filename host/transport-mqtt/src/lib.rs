@@ -11,10 +11,12 @@
 //!   or PUBCOMP (QoS 2).
 //! - [`fixture`]: fixture publishes in and outbound publishes as JSON, for
 //!   `ferry test`.
+//! - [`config`]: the receiver's and sender's keys and their checks.
 //! - [`connection`]: URL parsing, client options and reconnect backoff.
 //! - [`transport`]: [`Mqtt`], the crate's entry in the daemon's transport
 //!   table.
 
+pub mod config;
 pub mod connection;
 pub mod egress;
 pub mod fixture;

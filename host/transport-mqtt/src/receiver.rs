@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::config::{MqttConnection, MqttReceiverConfig};
 use async_trait::async_trait;
-use ferry_config::{MqttConnection, MqttReceiverConfig};
 use ferry_core::TransportError;
 use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::metrics::Metrics;

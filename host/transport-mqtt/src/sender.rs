@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::config::{MqttConnection, MqttSenderConfig};
 use async_trait::async_trait;
-use ferry_config::{MqttConnection, MqttSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::backoff::sleep_or_shutdown;
 use ferry_core::metrics::Metrics;

@@ -3,25 +3,21 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{MqttReceiverConfig, MqttSenderConfig, ReceiverConfig, SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::fidelity::{
     CONTENT_TYPE, CORRELATION, EXTRA, Find, ID, Probe, REPLY_TO, SUBJECT, TEXT_VALUE, extras, feature, table, text,
 };
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
-use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
+use ferry_core::transport::{Claim, KeyProblem, Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
+use crate::config::{MqttReceiverConfig, MqttSenderConfig};
 use crate::{MqttReceiver, MqttSender, connection, fixture};
 
 /// MQTT 5 (`type = "mqtt"`).
 pub struct Mqtt;
-
-fn check_url(url: &str) -> Result<(), KeyProblem> {
-    connection::parse_url(url).map(|_| ()).map_err(|e| KeyProblem::new("url", e))
-}
 
 #[async_trait]
 impl TypedTransport for Mqtt {
@@ -29,20 +25,20 @@ impl TypedTransport for Mqtt {
     type SenderConfig = MqttSenderConfig;
     const KIND: &'static str = "mqtt";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&MqttReceiverConfig> {
-        if let ReceiverConfig::Mqtt(c) = config { Some(c) } else { None }
-    }
-
-    fn sender_config(config: &SenderConfig) -> Option<&MqttSenderConfig> {
-        if let SenderConfig::Mqtt(c) = config { Some(c) } else { None }
-    }
-
     fn check_receiver(&self, _: &str, config: &MqttReceiverConfig) -> Result<(), KeyProblem> {
-        check_url(&config.url)
+        config.check()
     }
 
     fn check_sender(&self, _: &str, config: &MqttSenderConfig) -> Result<(), KeyProblem> {
-        check_url(&config.url)
+        config.check()
+    }
+
+    fn receiver_claims(&self, name: &str, config: &MqttReceiverConfig, instance: &str) -> Vec<Claim> {
+        config.clone().for_instance(instance, name).claims(name)
+    }
+
+    fn sender_claims(&self, name: &str, config: &MqttSenderConfig, instance: &str) -> Vec<Claim> {
+        config.clone().for_instance(instance, name).claims(name)
     }
 
     fn receiver(
@@ -52,11 +48,13 @@ impl TypedTransport for Mqtt {
         parts: &Parts<'_>,
     ) -> Result<Arc<dyn Receiver>, String> {
         let window = u16::try_from(parts.max_in_flight).unwrap_or(u16::MAX);
-        Ok(Arc::new(MqttReceiver::new(name, config.clone(), window, parts.metrics.clone())))
+        let config = config.clone().for_instance(parts.instance, name);
+        Ok(Arc::new(MqttReceiver::new(name, config, window, parts.metrics.clone())))
     }
 
     fn sender(&self, name: &str, config: &MqttSenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
-        Ok(Arc::new(MqttSender::start(name, config.clone(), parts.metrics.clone()).map_err(|e| e.to_string())?))
+        let config = config.clone().for_instance(parts.instance, name);
+        Ok(Arc::new(MqttSender::start(name, config, parts.metrics.clone()).map_err(|e| e.to_string())?))
     }
 
     async fn probe_receiver(&self, name: &str, config: &MqttReceiverConfig) -> Result<String, TransportError> {

@@ -5,13 +5,13 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferry_config::{MqttReceiverConfig, MqttSenderConfig};
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, broker_url, topic, user_property};
 use ferry_tests::receiver::RunningReceiver;
 use ferry_tests::unique;
+use ferry_transport_mqtt::config::{MqttReceiverConfig, MqttSenderConfig};
 use ferry_transport_mqtt::{MqttReceiver, MqttSender};
 use rumqttc::v5::mqttbytes::v5::PublishProperties;
 

@@ -347,7 +347,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
         let key = format!("receivers.{name}");
         let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
         transport.check_receiver(name, r).map_err(|p| key_problem(&key, p))?;
-        for claim in transport.receiver_claims(name, r) {
+        for claim in transport.receiver_claims(name, r, config.instance.id()) {
             taken.claim(&key, claim)?;
         }
     }
@@ -355,7 +355,7 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
         let key = format!("senders.{name}");
         let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
         transport.check_sender(name, s).map_err(|p| key_problem(&key, p))?;
-        for claim in transport.sender_claims(name, s) {
+        for claim in transport.sender_claims(name, s, config.instance.id()) {
             taken.claim(&key, claim)?;
         }
     }
@@ -599,5 +599,22 @@ mod tests {
         let admin = "[admin]\nlisten = \"127.0.0.1:8080\"\n";
         let err = check(&format!("{admin}{}", http("a", "127.0.0.1:8080"))).expect_err("the admin's");
         assert_eq!(err, ("receivers.a.listen".into(), "admin listens there already".into()));
+    }
+
+    #[test]
+    fn two_mqtt_sessions_with_one_client_id_at_one_broker_are_refused_by_name() {
+        let mqtt = |kind: &str, name: &str, extra: &str| {
+            format!("[{kind}.{name}]\ntype = \"mqtt\"\nurl = \"mqtt://127.0.0.1\"\ntopics = [\"t\"]\n{extra}\n")
+        };
+        let sessions = mqtt("receivers", "a", "client_id = \"br\"\nconnections = 3");
+        let err = check(&format!("{sessions}{}", mqtt("receivers", "b", "client_id = \"br-2\""))).expect_err("clash");
+        assert_eq!(err.0, "receivers.b.client_id");
+        assert!(err.1.starts_with("receivers.a uses client id \"br-2\""), "{}", err.1);
+        // The default carries the part's name (and the instance): no clash.
+        check(&format!("{}{}", mqtt("receivers", "a", ""), mqtt("receivers", "b", ""))).expect("defaults");
+        // Another broker, another id space.
+        let other =
+            "[receivers.b]\ntype = \"mqtt\"\nurl = \"mqtt://127.0.0.2\"\ntopics = [\"t\"]\nclient_id = \"br\"\n";
+        check(&format!("{sessions}{other}")).expect("two brokers");
     }
 }
