@@ -10,7 +10,6 @@
 //! Validation here is pure (no network, no filesystem); the daemon adds the
 //! checks that need the outside world, such as whether a plugin file loads.
 
-mod component;
 mod endpoint;
 mod instance;
 mod part;
@@ -44,6 +43,15 @@ impl ConfigError {
 }
 
 impl Config {
+    /// Whether the section at the dotted `path` (`endpoints.sqs`) is set:
+    /// what a transport may need besides its part (the transport trait's
+    /// `needs_section`).
+    pub fn has_section(&self, path: &str) -> bool {
+        let Ok(document) = serde_json::to_value(self) else { return false };
+        let pointer = format!("/{}", path.replace('.', "/"));
+        document.pointer(&pointer).is_some_and(|v| !v.is_null())
+    }
+
     /// The config with its admin server on `listen` (`ferry run
     /// --admin-listen`), validated again: the same rules apply as to the
     /// key in the file.
@@ -91,8 +99,8 @@ fn parse_collecting_secrets(
         let path = if path == "." { "(file)".to_owned() } else { path };
         ConfigError::new(path, e.into_inner().to_string())
     })?;
-    config.receivers.extend(receivers.into_iter().map(|(name, part)| (name, ReceiverConfig::Table(part))));
-    config.senders.extend(senders.into_iter().map(|(name, part)| (name, SenderConfig::Table(part))));
+    config.receivers.extend(receivers.into_iter().map(|(name, part)| (name, ReceiverConfig(part))));
+    config.senders.extend(senders.into_iter().map(|(name, part)| (name, SenderConfig(part))));
     instance::resolve(&mut config, env)?;
     validate::validate(&config)?;
     Ok((config, secrets))
@@ -110,8 +118,8 @@ mod tests;
 /// string may also be written as `{ file = "…" }` (a secret read from a
 /// file), which the schema allows wherever it allows a string.
 ///
-/// Only the built-in transports' tables are in it; the daemon's
-/// [`json_schema_with`] adds those of the transports that read their own.
+/// No transport's tables are in it; the daemon's [`json_schema_with`] adds
+/// every transport's.
 pub fn json_schema() -> serde_json::Value {
     json_schema_with(|_| Vec::new())
 }
@@ -185,19 +193,8 @@ fn add_parts(
         }
         node
     };
-    // The built-in tables are in the document's schema already.
-    let built_in: Vec<String> = schema
-        .pointer("/$defs/ReceiverConfig/oneOf")
-        .and_then(|l| l.as_array())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.pointer("/properties/type/const").and_then(|c| c.as_str()).map(str::to_owned))
-        .collect();
-    let variants: Vec<(serde_json::Value, serde_json::Value)> = parts
-        .iter()
-        .filter(|p| !built_in.iter().any(|k| k == p.kind))
-        .map(|p| (variant(&p.receiver, p.kind), variant(&p.sender, p.kind)))
-        .collect();
+    let variants: Vec<(serde_json::Value, serde_json::Value)> =
+        parts.iter().map(|p| (variant(&p.receiver, p.kind), variant(&p.sender, p.kind))).collect();
     let Some(all) = schema.get_mut("$defs").and_then(|d| d.as_object_mut()) else { return };
     for (name, def) in defs {
         all.entry(name).or_insert(def);

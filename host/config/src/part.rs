@@ -2,18 +2,12 @@
 //! own keys: the config reads `type` and `wire_format` (keys every part
 //! has) and keeps the rest as written, for the transport's crate to
 //! deserialise into its own config type and check (the daemon's transport
-//! table hands it over). The built-in transports whose config is still
-//! written in this crate are the other variants of [`ReceiverConfig`] and
-//! [`SenderConfig`]; they move here one by one.
+//! table hands it over).
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::validate::{CheckKeys, Checks};
-use crate::{ConfigError, ReceiverConfig, SenderConfig, WireFormat};
-
-/// The `type`s whose config this crate still reads itself.
-const BUILT_IN: [&str; 2] = ["sqs_endpoint", "component"];
+use crate::{ConfigError, WireFormat};
 
 /// A receiver or sender as written, for its transport to read.
 #[derive(Debug, Clone, PartialEq)]
@@ -39,6 +33,18 @@ impl PartTable {
         Ok(Self { kind: kind.into(), wire_format, keys })
     }
 
+    /// The part's `type`: its transport's name in config and metrics.
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The part's `wire_format`, `"none"` where it is not written (a
+    /// transport that reads the wire format itself has its own default in
+    /// its own config).
+    pub fn wire_format(&self) -> WireFormat {
+        self.wire_format.unwrap_or_default()
+    }
+
     /// The keys as the transport's config type `T`; on failure the key
     /// path below the part's (empty for the part as a whole) and why.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
@@ -61,10 +67,13 @@ impl PartTable {
         serde_path_to_error::deserialize(toml::Value::Table(keys)).map_err(|e| {
             let path = e.path().to_string();
             let message = e.into_inner().to_string();
-            // Where serde reports an unknown key depends on the table's
-            // order; name the key itself.
-            let unknown = message.strip_prefix("unknown field `").and_then(|rest| rest.split('`').next());
-            let path = match (path.as_str(), unknown) {
+            // Where serde reports an unknown or missing key depends on
+            // the table's order; name the key itself.
+            let named = ["unknown field `", "missing field `"]
+                .iter()
+                .find_map(|prefix| message.strip_prefix(prefix))
+                .and_then(|rest| rest.split('`').next());
+            let path = match (path.as_str(), named) {
                 (".", Some(key)) => key.to_owned(),
                 (".", None) => String::new(),
                 _ => path,
@@ -86,17 +95,15 @@ impl Serialize for PartTable {
     }
 }
 
-/// Takes the parts of a transport that reads its own keys out of
-/// `value`'s `table` (`receivers` or `senders`), so the built-in ones
-/// deserialise with their key paths; the parts taken, by name.
+/// Takes the parts out of `value`'s `table` (`receivers` or `senders`),
+/// each read with its key path; the parts taken, by name. A part without
+/// a `type` is left for [`PartTable`]'s `Deserialize` to refuse.
 pub(crate) fn take_tables(value: &mut toml::Value, table: &str) -> Result<Vec<(String, PartTable)>, ConfigError> {
     let Some(parts) = value.get_mut(table).and_then(toml::Value::as_table_mut) else { return Ok(Vec::new()) };
     let names: Vec<String> = parts
         .iter()
-        .filter(|(_, part)| {
-            part.get("type").and_then(toml::Value::as_str).is_some_and(|kind| !BUILT_IN.contains(&kind))
-        })
-        .map(|(name, _)| name.clone())
+        .filter(|(_, part)| part.get("type").is_some_and(toml::Value::is_str))
+        .map(|(n, _)| n.clone())
         .collect();
     let mut taken = Vec::new();
     for name in names {
@@ -109,42 +116,16 @@ pub(crate) fn take_tables(value: &mut toml::Value, table: &str) -> Result<Vec<(S
     Ok(taken)
 }
 
-/// A transport that reads its own keys checks them (the daemon's
-/// transport table); nothing is left to check here.
-impl CheckKeys for PartTable {
-    fn check(&self, _: &str, _: &str, _: &mut Checks<'_>) -> Result<(), ConfigError> {
-        Ok(())
-    }
-}
-
-impl Serialize for ReceiverConfig {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            ReceiverConfig::Table(t) => t.serialize(serializer),
-            built_in => ReceiverConfig::serialize(built_in, serializer),
-        }
-    }
-}
-
-/// The built-in ones only: [`crate::parse`] takes the others out first.
-impl<'de> Deserialize<'de> for ReceiverConfig {
+/// A part as a table with a `type` (the ones [`take_tables`] did not take:
+/// refused, naming what is missing).
+impl<'de> Deserialize<'de> for PartTable {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        ReceiverConfig::deserialize(deserializer)
-    }
-}
-
-impl Serialize for SenderConfig {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        match self {
-            SenderConfig::Table(t) => t.serialize(serializer),
-            built_in => SenderConfig::serialize(built_in, serializer),
-        }
-    }
-}
-
-/// The built-in ones only: [`crate::parse`] takes the others out first.
-impl<'de> Deserialize<'de> for SenderConfig {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        SenderConfig::deserialize(deserializer)
+        let keys = toml::Table::deserialize(deserializer)?;
+        let kind = match keys.get("type") {
+            Some(toml::Value::String(kind)) => kind.clone(),
+            Some(_) => return Err(serde::de::Error::custom("`type` must be a string naming a transport")),
+            None => return Err(serde::de::Error::missing_field("type")),
+        };
+        PartTable::new(kind, keys).map_err(|e| serde::de::Error::custom(format!("{}: {}", e.path, e.message)))
     }
 }

@@ -6,10 +6,8 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::component::*;
 pub use crate::endpoint::{
-    AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointReceiverConfig,
-    SqsEndpointSenderConfig, SqsEndpointTopic,
+    AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointTopic,
 };
 pub use crate::part::PartTable;
 pub use crate::wire_format::WireFormat;
@@ -264,112 +262,49 @@ fn default_pool_size() -> usize {
     8
 }
 
-// The built-in transports whose config is still written here, or a
-// [`PartTable`] for a transport that reads its own (serde's `remote =
-// "Self"` makes the derived code the helpers of the impls in `part.rs`).
-/// `[receivers.NAME]`, chosen by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
-pub enum ReceiverConfig {
-    #[serde(rename = "sqs_endpoint")]
-    SqsEndpoint(SqsEndpointReceiverConfig),
-    Component(ComponentReceiverConfig),
-    /// A transport that reads its own keys (see [`PartTable`]).
-    #[serde(skip)]
-    #[schemars(skip)]
-    Table(PartTable),
-}
+/// `[receivers.NAME]`: a transport chosen by `type`, its keys as written;
+/// the transport's crate reads and checks them (the daemon's transport
+/// table hands them over), and adds them to the schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ReceiverConfig(pub PartTable);
 
-/// `[senders.NAME]`, chosen by `type`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(tag = "type", rename_all = "lowercase", remote = "Self")]
-pub enum SenderConfig {
-    #[serde(rename = "sqs_endpoint")]
-    SqsEndpoint(SqsEndpointSenderConfig),
-    Component(ComponentSenderConfig),
-    /// A transport that reads its own keys (see [`PartTable`]).
-    #[serde(skip)]
-    #[schemars(skip)]
-    Table(PartTable),
-}
+/// `[senders.NAME]`, as [`ReceiverConfig`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SenderConfig(pub PartTable);
 
-impl ReceiverConfig {
-    /// The receiver's `type`: its transport's name in config and metrics.
-    pub fn kind(&self) -> &str {
-        match self {
-            ReceiverConfig::SqsEndpoint(_) => "sqs_endpoint",
-            ReceiverConfig::Component(_) => "component",
-            ReceiverConfig::Table(t) => &t.kind,
-        }
-    }
-
-    /// The checks of this receiver's own keys.
-    pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
-        match self {
-            ReceiverConfig::Table(c) => c,
-            ReceiverConfig::SqsEndpoint(c) => c,
-            ReceiverConfig::Component(c) => c,
-        }
-    }
-
-    /// The receiver's `wire_format`, `"none"` where it is not written
-    /// (a transport that reads the wire format itself has its own default
-    /// in its own config).
-    pub fn wire_format(&self) -> WireFormat {
-        match self {
-            ReceiverConfig::Table(c) => c.wire_format.unwrap_or_default(),
-            ReceiverConfig::SqsEndpoint(c) => c.wire_format,
-            ReceiverConfig::Component(c) => c.wire_format,
-        }
-    }
-
-    /// The transport component this receiver is, if it is one (a
-    /// plugin the daemon must load).
-    pub fn component(&self) -> Option<&str> {
-        match self {
-            ReceiverConfig::Component(c) => Some(&c.component),
-            _ => None,
-        }
+impl std::ops::Deref for ReceiverConfig {
+    type Target = PartTable;
+    fn deref(&self) -> &PartTable {
+        &self.0
     }
 }
 
-impl SenderConfig {
-    /// The sender's `type`: its transport's name in config and metrics.
-    pub fn kind(&self) -> &str {
-        match self {
-            SenderConfig::SqsEndpoint(_) => "sqs_endpoint",
-            SenderConfig::Component(_) => "component",
-            SenderConfig::Table(t) => &t.kind,
-        }
-    }
-
-    /// The checks of this sender's own keys.
-    pub(crate) fn keys(&self) -> &dyn crate::validate::CheckKeys {
-        match self {
-            SenderConfig::Table(c) => c,
-            SenderConfig::SqsEndpoint(c) => c,
-            SenderConfig::Component(c) => c,
-        }
-    }
-
-    /// The sender's `wire_format`, as [`ReceiverConfig::wire_format`].
-    pub fn wire_format(&self) -> WireFormat {
-        match self {
-            SenderConfig::Table(c) => c.wire_format.unwrap_or_default(),
-            SenderConfig::SqsEndpoint(c) => c.wire_format,
-            SenderConfig::Component(c) => c.wire_format,
-        }
-    }
-
-    /// The transport component this sender is, if it is one (a
-    /// plugin the daemon must load).
-    pub fn component(&self) -> Option<&str> {
-        match self {
-            SenderConfig::Component(c) => Some(&c.component),
-            _ => None,
-        }
+impl std::ops::Deref for SenderConfig {
+    type Target = PartTable;
+    fn deref(&self) -> &PartTable {
+        &self.0
     }
 }
+
+/// A part's schema is its transport's ([`crate::json_schema_with`] adds
+/// one variant per transport); none of its own.
+macro_rules! part_schema {
+    ($t:ty, $name:literal, $doc:literal) => {
+        impl JsonSchema for $t {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                $name.into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!({ "description": $doc, "oneOf": [] })
+            }
+        }
+    };
+}
+
+part_schema!(ReceiverConfig, "ReceiverConfig", "`[receivers.NAME]`, chosen by `type`.");
+part_schema!(SenderConfig, "SenderConfig", "`[senders.NAME]`, chosen by `type`.");
 
 /// `tls = { ... }`: TLS files for `mqtts://`, `amqps://`, `https://`,
 /// NATS `tls://` and `rediss://` connections.

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::{Config, ConfigError, DeliveryMode, SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
+use crate::{Config, ConfigError, DeliveryMode};
 
 pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
     let p = &config.plugins;
@@ -43,15 +43,6 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         return Err(ConfigError::new("store.path", "must not be empty"));
     }
     check_store(&config.store)?;
-
-    let mut checks = Checks { endpoints: &config.endpoints };
-    for (name, r) in &config.receivers {
-        r.keys().check(name, &format!("receivers.{name}"), &mut checks)?;
-    }
-    crate::endpoint::check(&config.endpoints)?;
-    for (name, s) in &config.senders {
-        s.keys().check(name, &format!("senders.{name}"), &mut checks)?;
-    }
 
     if config.routes.is_empty() && config.endpoints.sqs.is_none() {
         return Err(ConfigError::new("routes", "at least one [[routes]] entry (or an [endpoints.sqs]) is required"));
@@ -221,33 +212,5 @@ fn check_store(store: &crate::StoreConfig) -> Result<(), ConfigError> {
             }
             Ok(())
         }
-    }
-}
-
-/// What checking one receiver or sender needs of the rest of the config:
-/// the endpoints.
-pub(crate) struct Checks<'a> {
-    endpoints: &'a crate::EndpointsConfig,
-}
-
-/// The checks of a receiver's or sender's own keys, written once per
-/// config type (`key` is `receivers.NAME` or `senders.NAME`).
-pub(crate) trait CheckKeys {
-    fn check(&self, name: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError>;
-}
-
-impl CheckKeys for SqsEndpointReceiverConfig {
-    fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let e = self;
-        crate::endpoint::check_receiver(e, checks.endpoints, key)?;
-        Ok(())
-    }
-}
-
-impl CheckKeys for SqsEndpointSenderConfig {
-    fn check(&self, _: &str, key: &str, checks: &mut Checks<'_>) -> Result<(), ConfigError> {
-        let e = self;
-        crate::endpoint::check_sender(e, checks.endpoints, key)?;
-        Ok(())
     }
 }

@@ -10,11 +10,10 @@
 //! a line in that table.
 
 use std::any::Any;
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{PartSchemas, ReceiverConfig, SenderConfig};
+use ferry_config::{PartSchemas, PartTable};
 use ferry_envelope::Timestamp;
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -135,19 +134,6 @@ pub trait TypedTransport: Send + Sync + 'static {
     /// The `type` in config and the `kind` label in metrics (`mqtt`).
     const KIND: &'static str;
 
-    /// This transport's receiver config, where `host/config` still reads
-    /// it (a built-in variant of [`ReceiverConfig`]); by default none: the
-    /// transport reads its own keys from a [`ferry_config::PartTable`].
-    fn receiver_config(config: &ReceiverConfig) -> Option<&Self::ReceiverConfig> {
-        let _ = config;
-        None
-    }
-    /// As [`TypedTransport::receiver_config`], for a sender.
-    fn sender_config(config: &SenderConfig) -> Option<&Self::SenderConfig> {
-        let _ = config;
-        None
-    }
-
     /// Parses what the receiver connects to with the code it connects
     /// with, so a URL that cannot work is refused at validation rather
     /// than retried at connect.
@@ -174,6 +160,26 @@ pub trait TypedTransport: Send + Sync + 'static {
     fn sender_claims(&self, name: &str, config: &Self::SenderConfig, instance: &str) -> Vec<Claim> {
         let _ = (name, config, instance);
         Vec::new()
+    }
+
+    /// The section of the config document (a dotted path such as
+    /// `endpoints.sqs`) that must be set for a part of this transport to
+    /// work: the daemon refuses the part without it.
+    fn needs_section(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The plugin the receiver runs (a transport component), which the
+    /// daemon loads with the others; by default none.
+    fn receiver_plugin(&self, config: &Self::ReceiverConfig) -> Option<String> {
+        let _ = config;
+        None
+    }
+
+    /// As [`TypedTransport::receiver_plugin`], for a sender.
+    fn sender_plugin(&self, config: &Self::SenderConfig) -> Option<String> {
+        let _ = config;
+        None
     }
 
     /// `ferry validate`: what can be checked of the part with the daemon's
@@ -283,39 +289,37 @@ pub trait TypedTransport: Send + Sync + 'static {
     }
 }
 
-/// A transport as the daemon holds it: [`TypedTransport`] over the whole
-/// [`ReceiverConfig`] and [`SenderConfig`]. Handed another kind's config,
+/// A transport as the daemon holds it: [`TypedTransport`] over a part's
+/// table as written ([`PartTable`]). Handed another kind's part,
 /// each method fails (a wiring bug) rather than guessing.
 #[async_trait]
 pub trait Transport: Send + Sync {
     fn kind(&self) -> &'static str;
     /// The schemas of this transport's receiver and sender tables.
     fn schemas(&self, generator: &mut schemars::SchemaGenerator) -> PartSchemas;
-    fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem>;
-    fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem>;
-    fn receiver_claims(&self, name: &str, config: &ReceiverConfig, instance: &str) -> Vec<Claim>;
-    fn sender_claims(&self, name: &str, config: &SenderConfig, instance: &str) -> Vec<Claim>;
-    fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String>;
-    fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String>;
-    fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
-    fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String>;
+    fn check_receiver(&self, name: &str, config: &PartTable) -> Result<(), KeyProblem>;
+    fn check_sender(&self, name: &str, config: &PartTable) -> Result<(), KeyProblem>;
+    fn receiver_claims(&self, name: &str, config: &PartTable, instance: &str) -> Vec<Claim>;
+    fn sender_claims(&self, name: &str, config: &PartTable, instance: &str) -> Vec<Claim>;
+    fn needs_section(&self) -> Option<&'static str>;
+    fn receiver_plugin(&self, config: &PartTable) -> Option<String>;
+    fn sender_plugin(&self, config: &PartTable) -> Option<String>;
+    fn validate_receiver(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<(), String>;
+    fn validate_sender(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<(), String>;
+    fn receiver(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String>;
+    fn sender(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String>;
     fn receiver_reads_wire_format(&self) -> bool;
     fn sender_writes_wire_format(&self) -> bool;
-    async fn probe_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<String, TransportError>;
-    async fn probe_sender(&self, name: &str, config: &SenderConfig) -> Result<String, TransportError>;
-    fn fixture_receive(&self, config: &ReceiverConfig, input: TomlValue, now: Timestamp) -> Result<Admitted, String>;
-    fn fixture_send(
-        &self,
-        config: &SenderConfig,
-        msg: &OutboundMessage,
-        now: Timestamp,
-    ) -> Result<View, TransportError>;
-    fn receiver_secrets(&self, config: &ReceiverConfig) -> Vec<String>;
-    fn sender_secrets(&self, config: &SenderConfig) -> Vec<String>;
-    fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String>;
+    async fn probe_receiver(&self, name: &str, config: &PartTable) -> Result<String, TransportError>;
+    async fn probe_sender(&self, name: &str, config: &PartTable) -> Result<String, TransportError>;
+    fn fixture_receive(&self, config: &PartTable, input: TomlValue, now: Timestamp) -> Result<Admitted, String>;
+    fn fixture_send(&self, config: &PartTable, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError>;
+    fn receiver_secrets(&self, config: &PartTable) -> Vec<String>;
+    fn sender_secrets(&self, config: &PartTable) -> Vec<String>;
+    fn fidelity_probe(&self, config: &PartTable) -> Result<Probe, String>;
     fn lossy_note(&self) -> &'static str;
     fn lost_note(&self, find: Find) -> Option<&'static str>;
-    fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str>;
+    fn sender_warning(&self, config: &PartTable) -> Option<&'static str>;
     fn outage_note(&self) -> &'static str;
 }
 
@@ -323,40 +327,39 @@ fn wrong_kind(transport: &str, got: &str) -> String {
     format!("the {transport} transport was handed a {got} config (a wiring bug)")
 }
 
-/// `config` as `T`'s receiver config: the built-in variant, or its table
-/// read (with `wire_format` where the transport reads the wire format
-/// itself); a table that does not read is a problem with its key.
-fn receiver_of<'c, T: TypedTransport>(
-    transport: &T,
-    config: &'c ReceiverConfig,
-) -> Result<Cow<'c, T::ReceiverConfig>, KeyProblem> {
-    if let Some(c) = T::receiver_config(config) {
-        return Ok(Cow::Borrowed(c));
+/// `config` as `T`'s config: its table read (with `wire_format` where the
+/// transport reads the wire format itself); a table that does not read is
+/// a problem with its key.
+fn part_of<C: DeserializeOwned>(kind: &str, config: &PartTable, wire_format: bool) -> Result<C, KeyProblem> {
+    if config.kind != kind {
+        return Err(KeyProblem::new("type", wrong_kind(kind, &config.kind)));
     }
-    match config {
-        ReceiverConfig::Table(t) if t.kind == T::KIND => {
-            let read = if transport.receiver_reads_wire_format() { t.parse_with_wire_format() } else { t.parse() };
-            read.map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
-        }
-        _ => Err(KeyProblem::new("type", wrong_kind(T::KIND, config.kind()))),
-    }
+    let read = if wire_format { config.parse_with_wire_format() } else { config.parse() };
+    read.map_err(|e| KeyProblem::new(e.path, e.message))
 }
 
-/// As [`receiver_of`], for a sender.
-fn sender_of<'c, T: TypedTransport>(
-    transport: &T,
-    config: &'c SenderConfig,
-) -> Result<Cow<'c, T::SenderConfig>, KeyProblem> {
-    if let Some(c) = T::sender_config(config) {
-        return Ok(Cow::Borrowed(c));
-    }
-    match config {
-        SenderConfig::Table(t) if t.kind == T::KIND => {
-            let read = if transport.sender_writes_wire_format() { t.parse_with_wire_format() } else { t.parse() };
-            read.map(Cow::Owned).map_err(|e| KeyProblem::new(e.path, e.message))
-        }
-        _ => Err(KeyProblem::new("type", wrong_kind(T::KIND, config.kind()))),
-    }
+fn receiver_of<T: TypedTransport>(transport: &T, config: &PartTable) -> Result<T::ReceiverConfig, KeyProblem> {
+    part_of(T::KIND, config, transport.receiver_reads_wire_format())
+}
+
+fn sender_of<T: TypedTransport>(transport: &T, config: &PartTable) -> Result<T::SenderConfig, KeyProblem> {
+    part_of(T::KIND, config, transport.sender_writes_wire_format())
+}
+
+/// A part's keys as the daemon hands them to a transport that leaves the
+/// wire format to the daemon, from `text` (the part's table without
+/// `type`): read, then `check`ed; on failure the key below the part's. For
+/// the config tests of transport crates.
+pub fn read_part<T: DeserializeOwned>(
+    kind: &str,
+    text: &str,
+    check: impl Fn(&T) -> Result<(), KeyProblem>,
+) -> Result<T, String> {
+    let keys: toml::Table = toml::from_str(text).map_err(|e| format!("not TOML: {e}"))?;
+    let part = PartTable::new(kind, keys).map_err(|e| e.path)?;
+    let config: T = part.parse().map_err(|e| e.path)?;
+    check(&config).map_err(|p| p.key)?;
+    Ok(config)
 }
 
 impl std::fmt::Display for KeyProblem {
@@ -379,38 +382,50 @@ impl<T: TypedTransport> Transport for T {
         }
     }
 
-    fn check_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<(), KeyProblem> {
+    fn check_receiver(&self, name: &str, config: &PartTable) -> Result<(), KeyProblem> {
         let c = receiver_of(self, config)?;
         TypedTransport::check_receiver(self, name, &c)
     }
 
-    fn check_sender(&self, name: &str, config: &SenderConfig) -> Result<(), KeyProblem> {
+    fn check_sender(&self, name: &str, config: &PartTable) -> Result<(), KeyProblem> {
         let c = sender_of(self, config)?;
         TypedTransport::check_sender(self, name, &c)
     }
 
-    fn receiver_claims(&self, name: &str, config: &ReceiverConfig, instance: &str) -> Vec<Claim> {
+    fn receiver_claims(&self, name: &str, config: &PartTable, instance: &str) -> Vec<Claim> {
         receiver_of(self, config).map(|c| TypedTransport::receiver_claims(self, name, &c, instance)).unwrap_or_default()
     }
 
-    fn sender_claims(&self, name: &str, config: &SenderConfig, instance: &str) -> Vec<Claim> {
+    fn sender_claims(&self, name: &str, config: &PartTable, instance: &str) -> Vec<Claim> {
         sender_of(self, config).map(|c| TypedTransport::sender_claims(self, name, &c, instance)).unwrap_or_default()
     }
 
-    fn validate_receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<(), String> {
-        TypedTransport::validate_receiver(self, name, &*receiver_of(self, config).map_err(|e| e.to_string())?, parts)
+    fn needs_section(&self) -> Option<&'static str> {
+        TypedTransport::needs_section(self)
     }
 
-    fn validate_sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<(), String> {
-        TypedTransport::validate_sender(self, name, &*sender_of(self, config).map_err(|e| e.to_string())?, parts)
+    fn receiver_plugin(&self, config: &PartTable) -> Option<String> {
+        receiver_of(self, config).ok().and_then(|c| TypedTransport::receiver_plugin(self, &c))
     }
 
-    fn receiver(&self, name: &str, config: &ReceiverConfig, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {
-        TypedTransport::receiver(self, name, &*receiver_of(self, config).map_err(|e| e.to_string())?, parts)
+    fn sender_plugin(&self, config: &PartTable) -> Option<String> {
+        sender_of(self, config).ok().and_then(|c| TypedTransport::sender_plugin(self, &c))
     }
 
-    fn sender(&self, name: &str, config: &SenderConfig, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
-        TypedTransport::sender(self, name, &*sender_of(self, config).map_err(|e| e.to_string())?, parts)
+    fn validate_receiver(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<(), String> {
+        TypedTransport::validate_receiver(self, name, &receiver_of(self, config).map_err(|e| e.to_string())?, parts)
+    }
+
+    fn validate_sender(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<(), String> {
+        TypedTransport::validate_sender(self, name, &sender_of(self, config).map_err(|e| e.to_string())?, parts)
+    }
+
+    fn receiver(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<Arc<dyn Receiver>, String> {
+        TypedTransport::receiver(self, name, &receiver_of(self, config).map_err(|e| e.to_string())?, parts)
+    }
+
+    fn sender(&self, name: &str, config: &PartTable, parts: &Parts<'_>) -> Result<Arc<dyn Sender>, String> {
+        TypedTransport::sender(self, name, &sender_of(self, config).map_err(|e| e.to_string())?, parts)
     }
 
     fn receiver_reads_wire_format(&self) -> bool {
@@ -421,40 +436,35 @@ impl<T: TypedTransport> Transport for T {
         TypedTransport::sender_writes_wire_format(self)
     }
 
-    async fn probe_receiver(&self, name: &str, config: &ReceiverConfig) -> Result<String, TransportError> {
+    async fn probe_receiver(&self, name: &str, config: &PartTable) -> Result<String, TransportError> {
         let c = receiver_of(self, config).map_err(|e| TransportError::permanent(e.to_string()))?;
         TypedTransport::probe_receiver(self, name, &c).await
     }
 
-    async fn probe_sender(&self, name: &str, config: &SenderConfig) -> Result<String, TransportError> {
+    async fn probe_sender(&self, name: &str, config: &PartTable) -> Result<String, TransportError> {
         let c = sender_of(self, config).map_err(|e| TransportError::permanent(e.to_string()))?;
         TypedTransport::probe_sender(self, name, &c).await
     }
 
-    fn fixture_receive(&self, config: &ReceiverConfig, input: TomlValue, now: Timestamp) -> Result<Admitted, String> {
-        TypedTransport::fixture_receive(self, &*receiver_of(self, config).map_err(|e| e.to_string())?, input, now)
+    fn fixture_receive(&self, config: &PartTable, input: TomlValue, now: Timestamp) -> Result<Admitted, String> {
+        TypedTransport::fixture_receive(self, &receiver_of(self, config).map_err(|e| e.to_string())?, input, now)
     }
 
-    fn fixture_send(
-        &self,
-        config: &SenderConfig,
-        msg: &OutboundMessage,
-        now: Timestamp,
-    ) -> Result<View, TransportError> {
+    fn fixture_send(&self, config: &PartTable, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
         let c = sender_of(self, config).map_err(|e| TransportError::permanent(e.to_string()))?;
         TypedTransport::fixture_send(self, &c, msg, now)
     }
 
-    fn receiver_secrets(&self, config: &ReceiverConfig) -> Vec<String> {
+    fn receiver_secrets(&self, config: &PartTable) -> Vec<String> {
         receiver_of(self, config).map(|c| TypedTransport::receiver_secrets(self, &c)).unwrap_or_default()
     }
 
-    fn sender_secrets(&self, config: &SenderConfig) -> Vec<String> {
+    fn sender_secrets(&self, config: &PartTable) -> Vec<String> {
         sender_of(self, config).map(|c| TypedTransport::sender_secrets(self, &c)).unwrap_or_default()
     }
 
-    fn fidelity_probe(&self, config: &ReceiverConfig) -> Result<Probe, String> {
-        Ok(TypedTransport::fidelity_probe(self, &*receiver_of(self, config).map_err(|e| e.to_string())?))
+    fn fidelity_probe(&self, config: &PartTable) -> Result<Probe, String> {
+        Ok(TypedTransport::fidelity_probe(self, &receiver_of(self, config).map_err(|e| e.to_string())?))
     }
 
     fn lossy_note(&self) -> &'static str {
@@ -465,7 +475,7 @@ impl<T: TypedTransport> Transport for T {
         TypedTransport::lost_note(self, find)
     }
 
-    fn sender_warning(&self, config: &SenderConfig) -> Option<&'static str> {
+    fn sender_warning(&self, config: &PartTable) -> Option<&'static str> {
         sender_of(self, config).ok().and_then(|c| TypedTransport::sender_warning(self, &c))
     }
 

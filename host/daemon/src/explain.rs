@@ -284,7 +284,7 @@ pub fn report(config: &Config) -> (String, usize) {
             ));
         }
         for (j, b) in route.bindings.iter().enumerate() {
-            let kinds = config.senders.get(&b.sender).map(SenderConfig::kind).unwrap_or("?");
+            let kinds = config.senders.get(&b.sender).map(|s| s.kind()).unwrap_or("?");
             out.push_str(&format!(
                 "route {} -> binding {}: {} (receivers.{}) -> {kinds} (senders.{})\n",
                 route.id,

@@ -41,6 +41,16 @@ pub fn of_sender(config: &SenderConfig) -> Result<&'static dyn Transport, String
     find(config.kind()).ok_or_else(|| format!("no transport {:?} in this build", config.kind()))
 }
 
+/// The plugin a receiver runs (a transport component), if it runs one.
+pub fn receiver_plugin(config: &ReceiverConfig) -> Option<String> {
+    of_receiver(config).ok()?.receiver_plugin(config)
+}
+
+/// The plugin a sender runs, if it runs one.
+pub fn sender_plugin(config: &SenderConfig) -> Option<String> {
+    of_sender(config).ok()?.sender_plugin(config)
+}
+
 #[cfg(test)]
 mod tests {
     use ferry_config::reference::config_markdown;

@@ -15,10 +15,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::{SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
 use async_trait::async_trait;
 use aws_sdk_sqs::primitives::Blob;
 use aws_sdk_sqs::types::{Message, MessageAttributeValue, MessageSystemAttributeName};
-use ferry_config::{SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
 use ferry_core::TransportError;
 use ferry_core::ledger::{RedeliveryLedger, Tracked};
 use ferry_core::metrics::{Metrics, labels};

@@ -24,6 +24,7 @@
 pub mod actions;
 pub mod auth;
 pub mod bridge;
+pub mod config;
 pub mod engine;
 pub mod error;
 pub mod filter;

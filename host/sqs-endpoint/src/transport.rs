@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferry_config::{Config, ReceiverConfig, SenderConfig, SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
+use ferry_config::Config;
 use ferry_core::TransportError;
 use ferry_core::fidelity::Probe;
 use ferry_core::ports::{OutboundMessage, Receiver, Sender};
-use ferry_core::transport::{Parts, TypedTransport};
+use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
@@ -17,6 +17,7 @@ use ferry_transport_sqs::config::{MAX_MESSAGE_BYTES, SqsReceiverConfig, SqsSende
 
 use crate::Topics;
 use crate::bridge::{EndpointReceiver, EndpointSender, channel};
+use crate::config::{SqsEndpointReceiverConfig, SqsEndpointSenderConfig};
 
 /// The queues of this daemon's `[endpoints.sqs]` (`type = "sqs_endpoint"`).
 /// It serves from the daemon's [`Topics`], handed over as
@@ -48,8 +49,8 @@ fn as_sqs_sender(config: &SqsEndpointSenderConfig) -> SqsSenderConfig {
         max_message_bytes: MAX_MESSAGE_BYTES,
         message_group_header: config.message_group_header.clone(),
         default_message_group: config.default_message_group.clone(),
-        batch_size: 10,
-        batch_linger_ms: 5,
+        batch_size: ferry_transport_sqs::config::DEFAULT_BATCH_SIZE,
+        batch_linger_ms: ferry_transport_sqs::config::DEFAULT_BATCH_LINGER_MS,
     }
 }
 
@@ -66,12 +67,16 @@ impl TypedTransport for SqsEndpoint {
     type SenderConfig = SqsEndpointSenderConfig;
     const KIND: &'static str = "sqs_endpoint";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&SqsEndpointReceiverConfig> {
-        if let ReceiverConfig::SqsEndpoint(c) = config { Some(c) } else { None }
+    fn check_receiver(&self, _: &str, config: &SqsEndpointReceiverConfig) -> Result<(), KeyProblem> {
+        config.check()
     }
 
-    fn sender_config(config: &SenderConfig) -> Option<&SqsEndpointSenderConfig> {
-        if let SenderConfig::SqsEndpoint(c) = config { Some(c) } else { None }
+    fn check_sender(&self, _: &str, config: &SqsEndpointSenderConfig) -> Result<(), KeyProblem> {
+        config.check()
+    }
+
+    fn needs_section(&self) -> Option<&'static str> {
+        Some("endpoints.sqs")
     }
 
     fn receiver(
@@ -141,7 +146,8 @@ pub fn topic_receivers(config: &Config) -> BTreeSet<(String, String)> {
         .routes
         .iter()
         .filter_map(|route| {
-            let receiver = config.receivers.get(&route.receiver).and_then(SqsEndpoint::receiver_config)?;
+            let receiver = config.receivers.get(&route.receiver).filter(|r| r.kind == SqsEndpoint::KIND)?;
+            let receiver: SqsEndpointReceiverConfig = receiver.parse().ok()?;
             (!receiver.topic.is_empty()).then(|| (receiver.topic.clone(), route.receiver.clone()))
         })
         .collect()

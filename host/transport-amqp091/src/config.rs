@@ -242,8 +242,6 @@ impl Amqp091SenderConfig {
 
 #[cfg(test)]
 mod tests {
-    use ferry_config::PartTable;
-
     use super::*;
 
     const RECEIVER: &str = "url = \"amqp://guest:guest@127.0.0.1:5672/%2f\"\nqueue = \"orders\"\nexchange = \"events\"\n\
@@ -251,14 +249,8 @@ mod tests {
     const SENDER: &str =
         "url = \"amqp://127.0.0.1\"\nexchange = \"routed\"\nexchange_type = \"direct\"\nexchange_from_header = true\n";
 
-    /// The part as the daemon hands it over: read, then checked; on
-    /// failure the key below the part's.
     fn read<T: serde::de::DeserializeOwned>(text: &str, check: fn(&T) -> Result<(), KeyProblem>) -> Result<T, String> {
-        let keys: toml::Table = toml::from_str(text).expect("toml");
-        let part = PartTable::new("amqp091", keys).expect("part");
-        let config: T = part.parse().map_err(|e| e.path)?;
-        check(&config).map_err(|p| p.key)?;
-        Ok(config)
+        ferry_core::transport::read_part("amqp091", text, check)
     }
 
     #[test]

@@ -143,21 +143,13 @@ impl Amqp10SenderConfig {
 
 #[cfg(test)]
 mod tests {
-    use ferry_config::PartTable;
-
     use super::*;
 
     const RECEIVER: &str = "url = \"amqp://guest:guest@127.0.0.1:5672\"\naddress = \"/amq/queue/in\"\n";
     const SENDER: &str = "url = \"amqp://127.0.0.1\"\naddress = \"/exchange/amq.topic/out\"\n";
 
-    /// The part as the daemon hands it over: read, then checked; on
-    /// failure the key below the part's.
     fn read<T: serde::de::DeserializeOwned>(text: &str, check: fn(&T) -> Result<(), KeyProblem>) -> Result<T, String> {
-        let keys: toml::Table = toml::from_str(text).expect("toml");
-        let part = PartTable::new("amqp10", keys).expect("part");
-        let config: T = part.parse().map_err(|e| e.path)?;
-        check(&config).map_err(|p| p.key)?;
-        Ok(config)
+        ferry_core::transport::read_part("amqp10", text, check)
     }
 
     #[test]

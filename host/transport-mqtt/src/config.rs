@@ -338,20 +338,13 @@ fn check_share_group(group: &str, topics: &[String]) -> Result<(), KeyProblem> {
 
 #[cfg(test)]
 mod tests {
-    use ferry_config::PartTable;
-
     use super::*;
 
     const RECEIVER: &str = "url = \"mqtt://127.0.0.1:1883\"\ntopics = [\"sensors/#\"]\n";
     const SENDER: &str = "url = \"mqtt://127.0.0.1:1883\"\ndefault_topic = \"bridged\"\n";
 
-    /// The part as the daemon hands it over: read, then checked; on
-    /// failure the key below the part's.
     fn read<T: serde::de::DeserializeOwned>(text: &str, check: fn(&T) -> Result<(), KeyProblem>) -> Result<T, String> {
-        let keys: toml::Table = toml::from_str(text).expect("toml");
-        let config: T = PartTable::new("mqtt", keys).expect("part").parse().map_err(|e| e.path)?;
-        check(&config).map_err(|p| p.key)?;
-        Ok(config)
+        ferry_core::transport::read_part("mqtt", text, check)
     }
 
     fn receiver(extra: &str) -> Result<MqttReceiverConfig, String> {

@@ -328,24 +328,17 @@ fn name_problem(name: &str) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use ferry_config::PartTable;
-
     use super::*;
 
     const RECEIVER: &str = "url = \"nats://user:pass@127.0.0.1:4222\"\nstream = \"ORDERS\"\n\
                             filter_subjects = [\"orders.*.new\", \"audit.>\"]\n";
     const SENDER: &str = "url = \"nats://a:4222, nats://b:4222\"\nsubject = \"bridged.{region}\"\n";
 
-    /// The part as the daemon hands it over: read, then checked; on
-    /// failure the key below the part's.
     fn read<T: serde::de::DeserializeOwned>(
         text: &str,
         check: impl Fn(&T) -> Result<(), KeyProblem>,
     ) -> Result<T, String> {
-        let keys: toml::Table = toml::from_str(text).expect("toml");
-        let config: T = PartTable::new("nats", keys).expect("part").parse().map_err(|e| e.path)?;
-        check(&config).map_err(|p| p.key)?;
-        Ok(config)
+        ferry_core::transport::read_part("nats", text, check)
     }
 
     fn receiver(text: &str) -> Result<NatsReceiverConfig, String> {
@@ -382,7 +375,7 @@ mod tests {
             (with("tls = { ca_file = \"/ca\" }"), "tls"),
             (with("ack_wait_secs = 0"), "ack_wait_secs"),
             (with("ack_wait = 5"), "ack_wait"),
-            (receiver(&RECEIVER.replace(stream, "")), ""),
+            (receiver(&RECEIVER.replace(stream, "")), "stream"),
         ] {
             assert_eq!(bad.err().as_deref(), Some(key), "{key}");
         }

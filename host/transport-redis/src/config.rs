@@ -249,21 +249,13 @@ impl RedisStreamsSenderConfig {
 
 #[cfg(test)]
 mod tests {
-    use ferry_config::PartTable;
-
     use super::*;
 
     const RECEIVER: &str = "url = \"redis://:secret@127.0.0.1:6379/2\"\nstream = \"orders\"\ngroup = \"bridge\"\n";
     const SENDER: &str = "url = \"rediss://cache.example:6380\"\nstream = \"audit:{region}\"\nmaxlen = 10000\n";
 
-    /// The part as the daemon hands it over: read, then checked; on
-    /// failure the key below the part's.
     fn read<T: serde::de::DeserializeOwned>(text: &str, check: fn(&T) -> Result<(), KeyProblem>) -> Result<T, String> {
-        let keys: toml::Table = toml::from_str(text).expect("toml");
-        let part = PartTable::new("redis_streams", keys).expect("part");
-        let config: T = part.parse().map_err(|e| e.path)?;
-        check(&config).map_err(|p| p.key)?;
-        Ok(config)
+        ferry_core::transport::read_part("redis_streams", text, check)
     }
 
     #[test]
@@ -292,7 +284,7 @@ mod tests {
             (receiver("group = \"bridge\"", "group = \"g\"\nid_field = \"payload\""), "id_field"),
             (receiver("group = \"bridge\"", "group = \"g\"\ntls = { ca_file = \"/ca\" }"), "tls"),
             (receiver("group = \"bridge\"", "group = \"g\"\ntls = { ca = \"/ca\" }"), "tls.ca"),
-            (receiver("group = \"bridge\"", ""), ""),
+            (receiver("group = \"bridge\"", ""), "group"),
         ] {
             assert_eq!(bad.err().as_deref(), Some(key), "{key}");
         }

@@ -85,7 +85,7 @@ pub struct SqsSenderConfig {
     #[serde(default = "default_message_group")]
     pub default_message_group: String,
     /// Messages per SendMessageBatch, 1..=10. Default 10.
-    #[serde(default = "default_max_messages")]
+    #[serde(default = "default_batch_size")]
     pub batch_size: i32,
     /// How long a batch waits for more messages, in milliseconds. Default 5.
     #[serde(default = "default_batch_linger_ms")]
@@ -106,8 +106,16 @@ pub fn default_message_group_header() -> String {
 pub fn default_message_group() -> String {
     "default".to_owned()
 }
+/// A sender's messages per batch, by default.
+pub const DEFAULT_BATCH_SIZE: i32 = 10;
+/// How long a sender's batch waits for more, by default (ms).
+pub const DEFAULT_BATCH_LINGER_MS: u64 = 5;
+
+fn default_batch_size() -> i32 {
+    DEFAULT_BATCH_SIZE
+}
 fn default_batch_linger_ms() -> u64 {
-    5
+    DEFAULT_BATCH_LINGER_MS
 }
 
 impl SqsReceiverConfig {
@@ -168,21 +176,13 @@ fn check_urls(queue_url: Option<&String>, endpoint_url: Option<&String>) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use ferry_config::PartTable;
-
     use super::*;
 
     const RECEIVER: &str = "queue_name = \"orders\"\nendpoint_url = \"http://127.0.0.1:4566\"\n";
     const SENDER: &str = "queue_url = \"http://127.0.0.1:4566/000000000000/out.fifo\"\n";
 
-    /// The part as the daemon hands it over: read, then checked; on
-    /// failure the key below the part's.
     fn read<T: serde::de::DeserializeOwned>(text: &str, check: fn(&T) -> Result<(), KeyProblem>) -> Result<T, String> {
-        let keys: toml::Table = toml::from_str(text).expect("toml");
-        let part = PartTable::new("sqs", keys).expect("part");
-        let config: T = part.parse().map_err(|e| e.path)?;
-        check(&config).map_err(|p| p.key)?;
-        Ok(config)
+        ferry_core::transport::read_part("sqs", text, check)
     }
 
     #[test]

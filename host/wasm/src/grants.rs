@@ -106,14 +106,14 @@ impl AllowHosts {
     /// The entries of the form `host:port` (`[v6]:port` for an IPv6
     /// address).
     pub fn parse(list: &[String]) -> Self {
-        Self { entries: list.iter().filter_map(|e| ferry_config::host_port(e).ok()).collect() }
+        Self { entries: list.iter().filter_map(|e| crate::component_config::host_port(e).ok()).collect() }
     }
 
     /// Whether an HTTP request to `authority` (`host[:port]`, the port
     /// defaulting to the scheme's) is granted.
     pub fn allows_authority(&self, authority: &str, https: bool) -> bool {
         let default = if https { 443 } else { 80 };
-        let (host, port) = match ferry_config::host_port(authority) {
+        let (host, port) = match crate::component_config::host_port(authority) {
             Ok(pair) => pair,
             Err(_) => (authority.trim_start_matches('[').trim_end_matches(']').to_ascii_lowercase(), default),
         };

@@ -18,6 +18,7 @@
 //!   host side of the `message` resource.
 
 mod bindings;
+pub mod component_config;
 pub mod engine;
 pub mod grants;
 mod http_client;

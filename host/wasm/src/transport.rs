@@ -36,13 +36,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use ferry_config::{ComponentReceiverConfig, ComponentSenderConfig, ReceiverConfig, SenderConfig};
 use ferry_core::TransportError;
 use ferry_core::backoff::{Backoff, sleep_or_shutdown};
 use ferry_core::fidelity::{Find, Probe};
 use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, OutboundMessage, Receiver, Sender, room};
-use ferry_core::transport::{Parts, TypedTransport};
+use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
+
+use crate::component_config::{ComponentReceiverConfig, ComponentSenderConfig};
 use ferry_core::wire::toml_value::Value as TomlValue;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::{Envelope, Timestamp, names};
@@ -726,12 +727,20 @@ impl TypedTransport for Component {
     type SenderConfig = ComponentSenderConfig;
     const KIND: &'static str = "component";
 
-    fn receiver_config(config: &ReceiverConfig) -> Option<&ComponentReceiverConfig> {
-        if let ReceiverConfig::Component(c) = config { Some(c) } else { None }
+    fn check_receiver(&self, _: &str, c: &ComponentReceiverConfig) -> Result<(), KeyProblem> {
+        c.check()
     }
 
-    fn sender_config(config: &SenderConfig) -> Option<&ComponentSenderConfig> {
-        if let SenderConfig::Component(c) = config { Some(c) } else { None }
+    fn check_sender(&self, _: &str, c: &ComponentSenderConfig) -> Result<(), KeyProblem> {
+        c.check()
+    }
+
+    fn receiver_plugin(&self, c: &ComponentReceiverConfig) -> Option<String> {
+        Some(c.component.clone())
+    }
+
+    fn sender_plugin(&self, c: &ComponentSenderConfig) -> Option<String> {
+        Some(c.component.clone())
     }
 
     fn receiver(

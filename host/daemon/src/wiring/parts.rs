@@ -43,9 +43,9 @@ pub(super) fn uses_plugins(config: &Config) -> bool {
 
 /// The transport components of a config's receivers and senders.
 fn components(config: &Config) -> std::collections::BTreeSet<String> {
-    let receivers = config.receivers.values().filter_map(ReceiverConfig::component);
-    let senders = config.senders.values().filter_map(SenderConfig::component);
-    receivers.chain(senders).map(str::to_owned).collect()
+    let receivers = config.receivers.values().filter_map(transports::receiver_plugin);
+    let senders = config.senders.values().filter_map(transports::sender_plugin);
+    receivers.chain(senders).collect()
 }
 
 /// Every plugin a config names: processors, header mappers and transport
@@ -343,9 +343,13 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
             taken.claim(key, claim)?;
         }
     }
+    if let Some(sqs) = &config.endpoints.sqs {
+        ferry_sqs_endpoint::config::check_section(sqs).map_err(|p| key_problem("endpoints.sqs", p))?;
+    }
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
         let transport = transports::of_receiver(r).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+        needs_section(config, &key, transport)?;
         transport.check_receiver(name, r).map_err(|p| key_problem(&key, p))?;
         for claim in transport.receiver_claims(name, r, config.instance.id()) {
             taken.claim(&key, claim)?;
@@ -354,12 +358,28 @@ pub fn check_urls(config: &Config) -> Result<(), StartError> {
     for (name, s) in &config.senders {
         let key = format!("senders.{name}");
         let transport = transports::of_sender(s).map_err(|e| StartError::new(format!("{key}.type"), e))?;
+        needs_section(config, &key, transport)?;
         transport.check_sender(name, s).map_err(|p| key_problem(&key, p))?;
         for claim in transport.sender_claims(name, s, config.instance.id()) {
             taken.claim(&key, claim)?;
         }
     }
     Ok(())
+}
+
+/// The part at `key` of `transport`, refused where the section its
+/// transport needs is not set.
+fn needs_section(
+    config: &Config,
+    key: &str,
+    transport: &dyn ferry_core::transport::Transport,
+) -> Result<(), StartError> {
+    match transport.needs_section() {
+        Some(section) if !config.has_section(section) => {
+            Err(StartError::new(key, format!("type = {:?} needs an [{section}] section", transport.kind())))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// What the parts checked so far take, and which part took each.

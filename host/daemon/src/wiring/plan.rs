@@ -7,7 +7,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use ferry_config::{Config, DeliveryMode, ReceiverConfig, RouteConfig, SenderConfig};
+use ferry_config::{Config, DeliveryMode, RouteConfig, SenderConfig};
+
+use crate::transports;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{Sender, SharedHeaderMapper, SharedProcessor};
 use ferry_core::route::{Mode, Outbox, Route, RoutePolicy};
@@ -35,7 +37,7 @@ pub(super) fn fingerprint(
         .iter()
         .map(|b| {
             let s = config.senders.get(&b.sender);
-            (&b.sender, s, component_digest(registry, s.and_then(SenderConfig::component)))
+            (&b.sender, s, component_digest(registry, s.and_then(transports::sender_plugin)))
         })
         .collect();
     let receiver = config.receivers.get(&route.receiver);
@@ -46,7 +48,7 @@ pub(super) fn fingerprint(
         "receiver": receiver,
         // A transport component's code: a changed one restarts the routes
         // it receives or sends for (drained first, like any restart).
-        "receiver_component": component_digest(registry, receiver.and_then(ReceiverConfig::component)),
+        "receiver_component": component_digest(registry, receiver.and_then(transports::receiver_plugin)),
         "senders": senders,
         "plugins": uses.then_some((config.plugins.call_timeout_ms, config.plugins.memory_limit_mib)),
         "mappers": mapper_digests,
@@ -55,8 +57,8 @@ pub(super) fn fingerprint(
 }
 
 /// The digest of the transport component `name` as loaded, if it is one.
-fn component_digest(registry: Option<&PluginRegistry>, name: Option<&str>) -> Option<String> {
-    let plugin = registry?.get(name?).ok()?;
+fn component_digest(registry: Option<&PluginRegistry>, name: Option<String>) -> Option<String> {
+    let plugin = registry?.get(&name?).ok()?;
     Some(format!("{:016x}", plugin.digest))
 }
 
@@ -218,7 +220,9 @@ pub(super) async fn prepare(
     let mut started = Vec::new();
     for (name, s) in &config.senders {
         let sender = match old_senders.get(name) {
-            Some(old) if old.config == *s && old.component == component_digest(registry, s.component()) => {
+            Some(old)
+                if old.config == *s && old.component == component_digest(registry, transports::sender_plugin(s)) =>
+            {
                 old.sender.clone()
             }
             _ => match start_sender(name, s, metrics, &services) {
@@ -236,7 +240,11 @@ pub(super) async fn prepare(
         };
         senders.insert(
             name.clone(),
-            RunningSender { config: s.clone(), component: component_digest(registry, s.component()), sender },
+            RunningSender {
+                config: s.clone(),
+                component: component_digest(registry, transports::sender_plugin(s)),
+                sender,
+            },
         );
     }
 

@@ -1,11 +1,10 @@
-//! `type = "component"`: a receiver or sender that is a transport component
-//! from the plugin directory (`ferry:plugin` 1.2.0 and later, the `transport-*`
-//! worlds).
+//! `type = "component"`: the keys of a receiver or sender that is a
+//! transport component from the plugin directory (`ferry:plugin` 1.2.0 and
+//! later, the `transport-*` worlds), their defaults and checks.
 
+use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
-
-use crate::WireFormat;
+use serde::Deserialize;
 
 fn empty_table() -> serde_json::Value {
     serde_json::Value::Object(serde_json::Map::new())
@@ -25,7 +24,7 @@ fn default_call_timeout_ms() -> u64 {
 
 /// `type = "component"` receiver: the component's `receiver` export polled
 /// by the host.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentReceiverConfig {
     /// The component: the file `<plugins.dir>/<component>.wasm`, built for
@@ -52,15 +51,10 @@ pub struct ComponentReceiverConfig {
     /// `extend`), network waits included, in milliseconds. Default 10000.
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
-    /// `"json"`: the host reads the payload the component hands it as the
-    /// [JSON wire format](../concepts/wire-format.md#the-json-wire-format)
-    /// (typed headers inside); `"none"` (default): as it is.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 /// `type = "component"` sender: the component's `sender` export.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ComponentSenderConfig {
     /// The component: the file `<plugins.dir>/<component>.wasm`, built for
@@ -76,12 +70,6 @@ pub struct ComponentSenderConfig {
     /// waits included, in milliseconds. Default 10000.
     #[serde(default = "default_call_timeout_ms")]
     pub call_timeout_ms: u64,
-    /// `"json"`: the host packs each message (headers and body) into the
-    /// [JSON wire format](../concepts/wire-format.md#the-json-wire-format)
-    /// and hands the component that as the payload; `"none"` (default): the
-    /// message as it is.
-    #[serde(default)]
-    pub wire_format: WireFormat,
 }
 
 /// An `allow_hosts` entry as `(host, port)`, the host in lower case: a name
@@ -100,49 +88,47 @@ pub fn host_port(entry: &str) -> Result<(String, u16), String> {
     Ok((host.to_ascii_lowercase(), port))
 }
 
-fn check_component(
-    component: &str,
-    allow_hosts: &[String],
-    call_timeout_ms: u64,
-    key: &str,
-) -> Result<(), crate::ConfigError> {
-    if !crate::valid_plugin_name(component) {
-        return Err(crate::ConfigError::new(
-            format!("{key}.component"),
+/// The keys both halves have.
+fn check_component(component: &str, allow_hosts: &[String], call_timeout_ms: u64) -> Result<(), KeyProblem> {
+    if !ferry_config::valid_plugin_name(component) {
+        return Err(KeyProblem::new(
+            "component",
             format!("{component:?} is not a plugin name (letters, digits, '-' and '_': the file name without .wasm)"),
         ));
     }
     for (i, entry) in allow_hosts.iter().enumerate() {
-        host_port(entry).map_err(|e| crate::ConfigError::new(format!("{key}.allow_hosts[{i}]"), e))?;
+        host_port(entry).map_err(|e| KeyProblem::new(format!("allow_hosts[{i}]"), e))?;
     }
     if !(1..=600_000).contains(&call_timeout_ms) {
-        return Err(crate::ConfigError::new(format!("{key}.call_timeout_ms"), "must be between 1 and 600000"));
+        return Err(KeyProblem::new("call_timeout_ms", "must be between 1 and 600000"));
     }
     Ok(())
 }
 
-impl crate::validate::CheckKeys for ComponentReceiverConfig {
-    fn check(&self, _: &str, key: &str, _: &mut crate::validate::Checks<'_>) -> Result<(), crate::ConfigError> {
-        check_component(&self.component, &self.allow_hosts, self.call_timeout_ms, key)?;
+impl ComponentReceiverConfig {
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        check_component(&self.component, &self.allow_hosts, self.call_timeout_ms)?;
         if !(1..=1000).contains(&self.max_messages) {
-            return Err(crate::ConfigError::new(format!("{key}.max_messages"), "must be between 1 and 1000"));
+            return Err(KeyProblem::new("max_messages", "must be between 1 and 1000"));
         }
         if self.wait_ms > 60_000 {
-            return Err(crate::ConfigError::new(format!("{key}.wait_ms"), "must be at most 60000"));
+            return Err(KeyProblem::new("wait_ms", "must be at most 60000"));
         }
         Ok(())
     }
 }
 
-impl crate::validate::CheckKeys for ComponentSenderConfig {
-    fn check(&self, _: &str, key: &str, _: &mut crate::validate::Checks<'_>) -> Result<(), crate::ConfigError> {
-        check_component(&self.component, &self.allow_hosts, self.call_timeout_ms, key)
+impl ComponentSenderConfig {
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        check_component(&self.component, &self.allow_hosts, self.call_timeout_ms)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::host_port;
+    use ferry_core::transport::read_part;
+
+    use super::*;
 
     #[test]
     fn allow_hosts_entries_are_host_and_port() {
@@ -151,5 +137,39 @@ mod tests {
         for bad in ["queue.internal", "queue.internal:0", "queue.internal:http", ":443", "::1:443", "a/b:1", "u@h:1"] {
             assert!(host_port(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn parts_read_with_their_defaults() {
+        let r: ComponentReceiverConfig =
+            read_part("component", "component = \"q\"", ComponentReceiverConfig::check).expect("valid");
+        assert_eq!((r.max_messages, r.wait_ms, r.call_timeout_ms), (10, 1000, 10_000));
+        assert_eq!(r.config, serde_json::json!({}));
+        let s: ComponentSenderConfig =
+            read_part("component", "component = \"q\"\nconfig = { url = \"x\", n = 3 }", ComponentSenderConfig::check)
+                .expect("valid");
+        assert_eq!(s.config, serde_json::json!({"url": "x", "n": 3}));
+    }
+
+    #[test]
+    fn each_bad_key_is_named() {
+        for (text, key) in [
+            ("component = \"a.b\"", "component"),
+            ("component = \"q\"\nallow_hosts = [\"h\"]", "allow_hosts[0]"),
+            ("component = \"q\"\ncall_timeout_ms = 0", "call_timeout_ms"),
+            ("component = \"q\"\nmax_messages = 1001", "max_messages"),
+            ("component = \"q\"\nwait_ms = 60001", "wait_ms"),
+            ("component = \"q\"\nsurprise = 1", "surprise"),
+            ("config = {}", "component"),
+        ] {
+            let got = read_part::<ComponentReceiverConfig>("component", text, ComponentReceiverConfig::check);
+            assert_eq!(got.err().as_deref(), Some(key), "{text}");
+        }
+        let got = read_part::<ComponentSenderConfig>(
+            "component",
+            "component = \"q\"\nmax_messages = 3",
+            ComponentSenderConfig::check,
+        );
+        assert_eq!(got.err().as_deref(), Some("max_messages"));
     }
 }

@@ -1,0 +1,296 @@
+//! `type = "sqs_endpoint"`: the keys of a receiver or sender on a queue
+//! (or topic) of this daemon's `[endpoints.sqs]`, their defaults and
+//! checks, and the checks of the `[endpoints.sqs]` section itself (whose
+//! type is part of the config document: the daemon runs the endpoint).
+
+use ferry_config::SqsEndpointConfig;
+use ferry_core::transport::KeyProblem;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use crate::model::valid_queue_name;
+use crate::topics::valid_topic_name;
+
+/// `type = "sqs_endpoint"` receiver: a route consumes what applications
+/// send to a queue of the [SQS endpoint](../transports/sqs-endpoint.md).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqsEndpointReceiverConfig {
+    /// A queue of this daemon's [SQS
+    /// endpoint](../transports/sqs-endpoint.md#sqs-and-sns-endpoint)
+    /// (`[endpoints.sqs]` must be set), declared under
+    /// `[endpoints.sqs.queues]` or created through the API; the route
+    /// consumes what applications send to it, and waits while the queue
+    /// does not exist. Set this or `topic`.
+    #[serde(default)]
+    pub queue: String,
+    /// An SNS topic of the endpoint instead of a queue: the route gets
+    /// every message published to it, unwrapped, with `sns.TopicArn`,
+    /// `sns.MessageId` and `sns.Subject` headers ([routes from a
+    /// topic](../transports/sqs-endpoint.md#sns-topics)); the topic is
+    /// declared when missing. Messages wait in a queue of the route's own
+    /// while it is stopped.
+    #[serde(default)]
+    pub topic: String,
+    /// Seconds a message stays invisible to other consumers while the route
+    /// holds it, renewed every half of it; a message the route gives back
+    /// becomes visible after its backoff. Default 30.
+    #[serde(default = "default_visibility_timeout")]
+    pub visibility_timeout: i32,
+    /// Messages taken per receive, 1 to 10, never more than the route has
+    /// room for. Default 10.
+    #[serde(default = "default_max_messages")]
+    pub max_messages: i32,
+}
+
+/// `type = "sqs_endpoint"` sender: a route's messages go to a queue of the
+/// [SQS endpoint](../transports/sqs-endpoint.md), where applications
+/// receive them.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqsEndpointSenderConfig {
+    /// The endpoint queue for bindings whose address is empty; a binding's
+    /// address (a template) names the queue otherwise. A queue that does
+    /// not exist is a transient failure (retried until it is created).
+    #[serde(default)]
+    pub queue: String,
+    /// FIFO queues: header whose text is the MessageGroupId. Default
+    /// `x-bridge.ordering-key`.
+    #[serde(default = "ferry_transport_sqs::config::default_message_group_header")]
+    pub message_group_header: String,
+    /// FIFO queues: MessageGroupId when that header is missing. Default
+    /// `default`.
+    #[serde(default = "ferry_transport_sqs::config::default_message_group")]
+    pub default_message_group: String,
+}
+
+fn default_visibility_timeout() -> i32 {
+    30
+}
+fn default_max_messages() -> i32 {
+    10
+}
+
+const TOPIC_NAME_RULE: &str = "a topic name is 1 to 256 letters, digits, - and _ (ferry serves standard topics only)";
+const QUEUE_NAME_RULE: &str = "a queue name is 1 to 80 letters, digits, - and _, with .fifo at the end of a FIFO queue";
+
+impl SqsEndpointReceiverConfig {
+    /// The receiver's own keys (that `[endpoints.sqs]` is set is the
+    /// daemon's check: [`crate::transport::SqsEndpoint`] names the section).
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        match (self.queue.is_empty(), self.topic.is_empty()) {
+            (false, false) | (true, true) => return Err(KeyProblem::new("", "set either queue or topic")),
+            (false, true) if !valid_queue_name(&self.queue) => return Err(KeyProblem::new("queue", QUEUE_NAME_RULE)),
+            (true, false) if !valid_topic_name(&self.topic) => return Err(KeyProblem::new("topic", TOPIC_NAME_RULE)),
+            _ => {}
+        }
+        if !(0..=43_200).contains(&self.visibility_timeout) {
+            return Err(KeyProblem::new("visibility_timeout", "must be between 0 and 43200"));
+        }
+        if !(1..=10).contains(&self.max_messages) {
+            return Err(KeyProblem::new("max_messages", "must be between 1 and 10"));
+        }
+        Ok(())
+    }
+}
+
+impl SqsEndpointSenderConfig {
+    /// The sender's own keys.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        if !self.queue.is_empty() && !valid_queue_name(&self.queue) {
+            return Err(KeyProblem::new("queue", QUEUE_NAME_RULE));
+        }
+        Ok(())
+    }
+}
+
+/// Checks `[endpoints.sqs]`; the key is below `endpoints.sqs`.
+pub fn check_section(sqs: &SqsEndpointConfig) -> Result<(), KeyProblem> {
+    let addr: std::net::SocketAddr = sqs
+        .listen
+        .parse()
+        .map_err(|_| KeyProblem::new("listen", format!("{:?} is not an IP:port address", sqs.listen)))?;
+    let verify = sqs.auth == ferry_config::EndpointAuth::Verify;
+    if !addr.ip().is_loopback() && !verify {
+        return Err(KeyProblem::new(
+            "listen",
+            format!(
+                "{addr} is not a loopback address: set auth = \"verify\" and access_keys, so requests must be signed"
+            ),
+        ));
+    }
+    if verify && sqs.access_keys.is_empty() {
+        return Err(KeyProblem::new("access_keys", "auth = \"verify\" needs at least one access key"));
+    }
+    for (i, k) in sqs.access_keys.iter().enumerate() {
+        if k.id.is_empty() || k.secret.is_empty() {
+            return Err(KeyProblem::new(format!("access_keys[{i}]"), "id and secret must not be empty"));
+        }
+    }
+    if let Some(url) = &sqs.advertised_url {
+        let scheme = reqwest::Url::parse(url).map(|u| u.scheme().to_owned());
+        if !matches!(scheme.as_deref(), Ok("http" | "https")) {
+            return Err(KeyProblem::new("advertised_url", "must be an http:// or https:// URL"));
+        }
+    }
+    if sqs.account.len() != 12 || !sqs.account.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(KeyProblem::new("account", "must be 12 digits"));
+    }
+    if sqs.region.is_empty() || !sqs.region.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return Err(KeyProblem::new("region", "must be letters, digits and -"));
+    }
+    if let Some(name) = sqs.topics.keys().find(|name| !valid_topic_name(name)) {
+        return Err(KeyProblem::new(format!("topics.{name}"), TOPIC_NAME_RULE));
+    }
+    for (name, queue) in &sqs.queues {
+        if !valid_queue_name(name) {
+            return Err(KeyProblem::new(format!("queues.{name}"), QUEUE_NAME_RULE));
+        }
+        let fifo_attr = queue.attributes.get("FifoQueue").is_some_and(|v| v == "true");
+        if fifo_attr != name.ends_with(".fifo") {
+            return Err(KeyProblem::new(
+                format!("queues.{name}.attributes.FifoQueue"),
+                "a FIFO queue's name ends with .fifo and it has FifoQueue = \"true\"; a standard queue has neither",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ferry_config::{AccessKey, EndpointAuth, SqsEndpointQueue, SqsEndpointTopic};
+    use ferry_core::transport::read_part;
+
+    use super::*;
+
+    fn receiver(text: &str) -> Result<SqsEndpointReceiverConfig, String> {
+        read_part("sqs_endpoint", text, SqsEndpointReceiverConfig::check)
+    }
+
+    fn sender(text: &str) -> Result<SqsEndpointSenderConfig, String> {
+        read_part("sqs_endpoint", text, SqsEndpointSenderConfig::check)
+    }
+
+    #[test]
+    fn parts_read_with_their_defaults() {
+        let r = receiver("queue = \"orders\"").expect("valid");
+        assert_eq!((r.visibility_timeout, r.max_messages, r.topic.as_str()), (30, 10, ""));
+        let r = receiver("topic = \"alerts\"\nwire_format = \"json\"").expect("the wire format is every part's key");
+        assert_eq!(r.topic, "alerts");
+        let s = sender("").expect("a binding's address may name the queue");
+        assert_eq!(
+            (s.message_group_header.as_str(), s.default_message_group.as_str()),
+            ("x-bridge.ordering-key", "default")
+        );
+    }
+
+    #[test]
+    fn each_bad_key_is_named() {
+        for (text, key) in [
+            ("queue = \"q\"\ntopic = \"t\"", ""),
+            ("visibility_timeout = 5", ""),
+            ("queue = \"a/b\"", "queue"),
+            ("queue = \"a.fifo.fifo\"", "queue"),
+            ("topic = \"a b\"", "topic"),
+            ("queue = \"q\"\nvisibility_timeout = 43201", "visibility_timeout"),
+            ("queue = \"q\"\nmax_messages = 0", "max_messages"),
+            ("queue = \"q\"\nmax_messages = 11", "max_messages"),
+            ("queue = \"q\"\nqueue_url = \"http://x\"", "queue_url"),
+        ] {
+            assert_eq!(receiver(text).err().as_deref(), Some(key), "{text}");
+        }
+        assert_eq!(sender("queue = \"bad name\"").err().as_deref(), Some("queue"));
+        assert_eq!(sender("topic = \"t\"").err().as_deref(), Some("topic"), "a sender sends to queues");
+    }
+
+    fn section() -> SqsEndpointConfig {
+        SqsEndpointConfig {
+            listen: "127.0.0.1:0".into(),
+            auth: EndpointAuth::None,
+            access_keys: Vec::new(),
+            advertised_url: None,
+            region: "us-east-1".into(),
+            account: "000000000000".into(),
+            queues: BTreeMap::new(),
+            topics: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn the_section_is_checked_key_by_key() {
+        assert_eq!(check_section(&section()), Ok(()));
+        let problem = |change: &dyn Fn(&mut SqsEndpointConfig)| {
+            let mut s = section();
+            change(&mut s);
+            check_section(&s).err().map(|p| p.key)
+        };
+        let queue = |attributes: &[(&str, &str)]| SqsEndpointQueue {
+            attributes: attributes.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect(),
+        };
+        assert_eq!(problem(&|s| s.listen = "localhost".into()).as_deref(), Some("listen"));
+        assert_eq!(problem(&|s| s.listen = "0.0.0.0:9324".into()).as_deref(), Some("listen"), "open without auth");
+        assert_eq!(problem(&|s| s.auth = EndpointAuth::Verify).as_deref(), Some("access_keys"));
+        let blank = AccessKey { id: "AKID".into(), secret: String::new() };
+        assert_eq!(
+            problem(&|s| {
+                s.auth = EndpointAuth::Verify;
+                s.access_keys = vec![blank.clone()];
+            })
+            .as_deref(),
+            Some("access_keys[0]")
+        );
+        let signed = AccessKey { id: "AKID".into(), secret: "s".into() };
+        assert_eq!(
+            problem(&|s| {
+                s.listen = "0.0.0.0:9324".into();
+                s.auth = EndpointAuth::Verify;
+                s.access_keys = vec![signed.clone()];
+            }),
+            None,
+            "open with signatures"
+        );
+        for url in ["sqs.example", "ftp://sqs.example", "http//sqs.example"] {
+            assert_eq!(problem(&|s| s.advertised_url = Some(url.into())).as_deref(), Some("advertised_url"), "{url}");
+        }
+        assert_eq!(problem(&|s| s.advertised_url = Some("https://sqs.example:8443".into())), None);
+        assert_eq!(problem(&|s| s.account = "12".into()).as_deref(), Some("account"));
+        assert_eq!(problem(&|s| s.region = "eu west".into()).as_deref(), Some("region"));
+        assert_eq!(
+            problem(&|s| {
+                s.topics.insert("t.fifo".into(), SqsEndpointTopic::default());
+            })
+            .as_deref(),
+            Some("topics.t.fifo")
+        );
+        assert_eq!(
+            problem(&|s| {
+                s.queues.insert("bad/name".into(), queue(&[]));
+            })
+            .as_deref(),
+            Some("queues.bad/name")
+        );
+        assert_eq!(
+            problem(&|s| {
+                s.queues.insert("a.fifo".into(), queue(&[]));
+            })
+            .as_deref(),
+            Some("queues.a.fifo.attributes.FifoQueue")
+        );
+        assert_eq!(
+            problem(&|s| {
+                s.queues.insert("a".into(), queue(&[("FifoQueue", "true")]));
+            })
+            .as_deref(),
+            Some("queues.a.attributes.FifoQueue")
+        );
+        assert_eq!(
+            problem(&|s| {
+                s.queues.insert("a.fifo".into(), queue(&[("FifoQueue", "true")]));
+            }),
+            None
+        );
+    }
+}
