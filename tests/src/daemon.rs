@@ -280,7 +280,10 @@ impl Daemon {
         let lookup = |name: &str| {
             ws.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok())
         };
-        let token = ferry_config::parse_with_env(&text, &lookup).ok().and_then(|c| c.admin.token);
+        let token = ferry_config::parse_with_env(&text, &lookup)
+            .ok()
+            .and_then(|c| c.admin.token)
+            .map(|t| t.expose().to_owned());
         Self { child: Some(child), log, bound, token, running: ws.running.clone() }
     }
 

@@ -82,7 +82,7 @@ pub struct AccessKey {
     pub id: String,
     /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as `${VAR}`
     /// or `{ file = "…" }`; `ferry render` masks it.
-    pub secret: String,
+    pub secret: crate::Secret,
 }
 
 /// `[endpoints.sqs.topics.NAME]`

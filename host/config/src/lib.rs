@@ -15,6 +15,7 @@ mod instance;
 mod part;
 pub mod reference;
 pub mod schema;
+mod secret;
 pub mod substitute;
 mod validate;
 mod wire_format;
@@ -24,6 +25,7 @@ pub use validate::{reconnect_problem, valid_plugin_name};
 use std::path::Path;
 
 pub use schema::*;
+pub use secret::Secret;
 
 /// A configuration problem, with the key path it concerns.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -9,8 +9,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::{ConfigError, WireFormat};
 
-/// A receiver or sender as written, for its transport to read.
-#[derive(Debug, Clone, PartialEq)]
+/// A receiver or sender as written, for its transport to read. Its
+/// `Debug` names the keys but prints no value (any may be a secret).
+#[derive(Clone, PartialEq)]
 pub struct PartTable {
     /// `type`: the transport's name in config and metrics.
     pub kind: String,
@@ -80,6 +81,16 @@ impl PartTable {
             };
             ConfigError::new(path, message)
         })
+    }
+}
+
+impl std::fmt::Debug for PartTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PartTable")
+            .field("kind", &self.kind)
+            .field("wire_format", &self.wire_format)
+            .field("keys", &self.keys.keys().collect::<Vec<_>>())
+            .finish()
     }
 }
 

@@ -154,7 +154,7 @@ pub struct AdminConfig {
     /// (`authorization` in its scrape config) and probes (`httpHeaders`)
     /// need it too.
     #[serde(default)]
-    pub token: Option<String>,
+    pub token: Option<crate::Secret>,
     /// The endpoints that change anything (`POST /dlq/replay`, `POST
     /// /dlq/purge`) answer 403, so the server may listen beyond loopback
     /// without a token (a Prometheus scrape, a probe). Default false.

@@ -314,7 +314,7 @@ fn an_admin_server_beyond_loopback_needs_a_token_or_read_only() {
     assert!(open.message.contains("admin.token") && open.message.contains("read_only"), "{open}");
     let token = "token = \"0123456789abcdef\"";
     let c = parse_with_env(&with(&format!("listen = \"0.0.0.0:9464\"\n{token}")), &no_env).expect("token");
-    assert_eq!(c.admin.token.as_deref(), Some("0123456789abcdef"));
+    assert_eq!(c.admin.token.as_ref().map(crate::Secret::expose), Some("0123456789abcdef"));
     assert!(parse_with_env(&with("listen = \"0.0.0.0:9464\"\nread_only = true"), &no_env).is_ok());
     let short = parse_with_env(&with("listen = \"127.0.0.1:9464\"\ntoken = \"short\""), &no_env).expect_err("short");
     assert_eq!(short.path, "admin.token");
@@ -328,4 +328,21 @@ fn an_admin_listen_from_the_command_line_is_checked_as_the_key_is() {
     let open = config.clone().with_admin_listen("0.0.0.0:0").expect_err("no token");
     assert_eq!(open.path, "admin.listen");
     assert_eq!(config.with_admin_listen("nowhere").expect_err("not an address").path, "admin.listen");
+}
+
+#[test]
+fn a_parsed_config_prints_no_secret_in_debug() {
+    let text = format!(
+        "[admin]\ntoken = \"admin-token-0123456789\"\n\
+         [endpoints.sqs]\nlisten = \"127.0.0.1:0\"\nauth = \"verify\"\n\
+         [[endpoints.sqs.access_keys]]\nid = \"AKID\"\nsecret = \"endpoint-secret-key\"\n\
+         [senders.hook]\ntype = \"http\"\nurl = \"https://user:url-password@hooks.example/x\"\n\
+         bearer_token = \"hook-bearer-token\"\n{VALID}"
+    );
+    let c = parse_with_env(&text, &no_env).expect("valid");
+    let printed = format!("{c:?} {c:#?}");
+    for secret in ["admin-token-0123456789", "endpoint-secret-key", "url-password", "hook-bearer-token"] {
+        assert!(!printed.contains(secret), "{secret} in {printed}");
+    }
+    assert!(printed.contains("bearer_token"), "a part's Debug names its keys: {printed}");
 }

@@ -29,7 +29,7 @@ pub(crate) fn validate(config: &Config) -> Result<(), ConfigError> {
         }
     }
     if let Some(token) = &config.admin.token
-        && (token.chars().count() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()))
+        && (token.expose().chars().count() < 16 || token.expose().chars().any(|c| c.is_whitespace() || c.is_control()))
     {
         return Err(ConfigError::new("admin.token", "must be at least 16 characters, without spaces"));
     }

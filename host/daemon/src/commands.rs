@@ -100,7 +100,7 @@ pub fn render(path: &Path) -> ExitCode {
             };
             // The admin token is a secret however it was written.
             let mut secrets = secrets;
-            secrets.extend(config.admin.token.clone());
+            secrets.extend(config.admin.token.as_ref().map(|t| t.expose().to_owned()));
             // So are the transports' own (tokens, signing secrets, API keys).
             for r in config.receivers.values() {
                 secrets.extend(crate::transports::of_receiver(r).map(|t| t.receiver_secrets(r)).unwrap_or_default());
@@ -110,7 +110,7 @@ pub fn render(path: &Path) -> ExitCode {
             }
             // And the SQS endpoint's access key secrets.
             if let Some(sqs) = &config.endpoints.sqs {
-                secrets.extend(sqs.access_keys.iter().map(|k| k.secret.clone()));
+                secrets.extend(sqs.access_keys.iter().map(|k| k.secret.expose().to_owned()));
             }
             mask_secrets(&mut value, &secrets);
             match serde_json::to_string_pretty(&value) {
@@ -256,7 +256,7 @@ pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCo
             crate::admin::ReadyView { readiness: bridge.readiness.clone(), listeners: bridge.listeners.clone() },
             bridge.store_access(),
             crate::admin::AdminAccess {
-                token: admin_token.map(Into::into),
+                token: admin_token.map(|t| t.expose().into()),
                 read_only: admin_read_only,
                 stopping: shutdown.clone(),
             },

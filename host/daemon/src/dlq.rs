@@ -70,7 +70,7 @@ async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
 #[derive(Clone)]
 pub(crate) struct Admin {
     base: String,
-    token: Option<String>,
+    token: Option<ferry_config::Secret>,
 }
 
 impl Admin {
@@ -92,7 +92,7 @@ impl Admin {
     ) -> reqwest::RequestBuilder {
         let request = client.request(method, format!("{}{path}", self.base));
         match &self.token {
-            Some(token) => request.bearer_auth(token),
+            Some(token) => request.bearer_auth(token.expose()),
             None => request,
         }
     }

@@ -196,7 +196,7 @@ pub fn sqs_request(data: &[u8]) {
 /// bytes are not).
 pub fn sigv4(data: &[u8]) {
     let Some((parts, body)) = request(data) else { return };
-    let keys = std::iter::once(("AKIDFUZZ".to_owned(), "fuzz-secret".to_owned())).collect();
+    let keys = std::iter::once(("AKIDFUZZ".to_owned(), "fuzz-secret".into())).collect();
     let verdict = ferry_sqs_endpoint::auth::verify(&parts, body, &keys, 1_700_000_000);
     if verdict.is_ok() {
         // Only a signature made with the secret passes; the seeds carry

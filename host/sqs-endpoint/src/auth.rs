@@ -24,7 +24,7 @@ pub const MAX_SKEW_SECS: i64 = 15 * 60;
 const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
 
 /// Access key id → secret.
-pub type Keys = BTreeMap<String, String>;
+pub type Keys = BTreeMap<String, ferry_config::Secret>;
 
 /// What a request says about its signature.
 struct Claim {
@@ -183,7 +183,7 @@ pub fn verify(parts: &Parts, body: &[u8], keys: &Keys, now: i64) -> Result<(), S
     );
     let key = [date, region, service, "aws4_request"]
         .iter()
-        .fold(format!("AWS4{secret}").into_bytes(), |key, part| hmac(&key, part.as_bytes()));
+        .fold(format!("AWS4{}", secret.expose()).into_bytes(), |key, part| hmac(&key, part.as_bytes()));
     let expected = hex(&hmac(&key, to_sign.as_bytes()));
     if bool::from(expected.as_bytes().ct_eq(claim.signature.as_bytes())) {
         Ok(())
@@ -221,12 +221,12 @@ mod tests {
             .body(())
             .expect("request");
         let (parts, ()) = request.into_parts();
-        let keys: Keys = [("AKIDEXAMPLE".to_owned(), "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".to_owned())].into();
+        let keys: Keys = [("AKIDEXAMPLE".to_owned(), "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into())].into();
         let at = parse_amz_date("20150830T123600Z").expect("date");
         assert_eq!(verify(&parts, b"", &keys, at), Ok(()));
-        let wrong: Keys = [("AKIDEXAMPLE".to_owned(), "another secret".to_owned())].into();
+        let wrong: Keys = [("AKIDEXAMPLE".to_owned(), "another secret".into())].into();
         assert_eq!(verify(&parts, b"", &wrong, at).expect_err("wrong secret").code, "SignatureDoesNotMatch");
-        let other: Keys = [("AKIDOTHER".to_owned(), "x".to_owned())].into();
+        let other: Keys = [("AKIDOTHER".to_owned(), "x".into())].into();
         assert_eq!(verify(&parts, b"", &other, at).expect_err("unknown key").code, "InvalidClientTokenId");
         assert_eq!(verify(&parts, b"", &keys, at + MAX_SKEW_SECS + 1).expect_err("late").code, "SignatureDoesNotMatch");
         assert_eq!(verify(&parts, b"tampered", &keys, at).expect_err("body").code, "SignatureDoesNotMatch");

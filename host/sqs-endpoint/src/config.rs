@@ -233,7 +233,7 @@ mod tests {
         assert_eq!(problem(&|s| s.listen = "localhost".into()).as_deref(), Some("listen"));
         assert_eq!(problem(&|s| s.listen = "0.0.0.0:9324".into()).as_deref(), Some("listen"), "open without auth");
         assert_eq!(problem(&|s| s.auth = EndpointAuth::Verify).as_deref(), Some("access_keys"));
-        let blank = AccessKey { id: "AKID".into(), secret: String::new() };
+        let blank = AccessKey { id: "AKID".into(), secret: "".into() };
         assert_eq!(
             problem(&|s| {
                 s.auth = EndpointAuth::Verify;

@@ -4,7 +4,7 @@
 //! HTTP queue. Both read and write the JSON wire format themselves where
 //! they do, so their tables have a `wire_format` key of their own.
 
-use ferry_config::{TlsConfig, WireFormat};
+use ferry_config::{Secret, TlsConfig, WireFormat};
 use ferry_core::transport::{Claim, KeyProblem};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -90,11 +90,11 @@ pub struct HttpReceiverConfig {
     /// (compared in constant time). A secret: `${VAR}` or `{ file = "…" }`;
     /// `ferry render` masks it.
     #[serde(default)]
-    pub bearer_token: Option<String>,
+    pub bearer_token: Option<Secret>,
     /// Callers must send `X-Ferry-Signature: sha256=<hex HMAC-SHA256 of
     /// the body with this secret>`, else 401.
     #[serde(default)]
-    pub hmac_secret: Option<String>,
+    pub hmac_secret: Option<Secret>,
     /// `"json"`: bodies are the [JSON wire
     /// format](../concepts/wire-format.md#the-json-wire-format) (headers
     /// and body in one document); a malformed document is refused with 400,
@@ -153,10 +153,10 @@ pub struct HttpSenderConfig {
     pub tls: Option<TlsConfig>,
     /// Sends `Authorization: Bearer <token>`.
     #[serde(default)]
-    pub bearer_token: Option<String>,
+    pub bearer_token: Option<Secret>,
     /// Sends `X-Ferry-Signature: sha256=<hex HMAC-SHA256 of the body>`.
     #[serde(default)]
-    pub hmac_secret: Option<String>,
+    pub hmac_secret: Option<Secret>,
 }
 
 fn default_simplemq_api_url() -> String {
@@ -198,7 +198,7 @@ pub struct SimplemqReceiverConfig {
     pub queue: String,
     /// The queue's API key (`Authorization: Bearer`). A secret: `${VAR}` or
     /// `{ file = "…" }`; `ferry render` masks it.
-    pub api_key: String,
+    pub api_key: Secret,
     /// The message API's endpoint (a local stand-in in tests). Default
     /// `https://simplemq.tk1b.api.sacloud.jp`.
     #[serde(default = "default_simplemq_api_url")]
@@ -260,7 +260,7 @@ pub struct SimplemqSenderConfig {
     /// queue, so a sender serves the queue(s) its key opens (one sender per
     /// destination queue, as in mqbridge). A secret: `${VAR}` or `{ file =
     /// "…" }`; `ferry render` masks it.
-    pub api_key: String,
+    pub api_key: Secret,
     /// The message API's endpoint (a local stand-in in tests). Default
     /// `https://simplemq.tk1b.api.sacloud.jp`.
     #[serde(default = "default_simplemq_api_url")]
@@ -303,8 +303,8 @@ impl HttpReceiverConfig {
         ] {
             KeyProblem::at_least_one(key, value)?;
         }
-        check_secret(self.bearer_token.as_deref(), "bearer_token")?;
-        check_secret(self.hmac_secret.as_deref(), "hmac_secret")
+        check_secret(self.bearer_token.as_ref().map(Secret::expose), "bearer_token")?;
+        check_secret(self.hmac_secret.as_ref().map(Secret::expose), "hmac_secret")
     }
 
     /// `listen` as an address.
@@ -336,8 +336,8 @@ impl HttpSenderConfig {
         check_header_prefix(&self.header_prefix)?;
         KeyProblem::at_least_one("timeout_ms", self.timeout_ms)?;
         KeyProblem::at_least_one("connect_timeout_ms", self.connect_timeout_ms)?;
-        check_secret(self.bearer_token.as_deref(), "bearer_token")?;
-        check_secret(self.hmac_secret.as_deref(), "hmac_secret")
+        check_secret(self.bearer_token.as_ref().map(Secret::expose), "bearer_token")?;
+        check_secret(self.hmac_secret.as_ref().map(Secret::expose), "hmac_secret")
     }
 }
 
@@ -345,7 +345,7 @@ impl SimplemqReceiverConfig {
     /// Every key's own rule; `api_url` parsed as the client parses it.
     pub fn check(&self) -> Result<(), KeyProblem> {
         check_simplemq_queue(&self.queue, "queue")?;
-        check_simplemq_api(&self.api_url, &self.api_key, self.tls.as_ref())?;
+        check_simplemq_api(&self.api_url, self.api_key.expose(), self.tls.as_ref())?;
         if !(1..=64).contains(&self.pollers) {
             return Err(KeyProblem::new("pollers", "must be between 1 and 64"));
         }
@@ -373,7 +373,7 @@ impl SimplemqSenderConfig {
         if let Some(queue) = &self.queue {
             check_simplemq_queue(queue, "queue")?;
         }
-        check_simplemq_api(&self.api_url, &self.api_key, self.tls.as_ref())?;
+        check_simplemq_api(&self.api_url, self.api_key.expose(), self.tls.as_ref())?;
         KeyProblem::at_least_one("timeout_ms", self.timeout_ms)?;
         KeyProblem::at_least_one("connect_timeout_ms", self.connect_timeout_ms)
     }
@@ -474,6 +474,7 @@ mod tests {
 
         // SimpleMQ's content is the wire format unless it says otherwise.
         let q = read("simplemq", SMQ_RECEIVER, SimplemqReceiverConfig::check).expect("valid");
+        assert!(!format!("{q:?}").contains("\"k\""), "the API key never prints: {q:?}");
         assert_eq!((q.wire_format, q.headers, q.pollers), (WireFormat::Json, SimplemqHeaders::Ferry, 1));
         assert_eq!(q.api_url, "https://simplemq.tk1b.api.sacloud.jp");
         let q = read("simplemq", &format!("{SMQ_SENDER}wire_format = \"none\""), SimplemqSenderConfig::check);

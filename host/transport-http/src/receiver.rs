@@ -253,7 +253,7 @@ async fn answer(state: &State, sink: &DeliverySink, req: Request<Incoming>) -> R
         return r;
     }
     if let Some(token) = &config.bearer_token
-        && !auth::bearer_matches(req.headers(), token)
+        && !auth::bearer_matches(req.headers(), token.expose())
     {
         let mut r = reply(StatusCode::UNAUTHORIZED, "a valid bearer token is required\n");
         r.headers_mut().insert(header::WWW_AUTHENTICATE, HttpValue::from_static("Bearer"));
@@ -279,7 +279,7 @@ async fn answer(state: &State, sink: &DeliverySink, req: Request<Incoming>) -> R
         Ok(Ok(collected)) => collected.to_bytes(),
     };
     if let Some(secret) = &config.hmac_secret
-        && !auth::signature_matches(&parts.headers, secret, &body)
+        && !auth::signature_matches(&parts.headers, secret.expose(), &body)
     {
         return reply(
             StatusCode::UNAUTHORIZED,

@@ -242,12 +242,12 @@ impl Sender for HttpSender {
         }
         let body = msg.envelope.payload().clone();
         if let Some(token) = &self.config.bearer_token
-            && let Ok(v) = HttpValue::from_str(&format!("Bearer {token}"))
+            && let Ok(v) = HttpValue::from_str(&format!("Bearer {}", token.expose()))
         {
             headers.insert(reqwest::header::AUTHORIZATION, v);
         }
         if let Some(secret) = &self.config.hmac_secret
-            && let Ok(v) = HttpValue::from_str(&auth::sign(secret, &body))
+            && let Ok(v) = HttpValue::from_str(&auth::sign(secret.expose(), &body))
         {
             headers.insert(auth::SIGNATURE, v);
         }

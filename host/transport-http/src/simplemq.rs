@@ -275,7 +275,7 @@ impl Sender for SimplemqSender {
         let response = self
             .client
             .post(messages_url(&self.config.api_url, &queue))
-            .bearer_auth(&self.config.api_key)
+            .bearer_auth(self.config.api_key.expose())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body)
             .send()
@@ -312,7 +312,7 @@ impl SimplemqReceiver {
     async fn poll(&self, client: &reqwest::Client) -> Result<Polled, TransportError> {
         let response = client
             .get(messages_url(&self.config.api_url, &self.config.queue))
-            .bearer_auth(&self.config.api_key)
+            .bearer_auth(self.config.api_key.expose())
             .send()
             .await
             .map_err(|e| unreachable_error("receive", &e))?;
@@ -437,7 +437,7 @@ impl Receiver for SimplemqReceiver {
 struct SimplemqHandle {
     client: reqwest::Client,
     url: String,
-    api_key: String,
+    api_key: ferry_config::Secret,
     keeper: CancellationToken,
 }
 
@@ -450,7 +450,7 @@ impl SimplemqHandle {
         let name = receiver.name.clone();
         tokio::spawn(async move {
             while sleep_or_shutdown(every, &stop).await {
-                match c.put(&u).bearer_auth(&key).send().await {
+                match c.put(&u).bearer_auth(key.expose()).send().await {
                     Ok(r) if r.status().is_success() => {}
                     Ok(r) => warn!(receiver = %name, status = %r.status(), "SimpleMQ visibility not extended"),
                     Err(e) => warn!(receiver = %name, error = %e, "SimpleMQ visibility not extended"),
@@ -465,7 +465,7 @@ impl SimplemqHandle {
         let response = self
             .client
             .delete(&self.url)
-            .bearer_auth(&self.api_key)
+            .bearer_auth(self.api_key.expose())
             .send()
             .await
             .map_err(|e| unreachable_error("delete", &e))?;

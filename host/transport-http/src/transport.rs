@@ -88,11 +88,11 @@ impl TypedTransport for Http {
     }
 
     fn receiver_secrets(&self, config: &HttpReceiverConfig) -> Vec<String> {
-        config.bearer_token.iter().chain(&config.hmac_secret).cloned().collect()
+        config.bearer_token.iter().chain(&config.hmac_secret).map(|s| s.expose().to_owned()).collect()
     }
 
     fn sender_secrets(&self, config: &HttpSenderConfig) -> Vec<String> {
-        config.bearer_token.iter().chain(&config.hmac_secret).cloned().collect()
+        config.bearer_token.iter().chain(&config.hmac_secret).map(|s| s.expose().to_owned()).collect()
     }
 
     fn fidelity_probe(&self, config: &HttpReceiverConfig) -> Probe {
@@ -186,11 +186,11 @@ impl TypedTransport for Simplemq {
     }
 
     fn receiver_secrets(&self, config: &SimplemqReceiverConfig) -> Vec<String> {
-        vec![config.api_key.clone()]
+        vec![config.api_key.expose().to_owned()]
     }
 
     fn sender_secrets(&self, config: &SimplemqSenderConfig) -> Vec<String> {
-        vec![config.api_key.clone()]
+        vec![config.api_key.expose().to_owned()]
     }
 
     fn fidelity_probe(&self, config: &SimplemqReceiverConfig) -> Probe {

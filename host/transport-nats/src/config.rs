@@ -2,7 +2,7 @@
 //! JetStream receivers (a durable pull consumer) and
 //! senders (JetStream publish, or core NATS).
 
-use ferry_config::TlsConfig;
+use ferry_config::{Secret, TlsConfig};
 use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -31,11 +31,11 @@ pub struct NatsReceiverConfig {
     /// An NKey user's seed (`SU…`) to authenticate with; a secret, best
     /// written `{ file = "…" }`.
     #[serde(default)]
-    pub nkey_seed: Option<String>,
+    pub nkey_seed: Option<Secret>,
     /// The token the server's `authorization { token }` expects; a secret,
     /// best written `{ file = "…" }`.
     #[serde(default)]
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// The JetStream stream to consume.
     pub stream: String,
     /// The durable consumer's name. Instances of ferry naming the same
@@ -95,11 +95,11 @@ pub struct NatsSenderConfig {
     /// An NKey user's seed (`SU…`) to authenticate with; a secret, best
     /// written `{ file = "…" }`.
     #[serde(default)]
-    pub nkey_seed: Option<String>,
+    pub nkey_seed: Option<Secret>,
     /// The token the server's `authorization { token }` expects; a secret,
     /// best written `{ file = "…" }`.
     #[serde(default)]
-    pub token: Option<String>,
+    pub token: Option<Secret>,
     /// Subject for bindings whose address is empty; a binding's address (a
     /// template over text headers, like the other senders') names it
     /// otherwise.
@@ -145,6 +145,15 @@ fn default_true() -> bool {
     true
 }
 
+/// `credentials_file`, `nkey_seed` and `token`, where written.
+fn auth_keys<'a>(
+    file: &'a Option<String>,
+    seed: &'a Option<Secret>,
+    token: &'a Option<Secret>,
+) -> [Option<&'a str>; 3] {
+    [file.as_deref(), seed.as_ref().map(Secret::expose), token.as_ref().map(Secret::expose)]
+}
+
 impl NatsReceiverConfig {
     /// The durable consumer's name: `consumer`, else `ferry-<name>`.
     pub fn consumer_name(&self, receiver: &str) -> String {
@@ -179,7 +188,7 @@ impl<'a> Access<'a> {
     fn new(
         url: &'a str,
         tls: Option<&'a TlsConfig>,
-        [credentials_file, nkey_seed, token]: [&'a Option<String>; 3],
+        [credentials_file, nkey_seed, token]: [Option<&'a str>; 3],
     ) -> Self {
         let auth = match (credentials_file, nkey_seed, token) {
             (Some(path), _, _) => Auth::CredentialsFile(path),
@@ -202,7 +211,7 @@ impl<'a> Access<'a> {
 /// A NATS server list as the client reads it (each entry by async-nats's
 /// own `ServerAddr`); `tls` only with a `tls://` entry; at most one way
 /// to authenticate, an NKey seed one the client can read.
-fn check_access(access: Access<'_>, written: [&Option<String>; 3]) -> Result<(), KeyProblem> {
+fn check_access(access: Access<'_>, written: [Option<&str>; 3]) -> Result<(), KeyProblem> {
     crate::connection::servers(access.url).map_err(|e| KeyProblem::new("url", e))?;
     let secure = crate::connection::any_tls(access.url);
     KeyProblem::tls(access.tls, secure, "tls://")?;
@@ -225,8 +234,8 @@ fn check_access(access: Access<'_>, written: [&Option<String>; 3]) -> Result<(),
 }
 
 impl NatsReceiverConfig {
-    fn auth_keys(&self) -> [&Option<String>; 3] {
-        [&self.credentials_file, &self.nkey_seed, &self.token]
+    fn auth_keys(&self) -> [Option<&str>; 3] {
+        auth_keys(&self.credentials_file, &self.nkey_seed, &self.token)
     }
 
     /// The servers and how to authenticate.
@@ -268,8 +277,8 @@ impl NatsReceiverConfig {
 }
 
 impl NatsSenderConfig {
-    fn auth_keys(&self) -> [&Option<String>; 3] {
-        [&self.credentials_file, &self.nkey_seed, &self.token]
+    fn auth_keys(&self) -> [Option<&str>; 3] {
+        auth_keys(&self.credentials_file, &self.nkey_seed, &self.token)
     }
 
     /// The servers and how to authenticate.
@@ -406,9 +415,11 @@ mod auth_tests {
         assert_eq!(s.check().map_err(|p| p.key), Ok(()));
         assert_eq!(s.access().auth, Auth::NkeySeed(&seed));
         assert_eq!(s.access().secrets(), vec![seed.clone()]);
+        assert!(!format!("{s:?}").contains(&seed), "the seed never prints");
 
         let t = sender("token = \"s3cret\"");
         assert_eq!((t.check().map_err(|p| p.key), t.access().secrets()), (Ok(()), vec!["s3cret".to_owned()]));
+        assert!(!format!("{t:?}").contains("s3cret"), "the token never prints");
         let c = sender("credentials_file = \"/etc/ferry/user.creds\"");
         assert_eq!(c.access().auth, Auth::CredentialsFile("/etc/ferry/user.creds"));
         assert!(c.access().secrets().is_empty(), "a path is not a secret");

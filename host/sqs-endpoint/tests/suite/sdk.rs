@@ -745,7 +745,7 @@ async fn concurrent_producers_and_consumers_lose_nothing() {
 /// both protocols.
 #[tokio::test]
 async fn sigv4_signatures_are_verified() {
-    let keys: ferry_sqs_endpoint::auth::Keys = [("AKIDFERRYTEST".to_owned(), "s3cret/key+value".to_owned())].into();
+    let keys: ferry_sqs_endpoint::auth::Keys = [("AKIDFERRYTEST".to_owned(), "s3cret/key+value".into())].into();
     let ep = Endpoint::start_with(Some(keys)).await;
     let good = ferry_tests::endpoint::client(&ep.url, "AKIDFERRYTEST", "s3cret/key+value");
     let url = good

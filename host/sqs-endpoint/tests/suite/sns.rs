@@ -339,7 +339,7 @@ async fn wait_for(got: &Got, n: usize) -> Vec<(axum::http::HeaderMap, String)> {
 #[tokio::test]
 async fn webhooks_confirm_then_get_notifications_signed_or_not() {
     // Signed requests only: the SubscribeURL still works unsigned.
-    let keys = [("test".to_owned(), "test".to_owned())].into_iter().collect();
+    let keys = [("test".to_owned(), "test".into())].into_iter().collect();
     let ep = Endpoint::start_with(Some(keys)).await;
     let arn = topic(&ep, "hook").await;
     let (url, got, _server) = webhook(0).await;
