@@ -49,6 +49,11 @@ impl PrivateRedis {
     }
 
     /// `redis://127.0.0.1:<port>`.
+    /// The server's process id while it runs (the bench reads its CPU).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

@@ -43,6 +43,10 @@
 //!    adapter and through the SimpleMQ component on the same fake server
 //!    (see [`component`]).
 //!
+//! 8. Streams: NATS JetStream stream -> stream and Redis stream -> stream
+//!    through ferry, against the raw client's publish-with-ack and
+//!    consume-with-ack rates on the same private server (see [`streams`]).
+//!
 //! Every route row runs `FERRY_BENCH_REPEAT` times (default 3) and prints
 //! the median rate, p50/p99 latency where each message can be timed, and
 //! ferry's CPU per message and peak RSS from `/proc` (see [`measure`]).
@@ -50,8 +54,8 @@
 //! Sizes can be changed with `FERRY_BENCH_MESSAGES` (default 20000),
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
 //! (default 20000), `FERRY_BENCH_HTTP_MESSAGES` (default 20000), `FERRY_BENCH_COMPONENT_MESSAGES`
-//! (default 3000);
-//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http,component` picks groups,
+//! (default 3000), `FERRY_BENCH_STREAM_MESSAGES` (default 10000);
+//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http,component,streams` picks groups,
 //! `FERRY_BENCH_PLUGINS=filter,tenant` the plugins of the plugin-call rows;
 //! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
@@ -61,6 +65,7 @@ mod engines;
 mod http;
 mod measure;
 mod mqtt;
+mod streams;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -949,5 +954,8 @@ async fn main() {
     }
     if wanted("component") {
         component::rows(env_or("FERRY_BENCH_COMPONENT_MESSAGES", 3_000)).await;
+    }
+    if wanted("streams") {
+        streams::rows(env_or("FERRY_BENCH_STREAM_MESSAGES", 10_000)).await;
     }
 }

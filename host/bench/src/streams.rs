@@ -1,0 +1,305 @@
+//! The `streams` rows (issue 37): NATS JetStream stream -> stream and
+//! Redis stream -> stream through ferry, each against the raw client's
+//! publish-with-ack and consume-with-ack rates on the same private server
+//! in the same run, 1 KiB payloads. A bridge consumes and publishes every
+//! message, so the slower of the two raw rates is the ceiling any bridge on
+//! that server can reach; the goal is ferry at 0.8 of it or more. The
+//! server's CPU per message is in the last column.
+
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::{self, consumer, stream};
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::nats::PrivateNats;
+use ferry_tests::redis::PrivateRedis;
+use ferry_tests::unique;
+use futures_lite::StreamExt as _;
+
+use crate::measure::{self, CpuWindow, DaemonWindow, Run};
+
+/// How long any one phase may take before the row gives up on it.
+const PHASE: Duration = Duration::from_secs(300);
+
+fn payload() -> bytes::Bytes {
+    bytes::Bytes::from(vec![b'x'; 1024])
+}
+
+/// Publishes `n` messages to `subject`, at most 256 awaiting their
+/// acknowledgement; msgs/s.
+async fn nats_fill(js: &jetstream::Context, subject: &str, n: usize) -> f64 {
+    let started = Instant::now();
+    let mut pending = std::collections::VecDeque::new();
+    for _ in 0..n {
+        match js.publish(subject.to_owned(), payload()).await {
+            Ok(ack) => pending.push_back(ack),
+            Err(e) => eprintln!("publish to {subject}: {e}"),
+        }
+        if pending.len() >= 256
+            && let Some(ack) = pending.pop_front()
+        {
+            let _ = ack.await;
+        }
+    }
+    for ack in pending {
+        let _ = ack.await;
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// A file-backed stream `name` on `subject`.
+async fn nats_stream(js: &jetstream::Context, name: &str, subject: &str) -> Option<stream::Stream> {
+    let config = stream::Config { name: name.to_owned(), subjects: vec![subject.to_owned()], ..Default::default() };
+    js.create_stream(config).await.map_err(|e| eprintln!("create stream {name}: {e}")).ok()
+}
+
+async fn nats_count(js: &jetstream::Context, name: &str) -> usize {
+    match js.get_stream(name).await {
+        Ok(mut s) => s.info().await.map(|i| usize::try_from(i.state.messages).unwrap_or(0)).unwrap_or(0),
+        Err(_) => 0,
+    }
+}
+
+/// Consumes `n` messages of `stream` with a durable pull consumer,
+/// acknowledging each; msgs/s.
+async fn nats_drain(stream: &stream::Stream, n: usize) -> f64 {
+    let config = consumer::pull::Config {
+        durable_name: Some("raw".into()),
+        ack_policy: consumer::AckPolicy::Explicit,
+        ..Default::default()
+    };
+    let Ok(consumer) = stream.create_consumer(config).await else { return 0.0 };
+    let Ok(mut messages) = consumer.messages().await else { return 0.0 };
+    let started = Instant::now();
+    let mut done = 0;
+    while done < n && started.elapsed() < PHASE {
+        match tokio::time::timeout(Duration::from_secs(5), messages.next()).await {
+            Ok(Some(Ok(m))) => {
+                let _ = m.ack().await;
+                done += 1;
+            }
+            _ => break,
+        }
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+/// The raw publish and consume rates, and the server's CPU per message
+/// over both.
+async fn nats_raw(server: &PrivateNats, js: &jetstream::Context, n: usize) -> (Run, Run) {
+    let name = unique("RAW").replace('-', "_");
+    let subject = format!("raw.{name}");
+    let Some(stream) = nats_stream(js, &name, &subject).await else { return Default::default() };
+    let cpu = CpuWindow::start(server.pid());
+    let publish = nats_fill(js, &subject, n).await;
+    let publish = Run { rate: publish, broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    let cpu = CpuWindow::start(server.pid());
+    let consume = nats_drain(&stream, n).await;
+    let consume = Run { rate: consume, broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    let _ = js.delete_stream(&name).await;
+    (publish, consume)
+}
+
+/// ferry from a stream pre-filled with `n` messages to another.
+async fn nats_ferry(server: &PrivateNats, js: &jetstream::Context, n: usize) -> Run {
+    let (from, to) = (unique("IN").replace('-', "_"), unique("OUT").replace('-', "_"));
+    let (from_subject, to_subject) = (format!("in.{from}"), format!("out.{to}"));
+    if nats_stream(js, &from, &from_subject).await.is_none() || nats_stream(js, &to, &to_subject).await.is_none() {
+        return Run::default();
+    }
+    nats_fill(js, &from_subject, n).await;
+    let url = server.url();
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        "[receivers.in]\ntype = \"nats\"\nurl = \"{url}\"\nstream = \"{from}\"\n\
+         [senders.out]\ntype = \"nats\"\nurl = \"{url}\"\nsubject = \"{to_subject}\"\n\
+         [[routes]]\nid = \"bench\"\nreceiver = \"in\"\nmax_in_flight = 256\n[[routes.bindings]]\nsender = \"out\"\n"
+    ));
+    let broker = CpuWindow::start(server.pid());
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 0));
+    let ferry = DaemonWindow::start(&daemon);
+    let started = Instant::now();
+    while nats_count(js, &to).await < n && started.elapsed() < PHASE {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = nats_count(js, &to).await;
+    if got < n {
+        eprintln!("warning: only {got} of {n} reached stream {to}");
+    }
+    let mut run = ferry.run(got as f64 / started.elapsed().as_secs_f64(), got);
+    run.broker_cpu_us = broker.per_message(got);
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    let _ = js.delete_stream(&from).await;
+    let _ = js.delete_stream(&to).await;
+    run
+}
+
+async fn nats_rows(n: usize) {
+    let server = PrivateNats::start().await;
+    let Ok(client) = async_nats::connect(server.url()).await else {
+        eprintln!("cannot connect to the bench's nats-server");
+        return;
+    };
+    let js = jetstream::new(client);
+    let mut raws = (Vec::new(), Vec::new());
+    for _ in 0..measure::repeats() {
+        let (publish, consume) = nats_raw(&server, &js, n).await;
+        eprintln!("  nats raw: publish {publish:?}, consume {consume:?}");
+        raws.0.push(publish);
+        raws.1.push(consume);
+    }
+    let ferry = measure::median_of("nats ferry", || nats_ferry(&server, &js, n)).await;
+    print_rows("NATS JetStream stream -> stream", "nats-server", "raw consume, each acknowledged", n, &raws, &ferry);
+}
+
+/// A connection to the bench's Redis.
+async fn redis_connect(url: &str) -> Option<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(url).ok()?;
+    client.get_multiplexed_async_connection().await.map_err(|e| eprintln!("connect to {url}: {e}")).ok()
+}
+
+/// Adds `n` entries (a `payload` field of 1 KiB) to `stream`, 100 per
+/// pipeline; msgs/s.
+async fn redis_fill(conn: &mut redis::aio::MultiplexedConnection, stream: &str, n: usize) -> f64 {
+    let body = vec![b'x'; 1024];
+    let started = Instant::now();
+    let mut left = n;
+    while left > 0 {
+        let batch = left.min(100);
+        let mut pipe = redis::pipe();
+        for _ in 0..batch {
+            pipe.cmd("XADD").arg(stream).arg("*").arg("payload").arg(&body[..]).ignore();
+        }
+        if let Err(e) = pipe.query_async::<()>(conn).await {
+            eprintln!("XADD to {stream}: {e}");
+            return 0.0;
+        }
+        left -= batch;
+    }
+    n as f64 / started.elapsed().as_secs_f64()
+}
+
+/// Reads `n` entries of `stream` in a consumer group, 100 per
+/// XREADGROUP, each batch acknowledged with one XACK; msgs/s.
+async fn redis_drain(conn: &mut redis::aio::MultiplexedConnection, stream: &str, n: usize) -> f64 {
+    let created: redis::RedisResult<()> =
+        redis::cmd("XGROUP").arg("CREATE").arg(stream).arg("raw").arg("0").query_async(conn).await;
+    if let Err(e) = created {
+        eprintln!("XGROUP CREATE {stream}: {e}");
+        return 0.0;
+    }
+    let started = Instant::now();
+    let mut done = 0;
+    while done < n && started.elapsed() < PHASE {
+        let reply: redis::RedisResult<redis::streams::StreamReadReply> = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("raw")
+            .arg("c1")
+            .arg("COUNT")
+            .arg(100)
+            .arg("BLOCK")
+            .arg(1000)
+            .arg("STREAMS")
+            .arg(stream)
+            .arg(">")
+            .query_async(conn)
+            .await;
+        let ids: Vec<String> = match reply {
+            Ok(r) => r.keys.into_iter().flat_map(|k| k.ids).map(|e| e.id).collect(),
+            Err(e) => {
+                eprintln!("XREADGROUP {stream}: {e}");
+                break;
+            }
+        };
+        if ids.is_empty() {
+            break;
+        }
+        let acked: redis::RedisResult<i64> =
+            redis::cmd("XACK").arg(stream).arg("raw").arg(&ids).query_async(conn).await;
+        if acked.is_err() {
+            break;
+        }
+        done += ids.len();
+    }
+    done as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn redis_len(conn: &mut redis::aio::MultiplexedConnection, stream: &str) -> usize {
+    redis::cmd("XLEN").arg(stream).query_async::<usize>(conn).await.unwrap_or(0)
+}
+
+async fn redis_raw(server: &PrivateRedis, conn: &mut redis::aio::MultiplexedConnection, n: usize) -> (Run, Run) {
+    let stream = unique("raw");
+    let cpu = CpuWindow::start(server.pid());
+    let publish = redis_fill(conn, &stream, n).await;
+    let publish = Run { rate: publish, broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    let cpu = CpuWindow::start(server.pid());
+    let consume = redis_drain(conn, &stream, n).await;
+    let consume = Run { rate: consume, broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&stream).query_async(conn).await;
+    (publish, consume)
+}
+
+async fn redis_ferry(server: &PrivateRedis, conn: &mut redis::aio::MultiplexedConnection, n: usize) -> Run {
+    let (from, to) = (unique("in"), unique("out"));
+    redis_fill(conn, &from, n).await;
+    let url = server.url();
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        "[receivers.in]\ntype = \"redis_streams\"\nurl = \"{url}\"\nstream = \"{from}\"\ngroup = \"bench\"\n\
+         [senders.out]\ntype = \"redis_streams\"\nurl = \"{url}\"\nstream = \"{to}\"\n\
+         [[routes]]\nid = \"bench\"\nreceiver = \"in\"\nmax_in_flight = 256\n[[routes.bindings]]\nsender = \"out\"\n"
+    ));
+    let broker = CpuWindow::start(server.pid());
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 0));
+    let ferry = DaemonWindow::start(&daemon);
+    let started = Instant::now();
+    while redis_len(conn, &to).await < n && started.elapsed() < PHASE {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = redis_len(conn, &to).await;
+    if got < n {
+        eprintln!("warning: only {got} of {n} reached stream {to}");
+    }
+    let mut run = ferry.run(got as f64 / started.elapsed().as_secs_f64(), got);
+    run.broker_cpu_us = broker.per_message(got);
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    let _: redis::RedisResult<()> = redis::cmd("DEL").arg(&from).arg(&to).query_async(conn).await;
+    run
+}
+
+async fn redis_rows(n: usize) {
+    let server = PrivateRedis::start().await;
+    let Some(mut conn) = redis_connect(&server.url()).await else { return };
+    let mut raws = (Vec::new(), Vec::new());
+    for _ in 0..measure::repeats() {
+        let (publish, consume) = redis_raw(&server, &mut conn, n).await;
+        eprintln!("  redis raw: publish {publish:?}, consume {consume:?}");
+        raws.0.push(publish);
+        raws.1.push(consume);
+    }
+    let ferry = measure::median_of("redis ferry", || {
+        let mut conn = conn.clone();
+        let server = &server;
+        async move { redis_ferry(server, &mut conn, n).await }
+    })
+    .await;
+    print_rows("Redis stream -> stream", "redis-server", "raw consume, one XACK per 100 read", n, &raws, &ferry);
+}
+
+fn print_rows(title: &str, server: &str, consume_label: &str, n: usize, raws: &(Vec<Run>, Vec<Run>), ferry: &Run) {
+    let (publish, consume) = (measure::median(&raws.0), measure::median(&raws.1));
+    println!("\n{title} on a private {server}, 1 KiB payloads, {n} messages (median of {})", measure::repeats());
+    measure::header("server µs");
+    measure::row("raw publish, each acknowledged", &publish);
+    measure::row(consume_label, &consume);
+    measure::row("ferry stream -> stream", ferry);
+    let ceiling = publish.rate.min(consume.rate);
+    if ceiling > 0.0 {
+        measure::ratio("ferry / slower raw rate (goal >= 0.8)", ferry.rate / ceiling);
+    }
+}
+
+pub async fn rows(n: usize) {
+    nats_rows(n).await;
+    redis_rows(n).await;
+}
