@@ -70,12 +70,12 @@ impl PrivateNats {
         panic!("private nats-server did not start on any of five ports");
     }
 
-    /// `nats://127.0.0.1:<port>`.
     /// The server's process id while it runs (the bench reads its CPU).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(std::process::Child::id)
     }
 
+    /// `nats://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
@@ -259,4 +259,110 @@ impl Nats {
 /// The value of header `name` in a message [`Nats::read_all`] returned.
 pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+}
+
+/// A nats-server in operator mode, as `nsc` sets one up: its
+/// configuration (an operator trusting one account with unlimited
+/// JetStream and a system account, both JWTs preloaded into a memory
+/// resolver) and the text of a credentials file of a user of that account
+/// (its JWT and seed). No `nsc` here: the JWTs are written and signed with
+/// `nkeys`.
+pub struct OperatorMode {
+    /// For [`PrivateNats::start_with_config`].
+    pub server_config: String,
+    /// A `.creds` file's text.
+    pub creds: String,
+    /// The user's seed (what the credentials file must keep secret).
+    pub seed: String,
+}
+
+impl OperatorMode {
+    pub fn new() -> Self {
+        let operator = nkeys::KeyPair::new_operator();
+        let account = nkeys::KeyPair::new_account();
+        let operator_jwt =
+            signed_jwt(&operator, &operator.public_key(), serde_json::json!({"type": "operator", "version": 2}));
+        // A limit of 0 denies: every one is -1 (unlimited), as nsc writes
+        // them, JetStream's too.
+        let limits = serde_json::json!({
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true,
+            "conn": -1, "leaf": -1, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+        });
+        let account_jwt = signed_jwt(
+            &operator,
+            &account.public_key(),
+            serde_json::json!({"limits": limits, "type": "account", "version": 2}),
+        );
+        // JetStream needs a system account (which itself has none).
+        let system = nkeys::KeyPair::new_account();
+        let system_limits = serde_json::json!({
+            "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true,
+            "conn": -1, "leaf": -1,
+        });
+        let system_jwt = signed_jwt(
+            &operator,
+            &system.public_key(),
+            serde_json::json!({"limits": system_limits, "type": "account", "version": 2}),
+        );
+        let server_config = format!(
+            "operator: {operator_jwt}\nsystem_account: {system}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {account}: {account_jwt}\n  {system}: {system_jwt}\n}}\n",
+            system = system.public_key(),
+            account = account.public_key(),
+        );
+        let (creds, seed) = Self::user_of(&account);
+        Self { server_config, creds, seed }
+    }
+
+    /// A credentials file of a user of an account no operator here knows:
+    /// the server refuses it.
+    pub fn stranger() -> String {
+        Self::user_of(&nkeys::KeyPair::new_account()).0
+    }
+
+    /// A new user of `account`: its credentials file's text and its seed.
+    fn user_of(account: &nkeys::KeyPair) -> (String, String) {
+        let user = nkeys::KeyPair::new_user();
+        let user_jwt = signed_jwt(
+            account,
+            &user.public_key(),
+            serde_json::json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2}),
+        );
+        let seed = user.seed().expect("a user's seed");
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+             ************************* IMPORTANT *************************\n\
+             NKEY Seed printed below can be used to sign and prove identity.\n\
+             NKEYs are sensitive and should be treated as secrets.\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+             *************************************************************\n"
+        );
+        (creds, seed)
+    }
+}
+
+impl Default for OperatorMode {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A NATS JWT (header `ed25519-nkey`) of `nats` claims about `subject`,
+/// issued and signed by `issuer`.
+fn signed_jwt(issuer: &nkeys::KeyPair, subject: &str, nats: serde_json::Value) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = b64.encode(r#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let issued = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let claims = serde_json::json!({
+        "jti": crate::unique("jti").to_uppercase(),
+        "iat": issued,
+        "iss": issuer.public_key(),
+        "name": crate::unique("ferry-test"),
+        "sub": subject,
+        "nats": nats,
+    });
+    let body = b64.encode(claims.to_string());
+    let signature = issuer.sign(format!("{header}.{body}").as_bytes()).expect("an nkey signs");
+    format!("{header}.{body}.{}", b64.encode(signature))
 }

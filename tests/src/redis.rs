@@ -48,12 +48,12 @@ impl PrivateRedis {
         panic!("private redis-server did not start on any of five ports");
     }
 
-    /// `redis://127.0.0.1:<port>`.
     /// The server's process id while it runs (the bench reads its CPU).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(std::process::Child::id)
     }
 
+    /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }

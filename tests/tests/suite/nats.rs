@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url, topic};
-use ferry_tests::nats::{Nats, PrivateNats, header};
+use ferry_tests::nats::{Nats, OperatorMode, PrivateNats, header};
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit, URL091};
 use ferry_tests::webhook::{WebhookTarget, answer};
 use ferry_tests::{eventually_async, unique};
@@ -764,6 +764,82 @@ sender = "out"
     assert!(text.to_lowercase().contains("authori"), "the server's refusal is named: {text}");
     assert!(text.contains("senders.out (nats): ok"), "{text}");
     assert!(!text.contains("not-the-token") && !text.contains(&seed), "{text}");
+}
+
+/// An operator-mode server (JWT accounts, the way production NATS is
+/// usually run): the receiver and the sender authenticate with a
+/// credentials file, messages cross, `ferry render` prints the file's path
+/// and never the seed inside it; `validate --connect` with the credentials
+/// of an account the operator does not know is told the server refused
+/// them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credentials_file_authenticates_on_an_operator_mode_server() {
+    let mode = OperatorMode::new();
+    let server = PrivateNats::start_with_config(&mode.server_config).await;
+    let ws = Workspace::with_plugins(&[]);
+    let creds = ws.path().join("user.creds");
+    std::fs::write(&creds, &mode.creds).expect("creds file");
+    let client = Nats::connect_with(
+        &server.url(),
+        async_nats::ConnectOptions::with_credentials(&mode.creds).expect("the creds file reads"),
+    )
+    .await;
+    let (input, output) = (stream_name("CREDS_IN"), stream_name("CREDS_OUT"));
+    client.stream(&input, &["in.>"]).await;
+    client.stream(&output, &["out.>"]).await;
+    let config = |file: &std::path::Path| {
+        format!(
+            r#"
+[receivers.in]
+type = "nats"
+url = "{url}"
+stream = "{input}"
+credentials_file = "{file}"
+
+[senders.out]
+type = "nats"
+url = "{url}"
+subject = "out.x"
+credentials_file = "{file}"
+
+[[routes]]
+id = "creds"
+receiver = "in"
+[[routes.bindings]]
+sender = "out"
+"#,
+            url = server.url(),
+            file = file.display(),
+        )
+    };
+    ws.config(&config(&creds));
+    let render = ws.ferry(&["render", "-c", "ferry.toml"]);
+    let rendered = String::from_utf8_lossy(&render.stdout).into_owned();
+    assert!(render.status.success() && rendered.contains("user.creds"), "{rendered}");
+    assert!(!rendered.contains(&mode.seed), "render printed the seed:\n{rendered}");
+
+    let daemon = Daemon::start(&ws, 2);
+    for i in 0..3 {
+        client.publish("in.x", &format!("c-{i}"), &[]).await;
+    }
+    let got = eventually_async("three messages in the output stream", || async {
+        let all = client.read_all(&output).await;
+        if all.len() >= 3 { Ok(all) } else { Err(all.len()) }
+    })
+    .await;
+    let mut bodies: Vec<String> = got.into_iter().map(|(_, _, body)| body).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["c-0", "c-1", "c-2"]);
+    assert!(daemon.terminate().success());
+
+    let stranger = ws.path().join("stranger.creds");
+    std::fs::write(&stranger, OperatorMode::stranger()).expect("creds file");
+    ws.config(&config(&stranger));
+    let out = ws.ferry(&["validate", "--connect", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains("receivers.in (nats): FAILED"), "{text}");
+    assert!(text.to_lowercase().contains("authori"), "the server's refusal is named: {text}");
 }
 
 /// Several `filter_subjects` need nats-server 2.10: 2.9 (Debian's, which
