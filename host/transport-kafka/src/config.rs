@@ -1,0 +1,161 @@
+//! `[senders.NAME]` with `type = "kafka"`: a producer on a Kafka cluster.
+
+use ferry_core::transport::KeyProblem;
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+/// `type = "kafka"` sender: an idempotent producer (`enable.idempotence`,
+/// `acks=all`); a send is done when the record's delivery report says the
+/// cluster has it.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSenderConfig {
+    /// The bootstrap brokers, `host:port` separated by commas
+    /// (`"k1:9092,k2:9092"`); the client learns the rest of the cluster
+    /// from them.
+    pub brokers: String,
+    /// The topic for bindings whose address is empty; a binding's address
+    /// names it otherwise. Either is a template over text headers
+    /// (`readings.{site}`); the result must be a topic name (1 to 249
+    /// letters, digits, `.`, `_` and `-`), else the message is unroutable.
+    #[serde(default)]
+    pub topic: Option<String>,
+    /// The header whose text is the record's key, which chooses its
+    /// partition (so records of one key stay in order). A message without
+    /// it has no key. Default `x-bridge.ordering-key` (which a processor
+    /// with the `ordering_key` grant sets).
+    #[serde(default = "default_key_header")]
+    pub key_header: String,
+    /// The record header that carries the message's identity, so a reader
+    /// (ferry's Kafka receiver among them) can drop a record ferry sent
+    /// twice. Default `message_id`.
+    #[serde(default = "default_id_header")]
+    pub id_header: String,
+    /// How long a record may wait for the cluster before its send fails
+    /// and is retried (librdkafka's `message.timeout.ms`), in milliseconds.
+    /// Default 30000.
+    #[serde(default = "default_delivery_timeout_ms")]
+    pub delivery_timeout_ms: u64,
+    /// How long the producer waits to fill a batch (`linger.ms`), in
+    /// milliseconds. Default 5.
+    #[serde(default = "default_linger_ms")]
+    pub linger_ms: u64,
+}
+
+fn default_key_header() -> String {
+    "x-bridge.ordering-key".to_owned()
+}
+fn default_id_header() -> String {
+    "message_id".to_owned()
+}
+fn default_delivery_timeout_ms() -> u64 {
+    30_000
+}
+fn default_linger_ms() -> u64 {
+    5
+}
+
+/// The longest topic name Kafka takes.
+const MAX_TOPIC: usize = 249;
+
+/// Why `name` is not a Kafka topic name, if it is not one.
+pub fn topic_problem(name: &str) -> Option<String> {
+    if name.is_empty() || name.len() > MAX_TOPIC {
+        return Some(format!("a topic name is 1 to {MAX_TOPIC} characters"));
+    }
+    if name == "." || name == ".." {
+        return Some(format!("{name:?} is not a topic name"));
+    }
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))) {
+        return Some(format!("{c:?} is not allowed in a topic name (letters, digits, '.', '_' and '-')"));
+    }
+    None
+}
+
+/// The `host:port` entries of a broker list, or why it is not one.
+pub fn brokers(list: &str) -> Result<Vec<(String, u16)>, String> {
+    let entries: Vec<&str> = list.split(',').map(str::trim).collect();
+    if entries.iter().all(|e| e.is_empty()) {
+        return Err("names no broker (host:port, separated by commas)".into());
+    }
+    entries
+        .into_iter()
+        .map(|entry| {
+            let (host, port) =
+                entry.rsplit_once(':').ok_or_else(|| format!("{entry:?} is not host:port (the port is needed)"))?;
+            let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+            if host.is_empty() || host.contains(['/', '@', ' ']) || entry.contains("://") {
+                return Err(format!("{entry:?} is not host:port"));
+            }
+            match port.parse::<u16>() {
+                Ok(p) if p > 0 => Ok((host.to_owned(), p)),
+                _ => Err(format!("{entry:?}: {port:?} is not a port")),
+            }
+        })
+        .collect()
+}
+
+impl KafkaSenderConfig {
+    /// Every key's own rule.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        brokers(&self.brokers).map_err(|e| KeyProblem::new("brokers", e))?;
+        if let Some(topic) = self.topic.as_deref().filter(|t| !t.contains('{'))
+            && let Some(why) = topic_problem(topic)
+        {
+            return Err(KeyProblem::new("topic", why));
+        }
+        if self.key_header.is_empty() {
+            return Err(KeyProblem::new("key_header", "must not be empty"));
+        }
+        if self.id_header.is_empty() {
+            return Err(KeyProblem::new("id_header", "must not be empty"));
+        }
+        if !(1..=3_600_000).contains(&self.delivery_timeout_ms) {
+            return Err(KeyProblem::new("delivery_timeout_ms", "must be between 1 and 3600000"));
+        }
+        if self.linger_ms > 60_000 {
+            return Err(KeyProblem::new("linger_ms", "must be at most 60000"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sender(text: &str) -> Result<KafkaSenderConfig, String> {
+        ferry_core::transport::read_part("kafka", text, KafkaSenderConfig::check)
+    }
+
+    #[test]
+    fn a_sender_reads_with_its_defaults() {
+        let s = sender("brokers = \"k1:9092, k2:9093\"\ntopic = \"readings.{site}\"").expect("valid");
+        assert_eq!((s.key_header.as_str(), s.delivery_timeout_ms, s.linger_ms), ("x-bridge.ordering-key", 30_000, 5));
+        assert_eq!(brokers(&s.brokers), Ok(vec![("k1".into(), 9092), ("k2".into(), 9093)]));
+        assert_eq!(brokers("[::1]:9092"), Ok(vec![("::1".into(), 9092)]));
+    }
+
+    #[test]
+    fn each_bad_key_is_named() {
+        for (text, key) in [
+            ("brokers = \"\"", "brokers"),
+            ("brokers = \"k1\"", "brokers"),
+            ("brokers = \"k1:0\"", "brokers"),
+            ("brokers = \"k1:99999\"", "brokers"),
+            ("brokers = \"kafka://k1:9092\"", "brokers"),
+            ("brokers = \"k1:9092,\"", "brokers"),
+            ("brokers = \"k1:9092\"\ntopic = \"a b\"", "topic"),
+            ("brokers = \"k1:9092\"\ntopic = \"..\"", "topic"),
+            ("brokers = \"k1:9092\"\nkey_header = \"\"", "key_header"),
+            ("brokers = \"k1:9092\"\ndelivery_timeout_ms = 0", "delivery_timeout_ms"),
+            ("brokers = \"k1:9092\"\nlinger_ms = 60001", "linger_ms"),
+            ("brokers = \"k1:9092\"\nacks = \"1\"", "acks"),
+            ("topic = \"t\"", "brokers"),
+        ] {
+            assert_eq!(sender(text).err().as_deref(), Some(key), "{text}");
+        }
+        assert_eq!(topic_problem(&"t".repeat(249)), None);
+        assert!(topic_problem(&"t".repeat(250)).is_some());
+    }
+}

@@ -1,0 +1,18 @@
+//! ferry's Kafka transport, on rdkafka (librdkafka).
+//!
+//! - [`config`]: the sender's keys, their defaults and checks.
+//! - [`egress`]: envelope -> record (the topic from a template, the key
+//!   from a header, headers as record headers, the identity and subject
+//!   as headers of their own).
+//! - [`sender`]: [`KafkaSender`], an idempotent producer (`acks=all`)
+//!   whose send ends with the record's delivery report.
+//!
+//! The receiver (a consumer group whose offsets move only behind settled
+//! messages) and the crate's entry in the daemon's transport table come
+//! next (issue 38); until then the daemon does not offer `type = "kafka"`.
+
+pub mod config;
+pub mod egress;
+pub mod sender;
+
+pub use sender::KafkaSender;

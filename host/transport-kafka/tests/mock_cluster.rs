@@ -1,0 +1,118 @@
+//! The sender against librdkafka's mock cluster (a Kafka-protocol broker
+//! in this process, on 127.0.0.1): what a record carries, and how each
+//! kind of failure is classified. The daemon tests run against a real
+//! broker process.
+
+use std::time::Duration;
+
+use ferry_core::ErrorClass;
+use ferry_core::metrics::Metrics;
+use ferry_core::ports::{OutboundMessage, Sender};
+use ferry_envelope::{Envelope, HeaderValue};
+use ferry_transport_kafka::KafkaSender;
+use ferry_transport_kafka::config::KafkaSenderConfig;
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::mocking::MockCluster;
+use rdkafka::{Offset, TopicPartitionList};
+
+fn config(brokers: &str, extra: &str) -> KafkaSenderConfig {
+    ferry_core::transport::read_part(
+        "kafka",
+        &format!("brokers = \"{brokers}\"\ntopic = \"out\"\n{extra}"),
+        KafkaSenderConfig::check,
+    )
+    .expect("config")
+}
+
+/// Every record of partition 0 of `topic`, read from the start.
+fn records(brokers: &str, topic: &str, n: usize) -> Vec<rdkafka::message::OwnedMessage> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition_offset(topic, 0, Offset::Beginning).expect("partition");
+    consumer.assign(&list).expect("assign");
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while out.len() < n && std::time::Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+            out.push(m.detach());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_record_carries_key_identity_subject_and_headers() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("out", 1, 1).expect("topic");
+    let brokers = cluster.bootstrap_servers();
+    let sender = KafkaSender::start("k", config(&brokers, ""), &Metrics::new()).expect("sender");
+    let mut e = Envelope::new("m-1", &b"{\"t\":21}"[..]);
+    e.subject = Some("reading".into());
+    e.set_header("x-bridge.ordering-key", "device-7");
+    e.set_header("site", "north");
+    e.set_header("n", HeaderValue::Integer(3));
+    sender.send(OutboundMessage::new(e, "")).await.expect("delivered");
+    sender.close().await;
+
+    let got = tokio::task::spawn_blocking(move || records(&brokers, "out", 1)).await.expect("read");
+    assert_eq!(got.len(), 1);
+    let m = &got[0];
+    assert_eq!((m.key(), m.payload()), (Some(&b"device-7"[..]), Some(&b"{\"t\":21}"[..])));
+    let headers: Vec<(String, Vec<u8>)> = m
+        .headers()
+        .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+        .unwrap_or_default();
+    let header = |name: &str| headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_slice());
+    assert_eq!(header("message_id"), Some(&b"m-1"[..]));
+    assert_eq!(header("gobridge.subject"), Some(&b"reading"[..]));
+    assert_eq!(header("site"), Some(&b"north"[..]));
+    assert_eq!(header("n"), Some(&b"3"[..]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_that_is_down_is_unavailable_and_a_record_too_large_is_permanent() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("out", 1, 1).expect("topic");
+    let brokers = cluster.bootstrap_servers();
+    let sender =
+        KafkaSender::start("k", config(&brokers, "delivery_timeout_ms = 1500"), &Metrics::new()).expect("sender");
+    sender.send(OutboundMessage::new(Envelope::new("m-1", &b"x"[..]), "")).await.expect("delivered while up");
+
+    // Larger than the producer's message.max.bytes (1 MB): the record
+    // itself can never be sent.
+    let big = Envelope::new("m-big", vec![b'x'; 2 * 1024 * 1024]);
+    let err = sender.send(OutboundMessage::new(big, "")).await.expect_err("too large");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+
+    cluster.broker_down(1).expect("broker down");
+    let err = sender.send(OutboundMessage::new(Envelope::new("m-2", &b"x"[..]), "")).await.expect_err("down");
+    assert_eq!(err.class, ErrorClass::Unavailable, "a cluster that is down spends no replay: {err}");
+    cluster.broker_up(1).expect("broker up");
+    // As the route would: tried again until the producer has reconnected.
+    let mut again = Err(err);
+    for _ in 0..20 {
+        again = sender.send(OutboundMessage::new(Envelope::new("m-2", &b"x"[..]), "")).await;
+        if again.is_ok() {
+            break;
+        }
+    }
+    assert!(again.is_ok(), "delivered once the broker is back: {again:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_a_header_cannot_make_is_unroutable_before_anything_is_sent() {
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    let sender = KafkaSender::start("k", config(&cluster.bootstrap_servers(), ""), &Metrics::new()).expect("sender");
+    let mut e = Envelope::new("m-1", &b"x"[..]);
+    e.set_header("site", "a/b");
+    let err = sender.send(OutboundMessage::new(e, "readings.{site}")).await.expect_err("unroutable");
+    assert_eq!(err.class, ErrorClass::Permanent, "{err}");
+    assert!(err.reason.contains("topic"), "{err}");
+}
