@@ -6,6 +6,8 @@
 //!   as headers of their own).
 //! - [`sender`]: [`KafkaSender`], an idempotent producer (`acks=all`)
 //!   whose send ends with the record's delivery report.
+//! - [`offsets`]: which offset of each partition a consumer may commit:
+//!   never past one the route still holds.
 //!
 //! The receiver (a consumer group whose offsets move only behind settled
 //! messages) and the crate's entry in the daemon's transport table come
@@ -13,6 +15,7 @@
 
 pub mod config;
 pub mod egress;
+pub mod offsets;
 pub mod sender;
 
 pub use sender::KafkaSender;
