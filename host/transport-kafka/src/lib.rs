@@ -6,6 +6,9 @@
 //!   as headers of their own).
 //! - [`sender`]: [`KafkaSender`], an idempotent producer (`acks=all`)
 //!   whose send ends with the record's delivery report.
+//! - [`ingress`]: record -> envelope (the identity header or the record's
+//!   place in the log, headers as text or bytes, the topic, partition,
+//!   offset, key and timestamp as `kafka.*` headers).
 //! - [`offsets`]: which offset of each partition a consumer may commit:
 //!   never past one the route still holds.
 //!
@@ -15,6 +18,7 @@
 
 pub mod config;
 pub mod egress;
+pub mod ingress;
 pub mod offsets;
 pub mod sender;
 

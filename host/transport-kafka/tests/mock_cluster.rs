@@ -9,8 +9,8 @@ use ferry_core::ErrorClass;
 use ferry_core::metrics::Metrics;
 use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue};
-use ferry_transport_kafka::KafkaSender;
 use ferry_transport_kafka::config::KafkaSenderConfig;
+use ferry_transport_kafka::{KafkaSender, ingress};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
@@ -74,6 +74,13 @@ async fn a_record_carries_key_identity_subject_and_headers() {
     assert_eq!(header("gobridge.subject"), Some(&b"reading"[..]));
     assert_eq!(header("site"), Some(&b"north"[..]));
     assert_eq!(header("n"), Some(&b"3"[..]));
+
+    // And read back as ferry's receiver reads it: the same message.
+    let back = ingress::to_envelope(&ingress::Incoming::of(m), "message_id", 1 << 20).expect("admitted").envelope;
+    assert_eq!((back.id.as_str(), back.subject.as_deref()), ("m-1", Some("reading")));
+    assert_eq!((back.text_header("site"), back.text_header("n")), (Some("north"), Some("3")));
+    assert_eq!(back.text_header(ingress::KEY), Some("device-7"));
+    assert_eq!(back.text_header(ingress::TOPIC), Some("out"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
