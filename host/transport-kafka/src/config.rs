@@ -1,8 +1,87 @@
-//! `[senders.NAME]` with `type = "kafka"`: a producer on a Kafka cluster.
+//! `[receivers.NAME]` and `[senders.NAME]` with `type = "kafka"`: a
+//! consumer in a consumer group, and a producer.
 
 use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+/// `type = "kafka"` receiver: a consumer in a consumer group. A record's
+/// offset is committed only once the route is done with it and with every
+/// record before it in its partition, so a crash delivers again what was
+/// in flight and never skips it.
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaReceiverConfig {
+    /// The bootstrap brokers, as for a sender.
+    pub brokers: String,
+    /// The topics to consume.
+    pub topics: Vec<String>,
+    /// The consumer group. Instances of ferry naming the same group share
+    /// the topics' partitions.
+    pub group: String,
+    /// The record header that carries the message's identity. Without it
+    /// the identity is `<topic>-<partition>-<offset>`. Default
+    /// `message_id`.
+    #[serde(default = "default_id_header")]
+    pub id_header: String,
+    /// Where a group with no committed offset starts: `"oldest"`, every
+    /// record the topics hold, or `"newest"`, only records written from
+    /// then on. Default `"oldest"`.
+    #[serde(default)]
+    pub start_from: StartFrom,
+    /// Larger records are poison: passed over (their offset committed) and
+    /// counted. Default 8 MiB.
+    #[serde(default = "default_max_payload_bytes")]
+    pub max_payload_bytes: usize,
+    /// How often settled offsets are committed, in milliseconds (and when
+    /// the receiver stops or a partition is taken away). Default 1000.
+    #[serde(default = "default_commit_interval_ms")]
+    pub commit_interval_ms: u64,
+}
+
+/// Where a group without a committed offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum StartFrom {
+    /// The oldest record kept (`auto.offset.reset = earliest`).
+    #[default]
+    Oldest,
+    /// Records written from then on (`auto.offset.reset = latest`).
+    Newest,
+}
+
+fn default_max_payload_bytes() -> usize {
+    8 * 1024 * 1024
+}
+fn default_commit_interval_ms() -> u64 {
+    1000
+}
+
+impl KafkaReceiverConfig {
+    /// Every key's own rule.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        brokers(&self.brokers).map_err(|e| KeyProblem::new("brokers", e))?;
+        if self.topics.is_empty() {
+            return Err(KeyProblem::new("topics", "names no topic"));
+        }
+        for (i, topic) in self.topics.iter().enumerate() {
+            if let Some(why) = topic_problem(topic) {
+                return Err(KeyProblem::new(format!("topics[{i}]"), why));
+            }
+        }
+        if self.group.is_empty() || self.group.chars().any(char::is_control) {
+            return Err(KeyProblem::new("group", "must be a name without control characters"));
+        }
+        if self.id_header.is_empty() {
+            return Err(KeyProblem::new("id_header", "must not be empty"));
+        }
+        KeyProblem::at_least_one("max_payload_bytes", self.max_payload_bytes as u64)?;
+        if !(1..=60_000).contains(&self.commit_interval_ms) {
+            return Err(KeyProblem::new("commit_interval_ms", "must be between 1 and 60000"));
+        }
+        Ok(())
+    }
+}
 
 /// `type = "kafka"` sender: an idempotent producer (`enable.idempotence`,
 /// `acks=all`); a send is done when the record's delivery report says the
@@ -134,6 +213,32 @@ mod tests {
         assert_eq!((s.key_header.as_str(), s.delivery_timeout_ms, s.linger_ms), ("x-bridge.ordering-key", 30_000, 5));
         assert_eq!(brokers(&s.brokers), Ok(vec![("k1".into(), 9092), ("k2".into(), 9093)]));
         assert_eq!(brokers("[::1]:9092"), Ok(vec![("::1".into(), 9092)]));
+    }
+
+    fn receiver(text: &str) -> Result<KafkaReceiverConfig, String> {
+        ferry_core::transport::read_part("kafka", text, KafkaReceiverConfig::check)
+    }
+
+    #[test]
+    fn a_receiver_reads_with_its_defaults_and_each_bad_key_is_named() {
+        let base = "brokers = \"k:9092\"\ntopics = [\"orders\"]\ngroup = \"bridge\"\n";
+        let r = receiver(base).expect("valid");
+        assert_eq!(
+            (r.id_header.as_str(), r.start_from, r.max_payload_bytes, r.commit_interval_ms),
+            ("message_id", StartFrom::Oldest, 8 << 20, 1000)
+        );
+        for (from, to, key) in [
+            ("k:9092", "k", "brokers"),
+            ("[\"orders\"]", "[]", "topics"),
+            ("[\"orders\"]", "[\"a\", \"b c\"]", "topics[1]"),
+            ("\"bridge\"", "\"\"", "group"),
+            ("group = \"bridge\"", "group = \"g\"\nstart_from = \"middle\"", "start_from"),
+            ("group = \"bridge\"", "group = \"g\"\ncommit_interval_ms = 0", "commit_interval_ms"),
+            ("group = \"bridge\"", "group = \"g\"\nmax_payload_bytes = 0", "max_payload_bytes"),
+            ("group = \"bridge\"", "", "group"),
+        ] {
+            assert_eq!(receiver(&base.replace(from, to)).err().as_deref(), Some(key), "{from} -> {to}");
+        }
     }
 
     #[test]

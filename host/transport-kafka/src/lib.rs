@@ -11,15 +11,18 @@
 //!   offset, key and timestamp as `kafka.*` headers).
 //! - [`offsets`]: which offset of each partition a consumer may commit:
 //!   never past one the route still holds.
+//! - [`receiver`]: [`KafkaReceiver`], a consumer in a consumer group that
+//!   commits behind settled records and holds given-back ones itself.
 //!
-//! The receiver (a consumer group whose offsets move only behind settled
-//! messages) and the crate's entry in the daemon's transport table come
-//! next (issue 38); until then the daemon does not offer `type = "kafka"`.
+//! The crate's entry in the daemon's transport table comes next (issue
+//! 38); until then the daemon does not offer `type = "kafka"`.
 
 pub mod config;
 pub mod egress;
 pub mod ingress;
 pub mod offsets;
+pub mod receiver;
 pub mod sender;
 
+pub use receiver::KafkaReceiver;
 pub use sender::KafkaSender;

@@ -72,6 +72,11 @@ impl Offsets {
         self.partitions.get(partition).filter(|h| h.next > 0).map(Held::committable)
     }
 
+    /// Whether `offset` of `partition` is still held.
+    pub fn is_held(&self, partition: &Partition, offset: i64) -> bool {
+        self.partitions.get(partition).is_some_and(|h| h.pending.contains(&offset))
+    }
+
     /// Offsets of `partition` still held.
     pub fn held(&self, partition: &Partition) -> usize {
         self.partitions.get(partition).map_or(0, |h| h.pending.len())
@@ -129,6 +134,7 @@ mod tests {
         assert_eq!(o.to_commit(), vec![(p(0), 1)]);
         assert_eq!(o.committable(&p(0)), Some(1));
         assert_eq!(o.held(&p(0)), 1);
+        assert!(o.is_held(&p(0), 1) && !o.is_held(&p(0), 2));
         o.settled(&p(0), 1);
         assert_eq!(o.to_commit(), vec![(p(0), 5)]);
     }

@@ -123,3 +123,101 @@ async fn a_topic_a_header_cannot_make_is_unroutable_before_anything_is_sent() {
     assert_eq!(err.class, ErrorClass::Permanent, "{err}");
     assert!(err.reason.contains("topic"), "{err}");
 }
+
+/// The group's committed offset of partition 0 of `topic`.
+fn committed(brokers: &str, group: &str, topic: &str) -> Option<i64> {
+    let consumer: BaseConsumer =
+        ClientConfig::new().set("bootstrap.servers", brokers).set("group.id", group).create().expect("consumer");
+    let mut list = TopicPartitionList::new();
+    list.add_partition(topic, 0);
+    let got = consumer.committed_offsets(list, Duration::from_secs(5)).ok()?;
+    match got.find_partition(topic, 0)?.offset() {
+        Offset::Offset(o) => Some(o),
+        _ => None,
+    }
+}
+
+/// Waits (bounded) until the group's committed offset is `want`.
+async fn committed_becomes(brokers: &str, group: &str, topic: &str, want: i64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (b, g, t) = (brokers.to_owned(), group.to_owned(), topic.to_owned());
+        let now = tokio::task::spawn_blocking(move || committed(&b, &g, &t)).await.expect("query");
+        if now == Some(want) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "committed offset {now:?}, waited for {want}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The next delivery, within a bound.
+async fn next(
+    deliveries: &mut tokio::sync::mpsc::Receiver<ferry_core::ports::Delivery>,
+) -> ferry_core::ports::Delivery {
+    let wait = tokio::time::timeout(Duration::from_secs(20), deliveries.recv());
+    wait.await.expect("a delivery in time").expect("the receiver runs")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_group_commits_only_behind_settled_records_and_a_given_back_one_comes_again() {
+    use ferry_core::ports::Delivery;
+    use ferry_transport_kafka::KafkaReceiver;
+    use ferry_transport_kafka::config::KafkaReceiverConfig;
+
+    let cluster = MockCluster::new(1).expect("mock cluster");
+    cluster.create_topic("in", 1, 1).expect("topic");
+    let brokers = cluster.bootstrap_servers();
+    let sender = KafkaSender::start("k", config(&brokers, ""), &Metrics::new()).expect("sender");
+    for i in 0..5 {
+        sender.send(OutboundMessage::new(Envelope::new(format!("m-{i}"), &b"x"[..]), "in")).await.expect("sent");
+    }
+    let receiver_config: KafkaReceiverConfig = ferry_core::transport::read_part(
+        "kafka",
+        &format!("brokers = \"{brokers}\"\ntopics = [\"in\"]\ngroup = \"g\"\ncommit_interval_ms = 50"),
+        KafkaReceiverConfig::check,
+    )
+    .expect("config");
+    let receiver = std::sync::Arc::new(KafkaReceiver::new("in", receiver_config, Metrics::new()));
+    let (sink, mut deliveries) = tokio::sync::mpsc::channel::<Delivery>(16);
+    let stop = tokio_util::sync::CancellationToken::new();
+    let running = {
+        let (receiver, stop) = (receiver.clone(), stop.clone());
+        tokio::spawn(async move { ferry_core::ports::Receiver::run(receiver.as_ref(), sink, stop).await })
+    };
+
+    let mut held = Vec::new();
+    for i in 0..5 {
+        let d = next(&mut deliveries).await;
+        assert_eq!(d.envelope.id, format!("m-{i}"));
+        assert_eq!(d.handle.redelivery_count(), Some(0));
+        held.push(d);
+    }
+    // m-2 fails for now: given back; the others go.
+    for (i, d) in held.into_iter().enumerate() {
+        if i == 2 {
+            d.handle.release(Duration::from_millis(100), "target said 500").await.expect("release");
+        } else {
+            d.handle.ack().await.expect("ack");
+        }
+    }
+    committed_becomes(&brokers, "g", "in", 2).await;
+    let again = next(&mut deliveries).await;
+    assert_eq!((again.envelope.id.as_str(), again.handle.redelivery_count()), ("m-2", Some(1)));
+    // Still not past m-2 while it is held.
+    assert_eq!(
+        tokio::task::spawn_blocking({
+            let b = brokers.clone();
+            move || committed(&b, "g", "in")
+        })
+        .await
+        .expect("query"),
+        Some(2)
+    );
+    again.handle.ack().await.expect("ack");
+    committed_becomes(&brokers, "g", "in", 5).await;
+
+    stop.cancel();
+    let ended = tokio::time::timeout(Duration::from_secs(20), running).await.expect("stops in time").expect("joined");
+    assert!(ended.is_ok(), "{ended:?}");
+}
