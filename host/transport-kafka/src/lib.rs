@@ -6,6 +6,8 @@
 //!   as headers of their own).
 //! - [`sender`]: [`KafkaSender`], an idempotent producer (`acks=all`)
 //!   whose send ends with the record's delivery report.
+//! - [`fixture`]: fixture records in and outbound records as JSON, for
+//!   `ferry test`.
 //! - [`ingress`]: record -> envelope (the identity header or the record's
 //!   place in the log, headers as text or bytes, the topic, partition,
 //!   offset, key and timestamp as `kafka.*` headers).
@@ -14,15 +16,18 @@
 //! - [`receiver`]: [`KafkaReceiver`], a consumer in a consumer group that
 //!   commits behind settled records and holds given-back ones itself.
 //!
-//! The crate's entry in the daemon's transport table comes next (issue
-//! 38); until then the daemon does not offer `type = "kafka"`.
+//! - [`transport`]: [`Kafka`], the crate's entry in the daemon's
+//!   transport table.
 
 pub mod config;
 pub mod egress;
+pub mod fixture;
 pub mod ingress;
 pub mod offsets;
 pub mod receiver;
 pub mod sender;
+pub mod transport;
 
 pub use receiver::KafkaReceiver;
 pub use sender::KafkaSender;
+pub use transport::Kafka;
