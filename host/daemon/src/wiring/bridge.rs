@@ -253,6 +253,13 @@ impl Bridge {
         if config.endpoints != self.config.endpoints {
             warn!("reload: [endpoints] changes take effect at the next start");
         }
+        // The transports' own checks, as at a start: a part a transport
+        // refuses would otherwise start and retry for ever.
+        if let Err(e) = check_urls(&config) {
+            Metrics::inc(&self.metrics.reloads, &[("outcome", "refused")]);
+            error!(error = %e, "reload refused; everything keeps running as it was");
+            return;
+        }
         let running: BTreeMap<String, RouteKey> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
         let shared = Shared {
