@@ -52,6 +52,15 @@ struct Context {
 impl ClientContext for Context {}
 
 impl ConsumerContext for Context {
+    /// An asynchronous commit that failed is said (the next move commits
+    /// again, so nothing is lost, but a cluster that never takes commits
+    /// would deliver everything again after a restart).
+    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            warn!(error = %e, partitions = offsets.count(), "the cluster did not take a commit");
+        }
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(list) = rebalance else { return };
         let mut offsets = lock(&self.offsets);
