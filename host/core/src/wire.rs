@@ -58,6 +58,44 @@ pub fn text_of(value: &HeaderValue) -> String {
     }
 }
 
+/// A typed value as raw bytes, for transports whose header values are
+/// bytes (Redis fields, Kafka headers): bytes as they are, the rest as
+/// [`text_of`] writes them.
+pub fn bytes_of(value: &HeaderValue) -> Bytes {
+    match value {
+        HeaderValue::Bytes(b) => b.clone(),
+        HeaderValue::Text(t) => Bytes::from(t.clone()),
+        other => Bytes::from(text_of(other)),
+    }
+}
+
+/// A value read off the wire as bytes: text when it is UTF-8, else bytes.
+pub fn text_or_bytes(value: &[u8]) -> HeaderValue {
+    match std::str::from_utf8(value) {
+        Ok(text) => HeaderValue::Text(text.to_owned()),
+        Err(_) => HeaderValue::Bytes(Bytes::copy_from_slice(value)),
+    }
+}
+
+/// Adds a header read off a wire where a name may repeat: a text value
+/// whose name is there with a text value is joined to it with `", "` (as
+/// HTTP joins them); false when a repeat cannot be joined (one of them is
+/// bytes), which is left out for the caller to count.
+pub fn add_repeated(headers: &mut Vec<(String, HeaderValue)>, name: &str, value: HeaderValue) -> bool {
+    match headers.iter_mut().find(|(n, _)| n == name) {
+        Some((_, HeaderValue::Text(joined))) if matches!(value, HeaderValue::Text(_)) => {
+            joined.push_str(", ");
+            joined.push_str(value.as_text().unwrap_or_default());
+            true
+        }
+        Some(_) => false,
+        None => {
+            headers.push((name.to_owned(), value));
+            true
+        }
+    }
+}
+
 /// Bytes as standard base64.
 pub fn base64(bytes: &[u8]) -> String {
     STANDARD.encode(bytes)
@@ -163,6 +201,21 @@ pub mod toml_value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wire_bytes_become_headers_and_repeats_join_only_as_text() {
+        assert_eq!(text_or_bytes(b"temp"), HeaderValue::Text("temp".into()));
+        assert_eq!(text_or_bytes(&[0xff]), HeaderValue::Bytes(Bytes::from_static(&[0xff])));
+        let mut headers = Vec::new();
+        assert!(add_repeated(&mut headers, "tag", text_or_bytes(b"a")));
+        assert!(add_repeated(&mut headers, "tag", text_or_bytes(b"b")));
+        assert!(!add_repeated(&mut headers, "tag", text_or_bytes(&[0xff])), "a bytes repeat is left out");
+        assert!(add_repeated(&mut headers, "raw", text_or_bytes(&[0xff])));
+        assert!(!add_repeated(&mut headers, "raw", text_or_bytes(b"c")), "nor joined to bytes");
+        assert_eq!(headers[0], ("tag".to_owned(), HeaderValue::Text("a, b".into())));
+        assert_eq!(bytes_of(&HeaderValue::Integer(3)).as_ref(), b"3");
+        assert_eq!(bytes_of(&HeaderValue::Bytes(Bytes::from_static(&[0xff]))).as_ref(), &[0xff]);
+    }
 
     #[test]
     fn date_times_become_epoch_millis() {

@@ -16,8 +16,8 @@
 use bytes::Bytes;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
-use ferry_core::wire::text_of;
-use ferry_envelope::{HeaderValue, names};
+use ferry_core::wire::{bytes_of, text_of};
+use ferry_envelope::names;
 
 use crate::config::{KafkaSenderConfig, topic_problem};
 
@@ -74,19 +74,14 @@ pub fn prepare(config: &KafkaSenderConfig, msg: &OutboundMessage) -> Result<Reco
             dropped += 1;
             continue;
         }
-        let value = match value {
-            HeaderValue::Bytes(b) => b.clone(),
-            HeaderValue::Text(t) => Bytes::from(t.clone()),
-            other => Bytes::from(text_of(other)),
-        };
-        headers.push((name.to_owned(), value));
+        headers.push((name.to_owned(), bytes_of(value)));
     }
     Ok(Record { topic, key, payload: envelope.payload().clone(), headers, dropped })
 }
 
 #[cfg(test)]
 mod tests {
-    use ferry_envelope::{Envelope, Timestamp};
+    use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 
     use super::*;
 

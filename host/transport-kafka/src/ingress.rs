@@ -18,6 +18,7 @@
 //!   ignored.
 
 use bytes::Bytes;
+use ferry_core::wire::{add_repeated, text_or_bytes};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
 use rdkafka::Message;
 use rdkafka::message::Headers;
@@ -84,13 +85,6 @@ pub struct Converted {
     pub dropped: u32,
 }
 
-fn text_or_bytes(value: &[u8]) -> HeaderValue {
-    match std::str::from_utf8(value) {
-        Ok(text) => HeaderValue::Text(text.to_owned()),
-        Err(_) => HeaderValue::Bytes(Bytes::copy_from_slice(value)),
-    }
-}
-
 /// The envelope of record `m`, its identity read from `id_header`.
 pub fn to_envelope(m: &Incoming, id_header: &str, max_payload_bytes: usize) -> Result<Converted, Poison> {
     let payload = m.payload.as_deref().unwrap_or_default();
@@ -125,14 +119,8 @@ pub fn to_envelope(m: &Incoming, id_header: &str, max_payload_bytes: usize) -> R
             (names::SUBJECT_CARRIER, Some(s)) if !s.is_empty() => envelope.subject = Some(s.to_owned()),
             (CONTENT_TYPE | names::SUBJECT_CARRIER, _) => {}
             _ => {
-                let value = text_or_bytes(value);
-                match headers.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, HeaderValue::Text(joined))) if matches!(value, HeaderValue::Text(_)) => {
-                        joined.push_str(", ");
-                        joined.push_str(value.as_text().unwrap_or_default());
-                    }
-                    Some(_) => dropped += 1,
-                    None => headers.push((name.to_owned(), value)),
+                if !add_repeated(&mut headers, name, text_or_bytes(value)) {
+                    dropped += 1;
                 }
             }
         }

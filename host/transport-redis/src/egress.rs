@@ -16,8 +16,8 @@ use crate::config::RedisStreamsSenderConfig;
 use bytes::Bytes;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
-use ferry_core::wire::text_of;
-use ferry_envelope::{HeaderValue, names};
+use ferry_core::wire::{bytes_of, text_of};
+use ferry_envelope::names;
 
 use crate::ingress::{CONTENT_TYPE, OWNED};
 
@@ -82,12 +82,7 @@ pub fn prepare(config: &RedisStreamsSenderConfig, msg: &OutboundMessage) -> Resu
             dropped += 1;
             continue;
         }
-        let value = match value {
-            HeaderValue::Bytes(b) => b.clone(),
-            HeaderValue::Text(t) => Bytes::from(t.clone()),
-            other => Bytes::from(text_of(other)),
-        };
-        fields.push((name.to_owned(), value));
+        fields.push((name.to_owned(), bytes_of(value)));
     }
     Ok(Outgoing { stream, maxlen: config.maxlen, fields, dropped })
 }
@@ -95,7 +90,7 @@ pub fn prepare(config: &RedisStreamsSenderConfig, msg: &OutboundMessage) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ferry_envelope::{Envelope, Timestamp};
+    use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 
     fn config(extra: &str) -> RedisStreamsSenderConfig {
         toml::from_str(&format!("url = \"redis://127.0.0.1\"\nstream = \"out\"\n{extra}")).expect("config")

@@ -16,6 +16,7 @@
 //!   `redis.*` headers; fields of those names are ignored.
 
 use bytes::Bytes;
+use ferry_core::wire::{add_repeated, text_or_bytes};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp, names};
 
 use crate::entry::id_millis;
@@ -120,17 +121,8 @@ pub fn to_envelope(m: &Incoming, fields: Fields<'_>) -> Result<Converted, Poison
             (names::SUBJECT_CARRIER, Some(s)) if !s.is_empty() => envelope.subject = Some(s.to_owned()),
             (CONTENT_TYPE | names::SUBJECT_CARRIER, _) => {}
             _ => {
-                let value = text.map_or_else(
-                    || HeaderValue::Bytes(Bytes::copy_from_slice(value)),
-                    |t| HeaderValue::Text(t.to_owned()),
-                );
-                match headers.iter_mut().find(|(n, _)| n == name) {
-                    Some((_, HeaderValue::Text(joined))) if matches!(value, HeaderValue::Text(_)) => {
-                        joined.push_str(", ");
-                        joined.push_str(value.as_text().unwrap_or_default());
-                    }
-                    Some(_) => dropped += 1,
-                    None => headers.push((name.to_owned(), value)),
+                if !add_repeated(&mut headers, name, text_or_bytes(value)) {
+                    dropped += 1;
                 }
             }
         }
