@@ -32,6 +32,7 @@ pub mod amqp_raw;
 pub mod daemon;
 pub mod endpoint;
 pub mod http;
+pub mod kafka;
 pub mod leftovers;
 pub mod mqtt;
 pub mod nats;

@@ -188,10 +188,15 @@ sender = "q"
 /// Receives and deletes until `want` bodies arrived or `rounds` half-second
 /// receives passed; returns the bodies in arrival order.
 pub async fn consume_bodies(client: &Client, url: &str, want: usize, rounds: usize) -> Vec<String> {
-    let mut bodies = Vec::new();
+    consume(client, url, want, rounds).await.iter().map(|m| m.body().unwrap_or_default().to_owned()).collect()
+}
+
+/// Receives and deletes until `want` messages arrived or `rounds`
+/// half-second receives passed; returns them in arrival order.
+pub async fn consume(client: &Client, url: &str, want: usize, rounds: usize) -> Vec<Message> {
+    let mut got = Vec::new();
     for _ in 0..rounds {
         for m in receive(client, url, Duration::from_millis(500)).await {
-            bodies.push(m.body().unwrap_or_default().to_owned());
             client
                 .delete_message()
                 .queue_url(url)
@@ -199,10 +204,16 @@ pub async fn consume_bodies(client: &Client, url: &str, want: usize, rounds: usi
                 .send()
                 .await
                 .expect("delete");
+            got.push(m);
         }
-        if bodies.len() >= want {
+        if got.len() >= want {
             break;
         }
     }
-    bodies
+    got
+}
+
+/// A FIFO message's system attribute `name` (`MessageGroupId`, say).
+pub fn system_attribute(m: &Message, name: &str) -> String {
+    m.attributes().and_then(|a| a.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v.clone())).unwrap_or_default()
 }

@@ -16,6 +16,7 @@ pub static TRANSPORTS: &[&dyn Transport] = &[
     &ferry_transport_http::Simplemq,
     &ferry_transport_nats::Nats,
     &ferry_transport_redis::RedisStreams,
+    &ferry_transport_kafka::Kafka,
     &ferry_sqs_endpoint::SqsEndpoint,
     &ferry_wasm::transport::Component,
 ];

@@ -28,6 +28,8 @@ pub mod receiver;
 pub mod sender;
 pub mod transport;
 
+/// The client, for tests and tools that talk to the same cluster.
+pub use rdkafka;
 pub use receiver::KafkaReceiver;
 pub use sender::KafkaSender;
 pub use transport::Kafka;

@@ -34,6 +34,7 @@ use tracing::{debug, warn};
 use crate::config::{KafkaReceiverConfig, StartFrom};
 use crate::ingress::{Incoming, to_envelope};
 use crate::offsets::{Offsets, Partition};
+use crate::sender::{CHECK_EVERY, watch};
 
 /// The offsets of one receiver, shared with its handles and its
 /// rebalance callback.
@@ -179,7 +180,7 @@ impl KafkaReceiver {
 impl Receiver for KafkaReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let offsets: Shared = Arc::default();
-        let consumer = self.consumer(&offsets)?;
+        let consumer = Arc::new(self.consumer(&offsets)?);
         let topics: Vec<&str> = self.config.topics.iter().map(String::as_str).collect();
         consumer.subscribe(&topics).map_err(|e| TransportError::permanent(format!("subscribe to {topics:?}: {e}")))?;
         let connected = self
@@ -187,6 +188,12 @@ impl Receiver for KafkaReceiver {
             .connected
             .get_or_create(&labels(&[("kind", "kafka"), ("role", "receiver"), ("name", &self.name)]))
             .clone();
+        // Ready is whether the cluster answers, records or none.
+        let watching = shutdown.child_token();
+        let weak = Arc::downgrade(&consumer);
+        let ask = move || Some(weak.upgrade()?.client().fetch_metadata(None, CHECK_EVERY).is_ok());
+        tokio::spawn(watch(ask, watching.clone(), connected.clone()));
+        let stop_watching = watching.drop_guard();
         let (again_tx, mut again_rx) = mpsc::unbounded_channel::<Again>();
         let mut commits = tokio::time::interval(Duration::from_millis(self.config.commit_interval_ms));
         commits.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -219,12 +226,8 @@ impl Receiver for KafkaReceiver {
                 _ = commits.tick() => Self::commit(&consumer, &offsets, CommitMode::Async),
                 record = consumer.recv() => {
                     let record = match record {
-                        Ok(r) => {
-                            connected.set(1);
-                            Incoming::of(&r)
-                        }
+                        Ok(r) => Incoming::of(&r),
                         Err(e) => {
-                            connected.set(0);
                             debug!(receiver = %self.name, error = %e, "Kafka consumer");
                             tokio::time::sleep(Duration::from_millis(200)).await;
                             continue;
@@ -247,6 +250,7 @@ impl Receiver for KafkaReceiver {
                 }
             }
         }
+        drop(stop_watching);
         connected.set(0);
         // What the route settled while stopping is committed before the
         // consumer leaves its group.

@@ -14,7 +14,7 @@
 //! itself gets wrong (too large, an invalid topic or record, a policy) is
 //! permanent. The rest is transient.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -34,7 +34,7 @@ use crate::egress::prepare;
 
 /// How often the sender asks the cluster for its metadata while it runs
 /// (readiness follows the answer).
-const CHECK_EVERY: Duration = Duration::from_secs(2);
+pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// A Kafka producer used by one or more bindings.
 pub struct KafkaSender {
@@ -68,21 +68,27 @@ impl KafkaSender {
         connected.set(0);
         let sender = Arc::new(Self { name: name.to_owned(), config, producer, stop: CancellationToken::new() });
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(watch(Arc::downgrade(&sender), sender.stop.clone(), connected));
+            let weak = Arc::downgrade(&sender);
+            let ask = move || Some(weak.upgrade()?.producer.client().fetch_metadata(None, CHECK_EVERY).is_ok());
+            runtime.spawn(watch(ask, sender.stop.clone(), connected));
         }
         Ok(sender)
     }
 }
 
-/// Asks the cluster for its metadata every [`CHECK_EVERY`] (off the async
-/// workers: the call blocks) and sets `connected` from the answer; ends
-/// with the sender.
-async fn watch(sender: Weak<KafkaSender>, stop: CancellationToken, connected: GaugeHandle) {
+/// Runs `ask` every [`CHECK_EVERY`] (off the async workers: it blocks)
+/// and sets `connected` from its answer: whether the cluster answered a
+/// metadata request. Ends when `ask` gives `None` (the client is gone) or
+/// `stop` is cancelled.
+pub(crate) async fn watch(
+    ask: impl Fn() -> Option<bool> + Send + Sync + 'static,
+    stop: CancellationToken,
+    connected: GaugeHandle,
+) {
+    let ask = Arc::new(ask);
     loop {
-        let Some(producer) = sender.upgrade().map(|s| s.producer.clone()) else { return };
-        let answered = tokio::task::spawn_blocking(move || producer.client().fetch_metadata(None, CHECK_EVERY).is_ok())
-            .await
-            .unwrap_or(false);
+        let asking = ask.clone();
+        let Ok(Some(answered)) = tokio::task::spawn_blocking(move || asking()).await else { return };
         connected.set(i64::from(answered));
         tokio::select! {
             _ = stop.cancelled() => return,

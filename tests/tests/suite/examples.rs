@@ -157,6 +157,30 @@ async fn mqtt_to_sqs_example_carries_telemetry() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_kafka_example_keys_telemetry_by_device() {
+    let broker = ferry_tests::kafka::PrivateKafka::start().await;
+    let kafka = ferry_tests::kafka::Kafka::new(&broker.brokers());
+    let topic = unique("ex-telemetry");
+    kafka.create_topic(&topic, 3).await;
+    let base = unique("ex/kafka");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_MQTT_TOPICS", &format!("{base}/#")),
+        ("FERRY_MQTT_CLIENT_ID", &unique("ex-kafka")),
+        ("FERRY_KAFKA_BROKERS", &broker.brokers()),
+        ("FERRY_KAFKA_TOPIC", &topic),
+    ]);
+    ws.config(&example("mqtt-to-kafka.toml"));
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("{base}/pump-1"), "{\"rpm\":900}", &[("device", "pump-1")]).await;
+    let got = kafka.read(&topic, 1, Duration::from_secs(30)).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].text(), got[0].key_text()), ("{\"rpm\":900}".to_owned(), Some("pump-1".to_owned())));
+    assert_eq!(got[0].header("mqtt.topic"), Some(format!("{base}/pump-1")));
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn sqs_to_mqtt_example_publishes_to_the_device_topic() {
     sqs::require_aws_env();
     let client = sqs::client();

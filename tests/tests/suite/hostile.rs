@@ -30,6 +30,7 @@ use fe2o3_amqp::types::primitives::SimpleValue;
 use ferry_tests::amqp_raw::{self, RawProperties};
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace, with_admin};
 use ferry_tests::http::{get, wait_for_sample};
+use ferry_tests::kafka::{Kafka, PrivateKafka};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::nats::{Nats, PrivateNats};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10, URL091};
@@ -392,6 +393,30 @@ async fn redis_stream_producers_cannot_forge_reserved_headers() {
     let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     redis.add_message(&stream, &id, "hello", &headers).await;
     f.check(&ws, daemon, "Redis Streams fields").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kafka_cannot_forge_reserved_headers() {
+    let f = Forgery::start().await;
+    let broker = PrivateKafka::start().await;
+    let kafka = Kafka::new(&broker.brokers());
+    let topic = unique("hostile-kafka");
+    kafka.create_topic(&topic, 1).await;
+    let receiver = format!(
+        "type = \"kafka\"\nbrokers = \"{}\"\ntopics = [\"{topic}\"]\ngroup = \"{}\"",
+        broker.brokers(),
+        unique("bridge")
+    );
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&f.config(&receiver, ""));
+    let daemon = f.daemon(&ws).await;
+    // Every reserved name as a record header, beside the identity.
+    let id = unique("kafka-id");
+    let headers = f.headers();
+    let mut headers: Vec<(&str, &[u8])> = headers.iter().map(|(k, v)| (k.as_str(), v.as_bytes())).collect();
+    headers.push(("message_id", id.as_bytes()));
+    kafka.produce(&topic, None, b"hello", &headers).await;
+    f.check(&ws, daemon, "Kafka record headers").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

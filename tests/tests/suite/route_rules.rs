@@ -254,26 +254,13 @@ config = { keep = true, fields = [], headers = [{ name = "x-bridge.ordering-key"
 
     let mut groups: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut dedup_of_dev3 = None;
-    let deadline = Instant::now() + WAIT;
-    while groups.values().map(Vec::len).sum::<usize>() < 9 && Instant::now() < deadline {
-        for m in sqs::receive(&client, &url, Duration::from_millis(500)).await {
-            let attrs = m.attributes().cloned().unwrap_or_default();
-            let attr =
-                |name: &str| attrs.iter().find(|(k, _)| k.as_str() == name).map(|(_, v)| v.clone()).unwrap_or_default();
-            let group = attr("MessageGroupId");
-            let doc: serde_json::Value = serde_json::from_str(m.body().unwrap_or("{}")).expect("json body");
-            if group == "dev-3" {
-                dedup_of_dev3 = Some(attr("MessageDeduplicationId"));
-            }
-            groups.entry(group).or_default().push(doc["n"].as_i64().unwrap_or(-1));
-            client
-                .delete_message()
-                .queue_url(&url)
-                .receipt_handle(m.receipt_handle().unwrap_or_default())
-                .send()
-                .await
-                .expect("delete");
+    for m in sqs::consume(&client, &url, 9, 40).await {
+        let group = sqs::system_attribute(&m, "MessageGroupId");
+        let doc: serde_json::Value = serde_json::from_str(m.body().unwrap_or("{}")).expect("json body");
+        if group == "dev-3" {
+            dedup_of_dev3 = Some(sqs::system_attribute(&m, "MessageDeduplicationId"));
         }
+        groups.entry(group).or_default().push(doc["n"].as_i64().unwrap_or(-1));
     }
     assert_eq!(groups.get("dev-1"), Some(&vec![0, 1, 2, 3]), "{groups:?}");
     assert_eq!(groups.get("dev-2"), Some(&vec![0, 1, 2, 3]), "{groups:?}");

@@ -1,0 +1,276 @@
+//! Kafka for the tests: a private broker process of the test's own (tansu,
+//! a Kafka-API broker, on its own port; `scripts/provision kafka` builds
+//! it once into a cache outside the clone) and a client, rdkafka as ferry
+//! uses it, to make topics, write records and read records and group
+//! offsets back.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ferry_transport_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use ferry_transport_kafka::rdkafka::client::DefaultClientContext;
+use ferry_transport_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use ferry_transport_kafka::rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
+use ferry_transport_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use ferry_transport_kafka::rdkafka::{ClientConfig, Offset, TopicPartitionList};
+
+/// Where `scripts/provision kafka` puts the broker, unless `FERRY_TANSU`
+/// names another.
+const CACHED: &str = "/var/tmp/ferry-tools/bin/tansu";
+
+/// The longest any one request of a test's client waits.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+/// A Kafka-API broker of the test's own, stopped on drop. Its storage is
+/// in memory: a restart starts empty.
+pub struct PrivateKafka {
+    pub port: u16,
+    child: Option<Child>,
+    held: crate::ports::Held,
+}
+
+impl PrivateKafka {
+    fn binary() -> PathBuf {
+        if let Some(path) = std::env::var_os("FERRY_TANSU") {
+            return PathBuf::from(path);
+        }
+        if std::path::Path::new(CACHED).exists() {
+            return PathBuf::from(CACHED);
+        }
+        PathBuf::from("tansu")
+    }
+
+    /// Starts one on a free port and waits until it listens; another port
+    /// is tried when one was taken meanwhile.
+    pub async fn start() -> Self {
+        let mut k = Self { port: crate::ports::broker_port(), child: None, held: crate::ports::Held::default() };
+        for _ in 0..5 {
+            if k.try_start().await {
+                return k;
+            }
+            k.stop();
+            k.port = crate::ports::broker_port();
+        }
+        panic!("private Kafka broker (tansu) did not start on any of five ports");
+    }
+
+    /// `127.0.0.1:<port>`, for `brokers`.
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The broker's process id while it runs (the bench reads its CPU).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
+    async fn try_start(&mut self) -> bool {
+        self.stop();
+        self.held = crate::ports::Held::default();
+        let url = format!("tcp://127.0.0.1:{}", self.port);
+        let child = Command::new(Self::binary())
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["--storage-engine", "memory://tansu/", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the Kafka broker starts (is tansu built? scripts/provision kafka)");
+        crate::leftovers::record(child.id());
+        let child = self.child.insert(child);
+        crate::ports::until_listening(child, &[self.port], Duration::from_secs(20)).await
+    }
+
+    /// Stops it (SIGKILL) and holds its port.
+    pub fn stop(&mut self) {
+        if let Some(child) = self.child.take() {
+            self.held = crate::ports::kill_and_hold(child, [self.port]);
+        }
+    }
+
+    /// Starts it again on the same port (empty: its storage is in memory).
+    pub async fn restart(&mut self) {
+        if !self.try_start().await {
+            panic!("private Kafka broker did not listen on port {} again", self.port);
+        }
+    }
+}
+
+impl Drop for PrivateKafka {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One record as the tests read it back.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, Vec<u8>)>,
+}
+
+impl Record {
+    fn of(m: &OwnedMessage) -> Self {
+        Self {
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key().map(<[u8]>::to_vec),
+            payload: m.payload().unwrap_or_default().to_vec(),
+            headers: m
+                .headers()
+                .map(|h| h.iter().map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec())).collect())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// The first header `name`, as text.
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+    }
+
+    /// The key as text.
+    pub fn key_text(&self) -> Option<String> {
+        self.key.as_ref().map(|k| String::from_utf8_lossy(k).into_owned())
+    }
+
+    /// The payload as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.payload).into_owned()
+    }
+}
+
+/// A consumer in `group` (committing nothing itself) and every partition
+/// of `topic`, each at `offset`.
+fn consumer_of(brokers: &str, group: &str, topic: &str, offset: Offset) -> (BaseConsumer, TopicPartitionList) {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("the test's consumer");
+    let metadata = consumer.fetch_metadata(Some(topic), PATIENCE).expect("metadata");
+    let mut list = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            list.add_partition_offset(topic, p.id(), offset).expect("partition");
+        }
+    }
+    (consumer, list)
+}
+
+/// A test's Kafka client.
+pub struct Kafka {
+    brokers: String,
+    producer: FutureProducer,
+}
+
+impl Kafka {
+    pub fn new(brokers: &str) -> Self {
+        let producer = ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("message.timeout.ms", PATIENCE.as_millis().to_string())
+            .create()
+            .expect("the test's producer");
+        Self { brokers: brokers.to_owned(), producer }
+    }
+
+    /// Makes `topic` with `partitions` partitions and waits until the
+    /// cluster's metadata shows them all.
+    pub async fn create_topic(&self, topic: &str, partitions: i32) {
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("admin client");
+        let options = AdminOptions::new().operation_timeout(Some(PATIENCE)).request_timeout(Some(PATIENCE));
+        let results = admin
+            .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &options)
+            .await
+            .unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
+        for r in results {
+            if let Err((name, e)) = r {
+                panic!("create topic {name}: {e}");
+            }
+        }
+        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let client: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("client");
+            let deadline = Instant::now() + PATIENCE;
+            loop {
+                let seen = client
+                    .fetch_metadata(Some(&topic), Duration::from_secs(5))
+                    .ok()
+                    .and_then(|m| m.topics().first().filter(|t| t.error().is_none()).map(|t| t.partitions().len()));
+                if seen == Some(partitions as usize) {
+                    return;
+                }
+                assert!(Instant::now() < deadline, "topic {topic}: {seen:?} partitions, waited for {partitions}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+        .await
+        .expect("metadata");
+    }
+
+    /// Writes a record; its (partition, offset).
+    pub async fn produce(
+        &self,
+        topic: &str,
+        key: Option<&str>,
+        payload: &[u8],
+        headers: &[(&str, &[u8])],
+    ) -> (i32, i64) {
+        let mut h = OwnedHeaders::new();
+        for (k, v) in headers {
+            h = h.insert(Header { key: k, value: Some(*v) });
+        }
+        let mut record: FutureRecord<'_, str, [u8]> = FutureRecord::to(topic).payload(payload).headers(h);
+        if let Some(key) = key {
+            record = record.key(key);
+        }
+        let delivered =
+            self.producer.send(record, PATIENCE).await.unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
+        (delivered.partition, delivered.offset)
+    }
+
+    /// Every record of `topic` from the start, once `n` are there (or
+    /// `within` has passed), ordered by partition then offset.
+    pub async fn read(&self, topic: &str, n: usize, within: Duration) -> Vec<Record> {
+        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let group = format!("reader-{}", uuid::Uuid::new_v4().simple());
+            let (consumer, list) = consumer_of(&brokers, &group, &topic, Offset::Beginning);
+            consumer.assign(&list).expect("assign");
+            let mut out = Vec::new();
+            let deadline = Instant::now() + within;
+            while out.len() < n && Instant::now() < deadline {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    out.push(Record::of(&m.detach()));
+                }
+            }
+            out.sort_by_key(|r| (r.partition, r.offset));
+            out
+        })
+        .await
+        .expect("reader")
+    }
+
+    /// The committed offsets of `group` on every partition of `topic`
+    /// (`None` where it has committed none).
+    pub async fn committed(&self, group: &str, topic: &str) -> Vec<Option<i64>> {
+        let (brokers, group, topic) = (self.brokers.clone(), group.to_owned(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let (consumer, list) = consumer_of(&brokers, &group, &topic, Offset::Invalid);
+            let got = consumer.committed_offsets(list, PATIENCE).expect("committed offsets");
+            let mut offsets: Vec<(i32, Option<i64>)> = got
+                .elements()
+                .iter()
+                .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { Some(o) } else { None }))
+                .collect();
+            offsets.sort_unstable();
+            offsets.into_iter().map(|(_, o)| o).collect()
+        })
+        .await
+        .expect("committed")
+    }
+}

@@ -1,0 +1,391 @@
+//! Kafka (issue 38) through the real daemon, each test on a private
+//! Kafka-API broker process of its own (tansu, in memory): MQTT into a
+//! topic with the key from a processor and each key's order kept; a topic
+//! into AMQP 0-9-1 and AMQP 0-9-1 into a topic, the group's offset moving
+//! only behind delivered records; a target outage that moves no offset and
+//! loses nothing; `validate --connect`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::kafka::{Kafka, PrivateKafka};
+use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::rabbit::{PrivateRabbit, Rabbit, URL091};
+use ferry_tests::sqs;
+use ferry_tests::{eventually_async, unique};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Waits (bounded) until `group`'s committed offsets on `topic` are `want`.
+async fn committed_becomes(kafka: &Kafka, group: &str, topic: &str, want: &[Option<i64>]) {
+    eventually_async(&format!("group {group} committed {want:?} on {topic}"), || async {
+        let now = kafka.committed(group, topic).await;
+        if now == want { Ok(now) } else { Err(now) }
+    })
+    .await;
+}
+
+/// MQTT readings of two devices into a topic of three partitions: a
+/// transform granted `ordering_key` sets `x-bridge.ordering-key` from the
+/// reading, the sender makes it the record's key, so each device's
+/// readings land in one partition, in the order they were published; the
+/// identity and headers cross, a forged reserved header does not.
+#[tokio::test(flavor = "multi_thread")]
+async fn mqtt_into_a_topic_keys_each_device_and_keeps_its_order() {
+    let broker = PrivateKafka::start().await;
+    let kafka = Kafka::new(&broker.brokers());
+    let topic = unique("readings");
+    kafka.create_topic(&topic, 3).await;
+    let src = unique("kafka/src");
+    let ws = Workspace::with_plugins(&["transform"]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "mqtt"
+url = "{mqtt}"
+topics = ["{src}/#"]
+client_id = "{cid}"
+
+[senders.out]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{topic}"
+
+[[routes]]
+id = "to-kafka"
+receiver = "in"
+max_in_flight = 1
+
+[[routes.processors]]
+plugin = "transform"
+grants = {{ ordering_key = true }}
+config = {{ keep = true, fields = [], headers = [{{ name = "x-bridge.ordering-key", from = "$.device" }}] }}
+
+[[routes.bindings]]
+sender = "out"
+"#,
+        mqtt = broker_url(),
+        cid = unique("kafka-in"),
+        brokers = broker.brokers(),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for i in 0..5 {
+        for device in ["dev-1", "dev-2"] {
+            let body = format!(r#"{{"device":"{device}","n":{i}}}"#);
+            let id = format!("{device}-{i}");
+            publisher
+                .publish_with(
+                    &format!("{src}/{device}"),
+                    &body,
+                    &[("mqtt.message-id", &id), ("site", "north"), ("x-bridge.tenant-id", "forged")],
+                )
+                .await;
+        }
+    }
+    let got = kafka.read(&topic, 10, WAIT).await;
+    assert_eq!(got.len(), 10, "{got:?}");
+    let mut by_device: BTreeMap<String, Vec<(i32, i64, i64)>> = BTreeMap::new();
+    for r in &got {
+        let doc: serde_json::Value = serde_json::from_slice(&r.payload).expect("a JSON reading");
+        let device = doc["device"].as_str().expect("device").to_owned();
+        assert_eq!(r.key_text().as_deref(), Some(device.as_str()), "the key is the device");
+        let n = doc["n"].as_i64().expect("n");
+        assert_eq!(r.header("message_id"), Some(format!("{device}-{n}")), "the identity crosses");
+        assert_eq!(r.header("site").as_deref(), Some("north"));
+        assert!(r.header("x-bridge.tenant-id").is_none(), "a forged reserved header is stripped: {r:?}");
+        by_device.entry(device).or_default().push((r.partition, r.offset, n));
+    }
+    for (device, records) in &by_device {
+        let partitions: BTreeSet<i32> = records.iter().map(|r| r.0).collect();
+        assert_eq!(partitions.len(), 1, "{device}'s records in one partition: {records:?}");
+        let mut in_log_order = records.clone();
+        in_log_order.sort_by_key(|r| r.1);
+        let order: Vec<i64> = in_log_order.iter().map(|r| r.2).collect();
+        assert_eq!(order, vec![0, 1, 2, 3, 4], "{device} in publish order");
+    }
+    assert!(daemon.terminate().success());
+}
+
+/// A topic into an AMQP 0-9-1 queue and a queue into a topic: the record's
+/// identity, subject and headers cross, its place in the log arrives as
+/// `kafka.*` headers (a forged one is replaced), and the group's committed
+/// offset reaches the end only once every record was delivered.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_and_amqp091_cross_both_ways_and_the_offset_follows_delivery() {
+    let broker = PrivateKafka::start().await;
+    let kafka = Kafka::new(&broker.brokers());
+    let (orders, audit, group) = (unique("orders"), unique("audit"), unique("bridge"));
+    kafka.create_topic(&orders, 1).await;
+    kafka.create_topic(&audit, 1).await;
+    let rabbit = Rabbit::connect().await;
+    let (out_queue, in_queue) = (unique("kafka-out"), unique("kafka-in"));
+    rabbit.declare_queue(&out_queue).await;
+    rabbit.declare_queue(&in_queue).await;
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.topic]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{orders}"]
+group = "{group}"
+commit_interval_ms = 100
+
+[receivers.queue]
+type = "amqp091"
+url = "{URL091}"
+queue = "{in_queue}"
+
+[senders.amqp]
+type = "amqp091"
+url = "{URL091}"
+
+[senders.topic]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{audit}"
+
+[[routes]]
+id = "from-kafka"
+receiver = "topic"
+
+[[routes.bindings]]
+sender = "amqp"
+address = "{out_queue}"
+
+[[routes]]
+id = "into-kafka"
+receiver = "queue"
+
+[[routes.bindings]]
+sender = "topic"
+"#,
+        brokers = broker.brokers(),
+    ));
+    let daemon = Daemon::start(&ws, 4);
+    kafka
+        .produce(
+            &orders,
+            Some("k-1"),
+            b"first",
+            &[
+                ("message_id", b"o-1"),
+                ("gobridge.subject", b"order.created"),
+                ("region", b"eu"),
+                ("x-bridge.tenant-id", b"forged"),
+                ("kafka.offset", b"999"),
+            ],
+        )
+        .await;
+    for i in 2..=5 {
+        kafka.produce(&orders, None, format!("record-{i}").as_bytes(), &[]).await;
+    }
+    let got = rabbit.collect(&out_queue, 5, WAIT).await;
+    assert_eq!(got.len(), 5);
+    let first = got.iter().find(|d| d.data == b"first").expect("o-1 arrived");
+    let p = &first.properties;
+    assert_eq!(p.message_id().as_ref().map(|s| s.as_str()), Some("o-1"));
+    let headers = p.headers().as_ref().expect("headers").inner();
+    let text = |name: &str| match headers.get(name) {
+        Some(AMQPValue::LongString(s)) => Some(s.to_string()),
+        other => other.map(|v| format!("{v:?}")),
+    };
+    assert_eq!(text("region").as_deref(), Some("eu"));
+    assert_eq!(text("kafka.topic"), Some(orders.clone()));
+    assert_eq!(headers.get("kafka.offset"), Some(&AMQPValue::LongLongInt(0)), "the record's own, not the forged one");
+    assert_eq!(text("kafka.key").as_deref(), Some("k-1"));
+    assert!(!headers.contains_key("x-bridge.tenant-id"), "a forged reserved header is stripped: {headers:?}");
+    let second = got.iter().find(|d| d.data == b"record-2").expect("record-2 arrived");
+    let second_id = second.properties.message_id().as_ref().map(|s| s.as_str().to_owned());
+    assert_eq!(second_id, Some(format!("{orders}-0-1")), "no identity header: the record's place in the log");
+    committed_becomes(&kafka, &group, &orders, &[Some(5)]).await;
+
+    // The other way: an AMQP message into the audit topic.
+    let mut table = FieldTable::default();
+    table.insert("region".into(), AMQPValue::LongString("eu".into()));
+    let properties = BasicProperties::default()
+        .with_message_id("a-1".into())
+        .with_content_type("application/json".into())
+        .with_headers(table);
+    rabbit.publish("", &in_queue, b"{\"n\":1}", properties).await;
+    let back = kafka.read(&audit, 1, WAIT).await;
+    assert_eq!(back.len(), 1);
+    assert_eq!(back[0].text(), "{\"n\":1}");
+    assert_eq!(back[0].header("message_id").as_deref(), Some("a-1"));
+    assert_eq!(back[0].header("content_type").as_deref(), Some("application/json"));
+    assert_eq!(back[0].header("region").as_deref(), Some("eu"));
+    assert!(daemon.terminate().success());
+    rabbit.delete_queue(&out_queue).await;
+    rabbit.delete_queue(&in_queue).await;
+}
+
+/// The target is down while records wait: the route holds them (an outage
+/// spends no replay), the group's offset does not move past any of them,
+/// and once the target is back every record arrives and the offset
+/// reaches the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn while_the_target_is_down_the_offset_stays_and_nothing_is_lost() {
+    let broker = PrivateKafka::start().await;
+    let kafka = Kafka::new(&broker.brokers());
+    let (topic, group) = (unique("outage"), unique("bridge"));
+    kafka.create_topic(&topic, 1).await;
+    let mut target = PrivateRabbit::start().await;
+    let queue = unique("kafka-outage");
+    Rabbit::connect_to(&target.url091()).await.declare_queue(&queue).await;
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{topic}"]
+group = "{group}"
+commit_interval_ms = 100
+
+[senders.out]
+type = "amqp091"
+url = "{target}"
+reconnect_max_ms = 500
+
+[[routes]]
+id = "outage"
+receiver = "in"
+max_in_flight = 8
+backoff = {{ initial_ms = 50, max_ms = 200 }}
+
+[[routes.bindings]]
+sender = "out"
+address = "{queue}"
+"#,
+        brokers = broker.brokers(),
+        target = target.url091(),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    target.stop().await;
+    for i in 0..20 {
+        kafka.produce(&topic, None, format!("m-{i}").as_bytes(), &[("message_id", format!("m-{i}").as_bytes())]).await;
+    }
+    daemon.wait_for_total("ferry_send_unavailable_total", "route=\"outage\"", 2.0, WAIT);
+    let held = kafka.committed(&group, &topic).await;
+    assert!(held == [None] || held == [Some(0)], "no offset moves while nothing was delivered: {held:?}");
+
+    target.restart().await;
+    let got = Rabbit::connect_to(&target.url091()).await.collect(&queue, 20, WAIT).await;
+    let seen: BTreeSet<String> = got.iter().map(|d| String::from_utf8_lossy(&d.data).into_owned()).collect();
+    assert_eq!(seen.len(), 20, "each of the 20: {seen:?}");
+    committed_becomes(&kafka, &group, &topic, &[Some(20)]).await;
+    assert!(daemon.terminate().success());
+    assert!(ws.dead_letters().is_empty(), "none dead-lettered: {:?}", ws.dead_letters());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validate_connect_names_the_cluster_and_its_topics() {
+    let broker = PrivateKafka::start().await;
+    let kafka = Kafka::new(&broker.brokers());
+    let topic = unique("probed");
+    kafka.create_topic(&topic, 2).await;
+    let missing = unique("missing");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{topic}"]
+group = "g"
+
+[senders.ok]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{missing}"
+
+[senders.down]
+type = "kafka"
+brokers = "127.0.0.1:1"
+topic = "{topic}"
+
+[[routes]]
+id = "r"
+receiver = "in"
+dispatch_mode = "fan_out"
+[[routes.bindings]]
+sender = "ok"
+[[routes.bindings]]
+sender = "down"
+"#,
+        brokers = broker.brokers(),
+    ));
+    let out = ws.ferry(&["validate", "--connect", "-c", "ferry.toml"]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("receivers.in (kafka): ok") && text.contains(&format!("topic {topic:?}: 2 partitions")),
+        "{text}"
+    );
+    assert!(text.contains("senders.ok (kafka): ok") && text.contains("does not exist"), "{text}");
+    assert!(text.contains("senders.down (kafka): FAILED"), "{text}");
+}
+
+/// Records of two keys, interleaved in one partition, into an SQS FIFO
+/// queue whose message group is the record's key (`kafka.key`): each key
+/// is its own group, in log order, and the record's identity is the FIFO
+/// deduplication id's source.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_topic_into_an_sqs_fifo_queue_groups_by_the_record_key_in_order() {
+    sqs::require_aws_env();
+    let broker = PrivateKafka::start().await;
+    let kafka = Kafka::new(&broker.brokers());
+    let topic = unique("fifo-src");
+    kafka.create_topic(&topic, 1).await;
+    let client = sqs::client();
+    let (_, url) = sqs::create_queue(&client, "kafka-fifo", true).await;
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{topic}"]
+group = "{group}"
+
+[senders.q]
+type = "sqs"
+queue_url = "{url}"
+endpoint_url = "{endpoint}"
+message_group_header = "kafka.key"
+
+[[routes]]
+id = "to-fifo"
+receiver = "in"
+max_in_flight = 1
+
+[[routes.bindings]]
+sender = "q"
+"#,
+        brokers = broker.brokers(),
+        group = unique("bridge"),
+        endpoint = sqs::endpoint(),
+    ));
+    let daemon = Daemon::start(&ws, 2);
+    for i in 0..4 {
+        for key in ["dev-1", "dev-2"] {
+            kafka.produce(&topic, Some(key), format!("{key}:{i}").as_bytes(), &[]).await;
+        }
+    }
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in sqs::consume(&client, &url, 8, 60).await {
+        groups
+            .entry(sqs::system_attribute(&m, "MessageGroupId"))
+            .or_default()
+            .push(m.body().unwrap_or_default().into());
+    }
+    for key in ["dev-1", "dev-2"] {
+        let want: Vec<String> = (0..4).map(|i| format!("{key}:{i}")).collect();
+        assert_eq!(groups.get(key), Some(&want), "{groups:?}");
+    }
+    assert!(daemon.terminate().success());
+}
