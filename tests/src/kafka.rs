@@ -12,7 +12,8 @@ use ferry_transport_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic,
 use ferry_transport_kafka::rdkafka::client::DefaultClientContext;
 use ferry_transport_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use ferry_transport_kafka::rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
-use ferry_transport_kafka::rdkafka::producer::{FutureProducer, FutureRecord};
+use ferry_transport_kafka::rdkafka::mocking::MockCluster;
+use ferry_transport_kafka::rdkafka::producer::{DefaultProducerContext, FutureProducer, FutureRecord};
 use ferry_transport_kafka::rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 /// Where `scripts/provision kafka` puts the broker, unless `FERRY_TANSU`
@@ -99,6 +100,32 @@ impl PrivateKafka {
 impl Drop for PrivateKafka {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// librdkafka's mock cluster: a Kafka-protocol cluster that this test
+/// process serves on 127.0.0.1 (a daemon reaches it over TCP like any
+/// broker). Its group coordinator moves partitions between members and
+/// expires silent ones as Kafka does, which the tests of rebalances and of
+/// a killed member need; tansu 0.6 gave a second member of a group no
+/// partitions (see the Kafka page).
+pub struct MockKafka {
+    cluster: MockCluster<'static, DefaultProducerContext>,
+}
+
+impl MockKafka {
+    pub fn start() -> Self {
+        Self { cluster: MockCluster::new(1).expect("librdkafka's mock cluster") }
+    }
+
+    /// Its bootstrap address, for `brokers`.
+    pub fn brokers(&self) -> String {
+        self.cluster.bootstrap_servers()
+    }
+
+    /// Makes `topic` with `partitions` partitions.
+    pub fn create_topic(&self, topic: &str, partitions: i32) {
+        self.cluster.create_topic(topic, partitions, 1).unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     }
 }
 
@@ -231,6 +258,20 @@ impl Kafka {
         let delivered =
             self.producer.send(record, PATIENCE).await.unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
         (delivered.partition, delivered.offset)
+    }
+
+    /// Writes one record per `(identity, payload)`, all at once (the
+    /// producer batches them), each with its identity as `message_id`.
+    pub async fn produce_all(&self, topic: &str, records: &[(String, String)]) {
+        let sends = records.iter().map(|(id, payload)| {
+            let headers = OwnedHeaders::new().insert(Header { key: "message_id", value: Some(id.as_bytes()) });
+            let record: FutureRecord<'_, str, [u8]> =
+                FutureRecord::to(topic).payload(payload.as_bytes()).headers(headers);
+            self.producer.send(record, PATIENCE)
+        });
+        for sent in futures_util::future::join_all(sends).await {
+            sent.unwrap_or_else(|(e, _)| panic!("produce to {topic}: {e}"));
+        }
     }
 
     /// Every record of `topic` from the start, once `n` are there (or

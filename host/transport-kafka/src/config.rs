@@ -37,6 +37,12 @@ pub struct KafkaReceiverConfig {
     /// the receiver stops or a partition is taken away). Default 1000.
     #[serde(default = "default_commit_interval_ms")]
     pub commit_interval_ms: u64,
+    /// How long the group waits for a member that went silent (killed,
+    /// cut off) before its partitions go to the others, in milliseconds
+    /// (librdkafka's `session.timeout.ms`; the broker bounds it by its
+    /// group.min/max.session.timeout.ms). Default 45000.
+    #[serde(default = "default_session_timeout_ms")]
+    pub session_timeout_ms: u64,
 }
 
 /// Where a group without a committed offset starts.
@@ -55,6 +61,9 @@ fn default_max_payload_bytes() -> usize {
 }
 fn default_commit_interval_ms() -> u64 {
     1000
+}
+fn default_session_timeout_ms() -> u64 {
+    45_000
 }
 
 impl KafkaReceiverConfig {
@@ -78,6 +87,9 @@ impl KafkaReceiverConfig {
         KeyProblem::at_least_one("max_payload_bytes", self.max_payload_bytes as u64)?;
         if !(1..=60_000).contains(&self.commit_interval_ms) {
             return Err(KeyProblem::new("commit_interval_ms", "must be between 1 and 60000"));
+        }
+        if !(1_000..=3_600_000).contains(&self.session_timeout_ms) {
+            return Err(KeyProblem::new("session_timeout_ms", "must be between 1000 and 3600000"));
         }
         Ok(())
     }
@@ -224,8 +236,8 @@ mod tests {
         let base = "brokers = \"k:9092\"\ntopics = [\"orders\"]\ngroup = \"bridge\"\n";
         let r = receiver(base).expect("valid");
         assert_eq!(
-            (r.id_header.as_str(), r.start_from, r.max_payload_bytes, r.commit_interval_ms),
-            ("message_id", StartFrom::Oldest, 8 << 20, 1000)
+            (r.id_header.as_str(), r.start_from, r.max_payload_bytes, r.commit_interval_ms, r.session_timeout_ms),
+            ("message_id", StartFrom::Oldest, 8 << 20, 1000, 45_000)
         );
         for (from, to, key) in [
             ("k:9092", "k", "brokers"),
@@ -235,6 +247,7 @@ mod tests {
             ("group = \"bridge\"", "group = \"g\"\nstart_from = \"middle\"", "start_from"),
             ("group = \"bridge\"", "group = \"g\"\ncommit_interval_ms = 0", "commit_interval_ms"),
             ("group = \"bridge\"", "group = \"g\"\nmax_payload_bytes = 0", "max_payload_bytes"),
+            ("group = \"bridge\"", "group = \"g\"\nsession_timeout_ms = 999", "session_timeout_ms"),
             ("group = \"bridge\"", "", "group"),
         ] {
             assert_eq!(receiver(&base.replace(from, to)).err().as_deref(), Some(key), "{from} -> {to}");

@@ -66,6 +66,18 @@ impl Offsets {
         out
     }
 
+    /// The cluster refused the commit of `offset` of `partition` (during a
+    /// rebalance, say): the next [`Offsets::to_commit`] reports the
+    /// partition again, even if nothing moved meanwhile (a partition at
+    /// its end would otherwise keep a stale committed offset for good).
+    pub fn commit_failed(&mut self, partition: &Partition, offset: i64) {
+        if let Some(held) = self.partitions.get_mut(partition)
+            && held.committed == Some(offset)
+        {
+            held.committed = None;
+        }
+    }
+
     /// The offset of `partition` that may be committed now, if it has had
     /// anything taken.
     pub fn committable(&self, partition: &Partition) -> Option<i64> {
@@ -101,6 +113,21 @@ mod tests {
 
     fn p(n: i32) -> Partition {
         ("orders".to_owned(), n)
+    }
+
+    #[test]
+    fn a_refused_commit_is_reported_again_though_nothing_moved() {
+        let mut o = Offsets::default();
+        o.taken(&p(0), 4);
+        o.settled(&p(0), 4);
+        assert_eq!(o.to_commit(), vec![(p(0), 5)]);
+        assert!(o.to_commit().is_empty());
+        o.commit_failed(&p(0), 3);
+        assert!(o.to_commit().is_empty(), "an older refusal changes nothing");
+        o.commit_failed(&p(0), 5);
+        assert_eq!(o.to_commit(), vec![(p(0), 5)], "reported again");
+        o.commit_failed(&p(9), 5);
+        assert!(o.to_commit().is_empty(), "a partition not held is ignored");
     }
 
     #[test]

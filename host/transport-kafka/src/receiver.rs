@@ -58,7 +58,8 @@ impl ConsumerContext for Context {
     /// would deliver everything again after a restart).
     fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, offsets: &TopicPartitionList) {
         if let Err(e) = result {
-            warn!(error = %e, partitions = offsets.count(), "the cluster did not take a commit");
+            warn!(error = %e, partitions = offsets.count(), "the cluster did not take a commit (it is made again)");
+            refused(&self.offsets, offsets);
         }
     }
 
@@ -86,6 +87,16 @@ impl ConsumerContext for Context {
             && let Err(e) = consumer.commit(&commit, CommitMode::Sync)
         {
             warn!(error = %e, "could not commit the offsets of revoked partitions");
+        }
+    }
+}
+
+/// A commit of `list` the cluster did not take: made again next time.
+fn refused(offsets: &Shared, list: &TopicPartitionList) {
+    let mut offsets = lock(offsets);
+    for element in list.elements() {
+        if let Offset::Offset(offset) = element.offset() {
+            offsets.commit_failed(&(element.topic().to_owned(), element.partition()), offset);
         }
     }
 }
@@ -156,6 +167,9 @@ impl KafkaReceiver {
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("auto.offset.reset", reset)
+            .set("session.timeout.ms", self.config.session_timeout_ms.to_string())
+            // A third of the session, as Kafka advises (at most its default).
+            .set("heartbeat.interval.ms", (self.config.session_timeout_ms / 3).min(3_000).to_string())
             .create_with_context(Context { offsets: offsets.clone() })
             .map_err(|e| TransportError::permanent(format!("the Kafka consumer: {e}")))
     }
@@ -171,7 +185,8 @@ impl KafkaReceiver {
             let _ = list.add_partition_offset(&topic, partition, Offset::Offset(offset));
         }
         if let Err(e) = consumer.commit(&list, mode) {
-            warn!(error = %e, "could not commit offsets (they are committed again with the next move)");
+            warn!(error = %e, "could not commit offsets (they are committed again)");
+            refused(offsets, &list);
         }
     }
 }

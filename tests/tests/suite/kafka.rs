@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ferry_tests::daemon::{Daemon, Workspace};
-use ferry_tests::kafka::{Kafka, PrivateKafka};
+use ferry_tests::kafka::{Kafka, MockKafka, PrivateKafka};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit, URL091};
 use ferry_tests::sqs;
@@ -388,4 +388,136 @@ sender = "q"
         assert_eq!(groups.get(key), Some(&want), "{groups:?}");
     }
     assert!(daemon.terminate().success());
+}
+
+/// A relay from one topic to another through ferry, as an instance `id`
+/// in group `group`.
+fn relay_config(brokers: &str, from: &str, to: &str, group: &str, id: &str, mode: &str) -> String {
+    format!(
+        r#"
+[instance]
+id = "{id}"
+
+[receivers.in]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{from}"]
+group = "{group}"
+commit_interval_ms = 200
+# A member that stops answering loses its partitions after this.
+session_timeout_ms = 6000
+
+[senders.out]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{to}"
+
+[[routes]]
+id = "relay"
+receiver = "in"
+delivery_mode = "{mode}"
+max_in_flight = 64
+
+[[routes.bindings]]
+sender = "out"
+"#
+    )
+}
+
+/// Waits (bounded) until `group`'s committed offsets on `topic` add up to
+/// `n`, the records the topic holds: every one settled.
+async fn committed_to_the_end(kafka: &Kafka, group: &str, topic: &str, n: usize) {
+    ferry_tests::eventually_within("the committed offsets at the end", Duration::from_secs(60), || async {
+        let now = kafka.committed(group, topic).await;
+        if now.iter().map(|o| o.unwrap_or(0)).sum::<i64>() == n as i64 { Ok(now) } else { Err(now) }
+    })
+    .await;
+}
+
+/// The identities of the records in `topic` once every one of `expected`
+/// is there (bounded), and how many records that took.
+async fn identities_once_all_there(kafka: &Kafka, topic: &str, expected: &BTreeSet<String>) -> usize {
+    ferry_tests::eventually_within("every identity in the target topic", Duration::from_secs(120), || async {
+        let got = kafka.read(topic, usize::MAX, Duration::from_secs(3)).await;
+        let ids: BTreeSet<String> = got.iter().filter_map(|r| r.header("message_id")).collect();
+        let missing = expected.difference(&ids).count();
+        if missing == 0 { Ok(got.len()) } else { Err(missing) }
+    })
+    .await
+}
+
+/// `kill -9` of ferry while it relays 5,000 records from one topic to
+/// another, in each delivery mode: after a restart the group's committed
+/// offset (never past a record that was not settled) delivers again what
+/// the killed one had in flight, so every record is in the target topic
+/// (what was in flight may be there twice: counted and reported) and the
+/// committed offsets reach the end.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_while_relaying_loses_nothing_in_either_delivery_mode() {
+    const N: usize = 5_000;
+    for mode in ["direct_hold", "shared_outbox"] {
+        let broker = MockKafka::start();
+        let kafka = Kafka::new(&broker.brokers());
+        let (from, to, group) = (unique("from"), unique("to"), unique("relay"));
+        broker.create_topic(&from, 2);
+        broker.create_topic(&to, 2);
+        let records: Vec<(String, String)> = (0..N).map(|i| (format!("m-{i}"), format!("m-{i}"))).collect();
+        kafka.produce_all(&from, &records).await;
+        let ws = Workspace::with_plugins(&[]);
+        ws.config(&relay_config(&broker.brokers(), &from, &to, &group, "relay-1", mode));
+        let daemon = Daemon::start(&ws, 2);
+        daemon.wait_for_total("ferry_messages_acked_total", "route=\"relay\"", 1_000.0, Duration::from_secs(60));
+        daemon.kill();
+        let again = Daemon::start(&ws, 2);
+        let expected: BTreeSet<String> = records.iter().map(|(id, _)| id.clone()).collect();
+        let written = identities_once_all_there(&kafka, &to, &expected).await;
+        eprintln!("{mode}: {written} records for {N} messages after the crash");
+        committed_to_the_end(&kafka, &group, &from, N).await;
+        assert!(again.terminate().success());
+    }
+}
+
+/// Two instances in one group on a topic of four partitions, the second
+/// joining mid-stream (a rebalance moves partitions away from the first
+/// while it holds records) and the first leaving before the end (another):
+/// every record reaches the target topic.
+#[tokio::test(flavor = "multi_thread")]
+async fn two_instances_in_one_group_lose_nothing_across_rebalances() {
+    const N: usize = 2_000;
+    let broker = MockKafka::start();
+    let kafka = Kafka::new(&broker.brokers());
+    let (from, to, group) = (unique("from"), unique("to"), unique("workers"));
+    broker.create_topic(&from, 4);
+    broker.create_topic(&to, 4);
+    let (a, b) = (Workspace::with_plugins(&[]), Workspace::with_plugins(&[]));
+    a.config(&relay_config(&broker.brokers(), &from, &to, &group, "a", "direct_hold"));
+    b.config(&relay_config(&broker.brokers(), &from, &to, &group, "b", "direct_hold"));
+    let record = |i: usize| (format!("m-{i}"), format!("m-{i}"));
+    let first = Daemon::start(&a, 2);
+    kafka.produce_all(&from, &(0..N / 2).map(record).collect::<Vec<_>>()).await;
+    first.wait_for_total("ferry_messages_acked_total", "route=\"relay\"", 100.0, WAIT);
+    let second = Daemon::start(&b, 2);
+    // More in small batches, paced, until the second has taken some (its
+    // partitions come with the rebalance its joining starts), then the
+    // rest: N records at least, more if the rebalance took longer.
+    let acked = |d: &Daemon| {
+        let m = ferry_tests::http::metrics(&d.admin());
+        ferry_tests::http::sample(&m, "ferry_messages_acked_total", "route=\"relay\"").unwrap_or(0.0)
+    };
+    let mut produced = N / 2;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while acked(&second) == 0.0 {
+        assert!(std::time::Instant::now() < deadline, "the second instance took nothing within 60 s");
+        kafka.produce_all(&from, &(produced..produced + 20).map(record).collect::<Vec<_>>()).await;
+        produced += 20;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let n = produced.max(N);
+    kafka.produce_all(&from, &(produced..n).map(record).collect::<Vec<_>>()).await;
+    assert!(first.terminate().success());
+    let expected: BTreeSet<String> = (0..n).map(|i| record(i).0).collect();
+    let written = identities_once_all_there(&kafka, &to, &expected).await;
+    eprintln!("{written} records for {n} messages across two rebalances");
+    committed_to_the_end(&kafka, &group, &from, n).await;
+    assert!(second.terminate().success());
 }
