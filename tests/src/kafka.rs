@@ -274,6 +274,52 @@ impl Kafka {
         }
     }
 
+    /// How many records `topic` holds (the sum of its partitions' high
+    /// watermarks: no transactions, so one offset per record).
+    pub async fn count(&self, topic: &str) -> usize {
+        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let (consumer, list) = consumer_of(&brokers, "count", &topic, Offset::Invalid);
+            list.elements()
+                .iter()
+                .map(|e| consumer.fetch_watermarks(&topic, e.partition(), PATIENCE).map_or(0, |(_, high)| high))
+                .sum::<i64>()
+        })
+        .await
+        .map_or(0, |n| usize::try_from(n).unwrap_or(0))
+    }
+
+    /// Reads `n` records of `topic` as a member of a new group, committing
+    /// asynchronously every 100 (as a consumer that must not skip does);
+    /// how many it read within `within`.
+    pub async fn consume_committing(&self, topic: &str, n: usize, within: Duration) -> usize {
+        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        tokio::task::spawn_blocking(move || {
+            let consumer: BaseConsumer = ClientConfig::new()
+                .set("bootstrap.servers", &brokers)
+                .set("group.id", format!("raw-{}", uuid::Uuid::new_v4().simple()))
+                .set("enable.auto.commit", "false")
+                .set("auto.offset.reset", "earliest")
+                .create()
+                .expect("the raw consumer");
+            consumer.subscribe(&[&topic]).expect("subscribe");
+            let deadline = Instant::now() + within;
+            let mut done = 0;
+            while done < n && Instant::now() < deadline {
+                if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+                    done += 1;
+                    if done % 100 == 0 || done == n {
+                        let _ =
+                            consumer.commit_message(&m, ferry_transport_kafka::rdkafka::consumer::CommitMode::Async);
+                    }
+                }
+            }
+            done
+        })
+        .await
+        .unwrap_or(0)
+    }
+
     /// Every record of `topic` from the start, once `n` are there (or
     /// `within` has passed), ordered by partition then offset.
     pub async fn read(&self, topic: &str, n: usize, within: Duration) -> Vec<Record> {

@@ -47,6 +47,10 @@
 //!    through ferry, against the raw client's publish-with-ack and
 //!    consume-with-ack rates on the same private server (see [`streams`]).
 //!
+//! 9. Kafka: topic -> topic through ferry on a private tansu broker,
+//!    against the same client's raw produce and committing consume rates
+//!    (see [`streams::kafka_rows`]).
+//!
 //! Every route row runs `FERRY_BENCH_REPEAT` times (default 3) and prints
 //! the median rate, p50/p99 latency where each message can be timed, and
 //! ferry's CPU per message and peak RSS from `/proc` (see [`measure`]).
@@ -55,7 +59,7 @@
 //! `FERRY_BENCH_SQS_MESSAGES` (default 300) and `FERRY_BENCH_AMQP_MESSAGES`
 //! (default 20000), `FERRY_BENCH_HTTP_MESSAGES` (default 20000), `FERRY_BENCH_COMPONENT_MESSAGES`
 //! (default 3000), `FERRY_BENCH_STREAM_MESSAGES` (default 10000);
-//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http,component,streams` picks groups,
+//! `FERRY_BENCH_ROWS=processor,mqtt,sqs,endpoint,amqp,outbox,store,http,component,streams,kafka` picks groups,
 //! `FERRY_BENCH_PLUGINS=filter,tenant` the plugins of the plugin-call rows;
 //! `FERRY_BENCH_STORE_RATE_RECORDS` (default 20000) and
 //! `FERRY_BENCH_STORE_RECORDS` (default 1000000) size the engine rows.
@@ -957,5 +961,8 @@ async fn main() {
     }
     if wanted("streams") {
         streams::rows(env_or("FERRY_BENCH_STREAM_MESSAGES", 10_000)).await;
+    }
+    if wanted("kafka") {
+        streams::kafka_rows(env_or("FERRY_BENCH_STREAM_MESSAGES", 10_000)).await;
     }
 }

@@ -1,5 +1,6 @@
-//! The `streams` rows (issue 37): NATS JetStream stream -> stream and
-//! Redis stream -> stream through ferry, each against the raw client's
+//! The `streams` rows (issue 37), NATS JetStream stream -> stream and
+//! Redis stream -> stream, and the `kafka` row (issue 38), topic -> topic,
+//! through ferry, each against the raw client's
 //! publish-with-ack and consume-with-ack rates on the same private server
 //! in the same run, 1 KiB payloads. A bridge consumes and publishes every
 //! message, so the slower of the two raw rates is the ceiling any bridge on
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use async_nats::jetstream::{self, consumer, stream};
 use ferry_tests::daemon::{Daemon, Workspace};
+use ferry_tests::kafka::{Kafka, PrivateKafka};
 use ferry_tests::nats::PrivateNats;
 use ferry_tests::redis::PrivateRedis;
 use ferry_tests::unique;
@@ -297,6 +299,77 @@ fn print_rows(title: &str, server: &str, consume_label: &str, n: usize, raws: &(
     if ceiling > 0.0 {
         measure::ratio("ferry / slower raw rate (goal >= 0.8)", ferry.rate / ceiling);
     }
+}
+
+/// `n` records of 1 KiB, each with an identity.
+fn kafka_records(n: usize) -> Vec<(String, String)> {
+    let body = "x".repeat(1024);
+    (0..n).map(|i| (format!("m-{i}"), body.clone())).collect()
+}
+
+async fn kafka_raw(server: &PrivateKafka, kafka: &Kafka, n: usize) -> (Run, Run) {
+    let topic = unique("raw");
+    kafka.create_topic(&topic, 1).await;
+    let records = kafka_records(n);
+    let cpu = CpuWindow::start(server.pid());
+    let started = Instant::now();
+    kafka.produce_all(&topic, &records).await;
+    let publish =
+        Run { rate: n as f64 / started.elapsed().as_secs_f64(), broker_cpu_us: cpu.per_message(n), ..Run::default() };
+    let cpu = CpuWindow::start(server.pid());
+    let started = Instant::now();
+    let got = kafka.consume_committing(&topic, n, PHASE).await;
+    let consume = Run {
+        rate: got as f64 / started.elapsed().as_secs_f64(),
+        broker_cpu_us: cpu.per_message(got),
+        ..Run::default()
+    };
+    (publish, consume)
+}
+
+async fn kafka_ferry(server: &PrivateKafka, kafka: &Kafka, n: usize) -> Run {
+    let (from, to) = (unique("in"), unique("out"));
+    kafka.create_topic(&from, 1).await;
+    kafka.create_topic(&to, 1).await;
+    kafka.produce_all(&from, &kafka_records(n)).await;
+    let brokers = server.brokers();
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        "[receivers.in]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\ntopics = [\"{from}\"]\ngroup = \"bench\"\n\
+         [senders.out]\ntype = \"kafka\"\nbrokers = \"{brokers}\"\ntopic = \"{to}\"\n\
+         [[routes]]\nid = \"bench\"\nreceiver = \"in\"\nmax_in_flight = 256\n[[routes.bindings]]\nsender = \"out\"\n"
+    ));
+    let broker = CpuWindow::start(server.pid());
+    let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 0));
+    let ferry = DaemonWindow::start(&daemon);
+    let started = Instant::now();
+    while kafka.count(&to).await < n && started.elapsed() < PHASE {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let got = kafka.count(&to).await.min(n);
+    if got < n {
+        eprintln!("warning: only {got} of {n} reached topic {to}");
+    }
+    let mut run = ferry.run(got as f64 / started.elapsed().as_secs_f64(), got);
+    run.broker_cpu_us = broker.per_message(got);
+    let _ = tokio::task::block_in_place(|| daemon.terminate());
+    run
+}
+
+/// Kafka topic -> topic through ferry against the raw produce and
+/// committing consume of the same client (rdkafka), on one private broker.
+pub async fn kafka_rows(n: usize) {
+    let server = PrivateKafka::start().await;
+    let kafka = Kafka::new(&server.brokers());
+    let mut raws = (Vec::new(), Vec::new());
+    for _ in 0..measure::repeats() {
+        let (publish, consume) = kafka_raw(&server, &kafka, n).await;
+        eprintln!("  kafka raw: produce {publish:?}, consume {consume:?}");
+        raws.0.push(publish);
+        raws.1.push(consume);
+    }
+    let ferry = measure::median_of("kafka ferry", || kafka_ferry(&server, &kafka, n)).await;
+    print_rows("Kafka topic -> topic", "tansu (memory storage)", "raw consume, committing every 100", n, &raws, &ferry);
 }
 
 pub async fn rows(n: usize) {
