@@ -31,6 +31,24 @@ pub fn put_payload(view: &mut View, payload: &[u8]) {
     };
 }
 
+/// Puts named byte values into `view`: the UTF-8 ones as the map `key`
+/// (always present), the others base64-encoded as the map `<key>_base64`
+/// (only when there are any). What a fixture shows of record headers or
+/// stream fields, whose values are bytes.
+pub fn put_pairs<'a>(view: &mut View, key: &str, pairs: impl IntoIterator<Item = (&'a str, &'a [u8])>) {
+    let (mut text, mut binary) = (View::new(), View::new());
+    for (name, value) in pairs {
+        match std::str::from_utf8(value) {
+            Ok(t) => text.insert(name.to_owned(), Value::String(t.to_owned())),
+            Err(_) => binary.insert(name.to_owned(), Value::String(STANDARD.encode(value))),
+        };
+    }
+    view.insert(key.to_owned(), text.into());
+    if !binary.is_empty() {
+        view.insert(format!("{key}_base64"), binary.into());
+    }
+}
+
 /// A typed envelope value in JSON: text, numbers and booleans as
 /// themselves, a time as `{ "time_ms": … }`, bytes as `{ "base64": … }`.
 pub fn header_value(value: &HeaderValue) -> Value {

@@ -4,8 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value};
@@ -97,17 +95,7 @@ pub fn send(config: &KafkaSenderConfig, msg: &OutboundMessage) -> Result<View, T
         v.insert("key".into(), json!(String::from_utf8_lossy(key)));
     }
     wire::put_payload(&mut v, &out.payload);
-    let (mut text, mut binary) = (View::new(), View::new());
-    for (name, value) in &out.headers {
-        match std::str::from_utf8(value) {
-            Ok(t) => text.insert(name.clone(), json!(t)),
-            Err(_) => binary.insert(name.clone(), json!(STANDARD.encode(value))),
-        };
-    }
-    v.insert("headers".into(), text.into());
-    if !binary.is_empty() {
-        v.insert("headers_base64".into(), binary.into());
-    }
+    wire::put_pairs(&mut v, "headers", out.headers.iter().map(|(name, value)| (name.as_str(), value.as_ref())));
     Ok(v)
 }
 

@@ -5,8 +5,6 @@
 use std::collections::BTreeMap;
 
 use crate::config::{RedisStreamsReceiverConfig, RedisStreamsSenderConfig};
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use ferry_core::TransportError;
 use ferry_core::ports::OutboundMessage;
 use ferry_core::wire::{self, Admitted, View, toml_value::Value};
@@ -99,21 +97,11 @@ pub fn send(config: &RedisStreamsSenderConfig, msg: &OutboundMessage) -> Result<
     if let Some(n) = out.maxlen {
         v.insert("maxlen".into(), json!(n));
     }
-    let (mut text, mut binary) = (View::new(), View::new());
-    for (name, value) in &out.fields {
-        if *name == config.payload_field {
-            wire::put_payload(&mut v, value);
-            continue;
-        }
-        match std::str::from_utf8(value) {
-            Ok(t) => text.insert(name.clone(), json!(t)),
-            Err(_) => binary.insert(name.clone(), json!(STANDARD.encode(value))),
-        };
+    if let Some((_, payload)) = out.fields.iter().find(|(name, _)| *name == config.payload_field) {
+        wire::put_payload(&mut v, payload);
     }
-    v.insert("fields".into(), text.into());
-    if !binary.is_empty() {
-        v.insert("fields_base64".into(), binary.into());
-    }
+    let fields = out.fields.iter().filter(|(name, _)| *name != config.payload_field);
+    wire::put_pairs(&mut v, "fields", fields.map(|(name, value)| (name.as_str(), value.as_ref())));
     Ok(v)
 }
 

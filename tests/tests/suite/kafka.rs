@@ -332,8 +332,7 @@ sender = "down"
 
 /// Records of two keys, interleaved in one partition, into an SQS FIFO
 /// queue whose message group is the record's key (`kafka.key`): each key
-/// is its own group, in log order, and the record's identity is the FIFO
-/// deduplication id's source.
+/// is its own group, in log order.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_topic_into_an_sqs_fifo_queue_groups_by_the_record_key_in_order() {
     sqs::require_aws_env();
