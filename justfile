@@ -3,10 +3,14 @@
 set shell := ["bash", "-euo", "pipefail", "-c"]
 
 root := justfile_directory()
-# Host and guest builds share CARGO_TARGET_DIR when it is set (CI keeps one
-# outside the clone); otherwise each workspace has its own target/.
-host_target := env_var_or_default("CARGO_TARGET_DIR", root / "target")
-guest_target := env_var_or_default("CARGO_TARGET_DIR", root / "processors" / "target")
+# One target directory for every build, host and guest: CARGO_TARGET_DIR
+# when set, else /var/tmp/ferry-target, the same default as .ci/run's, so a
+# clean clone on a machine that built before rebuilds only what changed.
+# The checkout's target/ is a link to it (`_target`), so target/debug/ferry
+# and a plain `cargo test -p CRATE` find the same build.
+host_target := env_var_or_default("CARGO_TARGET_DIR", "/var/tmp/ferry-target")
+guest_target := host_target
+export CARGO_TARGET_DIR := host_target
 guest_out := guest_target / "wasm32-wasip2" / "release"
 # Where scripts/provision puts Python tools the machine's Python lacks.
 venv := env_var_or_default("FERRY_VENV", env_var_or_default("XDG_CACHE_HOME", env_var_or_default("HOME", "/root") / ".cache") / "ferry" / "venv")
@@ -24,7 +28,7 @@ default:
 plugins: plugins-rust plugin-python plugin-js plugin-c
 
 # Build the Rust built-in processors into plugins/ (what examples/ferry.toml uses), and the SimpleMQ transport component.
-plugins-rust:
+plugins-rust: _target
     @scripts/provision toolchain
     @echo "just: building the Rust built-in plugins (filter, transform, tenant, circuitbreaker, header-map) and the SimpleMQ transport component"
     cd processors && cargo build --release --target wasm32-wasip2 -p filter -p transform -p tenant -p circuitbreaker -p header-map -p simplemq
@@ -59,7 +63,7 @@ plugin-c:
     processors/c/size-guard/build plugins/size-guard.wasm
 
 # Build the test-only components into tests/plugins/.
-test-plugins:
+test-plugins: _target
     @scripts/provision toolchain
     cd processors && cargo build --release --target wasm32-wasip2 -p hostile -p hostile-transport -p drop-all
     mkdir -p tests/plugins
@@ -71,8 +75,20 @@ test-plugins:
     cd processors && cargo build --release --target wasm32-wasip2 -p filter --features ferry-plugin-sdk/previous-contract --target-dir {{guest_target}}/previous-contract
     cp {{guest_target}}/previous-contract/wasm32-wasip2/release/filter.wasm tests/plugins/filter-previous.wasm
 
+# The checkout's target/ links to the shared target directory; a target/
+# that is a directory of its own is left alone, with a word.
+_target:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    mkdir -p "{{host_target}}"
+    if [ ! -e target ] && [ ! -L target ]; then
+        ln -s "{{host_target}}" target
+    elif [ "$(readlink -f target)" != "$(readlink -f "{{host_target}}")" ]; then
+        echo "just: builds go to {{host_target}}; target/ is not a link to it, so target/debug/ferry is not what just builds (remove target/ and just links it)" >&2
+    fi
+
 # Build the daemon (debug).
-build:
+build: _target
     cargo build -p ferry-daemon
 
 # Mosquitto on 127.0.0.1:1883: installed and started when missing.
@@ -191,6 +207,6 @@ fuzz secs="60" target="":
     [ -z "$failed" ] || { echo "just: fuzz targets that failed:$failed" >&2; exit 1; }
 
 # Benchmarks (release): processor call cost; MQTT->MQTT against Mosquitto's bridge, SQS and AMQP 0-9-1 routes against the broker's raw rate and RabbitMQ's shovel (medians of 3).
-bench: plugins mosquitto moto rabbitmq postgres
+bench: _target plugins mosquitto moto rabbitmq postgres
     cargo build --release -p ferry-daemon -p ferry-bench
     {{host_target}}/release/ferry-bench

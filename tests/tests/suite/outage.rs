@@ -562,6 +562,47 @@ async fn a_quorum_queue_counts_no_return_made_during_an_outage_as_a_replay() {
     assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
 }
 
+/// `max_outage_secs` holds for a delivery the source takes back while it
+/// waits: RabbitMQ gives held deliveries back every 2 s
+/// (`consumer_timeout`), the route lets each stale copy go and holds the
+/// redelivered one, and once the target has been down for 8 s every
+/// message, from both protocols, is dead-lettered as `target_unavailable`
+/// and taken off its queue. None is lost, none reaches the DLQ with
+/// another reason, and a message arriving after the limit is
+/// dead-lettered at once instead of waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn max_outage_secs_dead_letters_deliveries_the_source_took_back_while_held() {
+    let HeldSource { daemon, ws, sent, rabbit, amqp10, queues, _source: _broker, .. } =
+        hold_past_consumer_timeout(Queues::Classic, "max_outage_secs = 8\nbackoff = { initial_ms = 50, max_ms = 200 }")
+            .await;
+    daemon.wait_for_total(
+        "ferry_messages_dead_lettered_total",
+        "reason=\"target_unavailable\"",
+        sent.len() as f64,
+        WAIT,
+    );
+    for q in &queues {
+        ferry_tests::eventually_within("the source queue emptied", WAIT, || {
+            let rabbit = &rabbit;
+            async move {
+                match rabbit.depth(q).await {
+                    0 => Ok(()),
+                    n => Err(format!("{n} messages left in {q}")),
+                }
+            }
+        })
+        .await;
+    }
+    amqp10.close().await;
+    assert!(daemon.terminate().success());
+    let dead = ws.dead_letters();
+    let reasons: BTreeSet<&str> = dead.iter().filter_map(|d| d["reason"].as_str()).collect();
+    assert_eq!(reasons, BTreeSet::from(["target_unavailable"]), "{dead:?}");
+    let ids: BTreeSet<&str> = dead.iter().filter_map(|d| d["envelope"]["id"].as_str()).collect();
+    let bodies: BTreeSet<&str> = sent.iter().map(|(_, b)| b.as_str()).collect();
+    assert_eq!(ids, bodies, "every message dead-lettered, none lost");
+}
+
 /// The source queues of [`held_past_consumer_timeout`] and what the target
 /// does once it is back.
 #[derive(Clone, Copy, PartialEq)]
@@ -572,11 +613,25 @@ enum Queues {
     QuorumThenRefusedOnce,
 }
 
-/// Two routes (AMQP 0-9-1 and AMQP 1.0) from a private RabbitMQ with a 2 s
-/// `consumer_timeout` to an HTTP target that is down for longer than
-/// several timeouts; messages published before and during the outage.
-/// Returns once every message reached the target.
-async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(String, String)>, WebhookTarget) {
+/// A private RabbitMQ with a 2 s `consumer_timeout`, its two routes to an
+/// HTTP target that is down, and what was sent through them.
+struct HeldSource {
+    daemon: Daemon,
+    ws: Workspace,
+    sent: Vec<(String, String)>,
+    down: ClosedPort,
+    rabbit: Rabbit,
+    amqp10: Amqp10Client,
+    queues: [String; 2],
+    _source: PrivateRabbit,
+}
+
+/// Two routes (AMQP 0-9-1 and AMQP 1.0), with `route_policy`, from a private
+/// RabbitMQ with a 2 s `consumer_timeout` to an HTTP target that is down;
+/// messages published before and during the outage (`OUTAGE / 2` apart).
+/// Returns after `OUTAGE`, once each receiver came back on a new
+/// connection: the broker took the held deliveries back at least once.
+async fn hold_past_consumer_timeout(queues: Queues, route_policy: &str) -> HeldSource {
     let source =
         PrivateRabbit::start_with("", "[{rabbit, [{consumer_timeout, 2000}, {channel_tick_interval, 500}]}].\n").await;
     let rabbit = Rabbit::connect_to(&source.url091()).await;
@@ -592,10 +647,6 @@ async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(
             }
         }
     }
-    let policy = match queues {
-        Queues::Classic => "backoff = { initial_ms = 50, max_ms = 200 }",
-        Queues::QuorumThenRefusedOnce => "max_replay_attempts = 4\nbackoff = { initial_ms = 1000, max_ms = 1000 }",
-    };
     let down = ClosedPort::new();
     let ws = Workspace::with_plugins(&[]);
     let admin = ANY_PORT.to_owned();
@@ -611,7 +662,7 @@ async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(
     );
     for id in ["amqp091", "amqp10"] {
         config.push_str(&format!(
-            "[[routes]]\nid = \"{id}\"\nreceiver = \"{id}\"\nmax_in_flight = 8\n{policy}\n\
+            "[[routes]]\nid = \"{id}\"\nreceiver = \"{id}\"\nmax_in_flight = 8\n{route_policy}\n\
              [[routes.bindings]]\nsender = \"out\"\n\n"
         ));
     }
@@ -645,6 +696,18 @@ async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(
             WAIT,
         );
     }
+    HeldSource { daemon, ws, sent, down, rabbit, amqp10, queues: [q091, q10], _source: source }
+}
+
+/// [`hold_past_consumer_timeout`], then the target comes back (answering
+/// per `queues`). Returns once every message reached the target.
+async fn held_past_consumer_timeout(queues: Queues) -> (Daemon, Workspace, Vec<(String, String)>, WebhookTarget) {
+    let policy = match queues {
+        Queues::Classic => "backoff = { initial_ms = 50, max_ms = 200 }",
+        Queues::QuorumThenRefusedOnce => "max_replay_attempts = 4\nbackoff = { initial_ms = 1000, max_ms = 1000 }",
+    };
+    let HeldSource { daemon, ws, sent, down, amqp10, _source: _broker, .. } =
+        hold_past_consumer_timeout(queues, policy).await;
     assert!(ws.dead_letters().is_empty(), "{:?}", ws.dead_letters());
 
     // A delivery given back while held may arrive twice (at least once):
