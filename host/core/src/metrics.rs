@@ -8,6 +8,7 @@
 //! `MQTTNonStringHeaderDropped` -> `ferry_mqtt_non_string_header_dropped_total`,
 //! `SQSDroppedAttributes` -> `ferry_sqs_dropped_attributes_total`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -96,6 +97,69 @@ pub fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
 }
 
+/// A metric family a transport crate declares for itself, with
+/// [`declare_metric!`](crate::declare_metric): its name without the
+/// `ferry_` prefix, its kind, its label names and its help text. Every
+/// declaration linked into the binary is registered by [`Metrics::new`],
+/// listed by [`Metrics::described`] and in the book's reference; the crate
+/// takes its family with [`Metrics::counter_family`] or [`Metrics::gauge_family`].
+#[derive(Debug, Clone, Copy)]
+pub struct Declared {
+    pub name: &'static str,
+    pub kind: DeclaredKind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+/// What a [`Declared`] family holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeclaredKind {
+    Counter,
+    Gauge,
+}
+
+impl Declared {
+    pub const fn counter(name: &'static str, labels: &'static [&'static str], help: &'static str) -> Self {
+        Self { name, kind: DeclaredKind::Counter, labels, help }
+    }
+
+    pub const fn gauge(name: &'static str, labels: &'static [&'static str], help: &'static str) -> Self {
+        Self { name, kind: DeclaredKind::Gauge, labels, help }
+    }
+}
+
+inventory::collect!(Declared);
+
+#[doc(hidden)]
+pub use inventory;
+
+/// Declares a transport's metric family as a constant and submits it to
+/// the registry every [`Metrics`] is built from:
+/// `declare_metric!(pub HEADER_DROPPED = Declared::counter("x_header_dropped", &["sender"], "…"));`
+#[macro_export]
+macro_rules! declare_metric {
+    ($vis:vis $id:ident = $decl:expr) => {
+        $vis const $id: $crate::metrics::Declared = $decl;
+        $crate::metrics::inventory::submit! { $id }
+    };
+}
+
+/// Every declaration linked in, one per name (the first by name order
+/// wins; two crates declaring one name must agree), sorted by name.
+fn declarations() -> Vec<&'static Declared> {
+    let mut all: Vec<&'static Declared> = inventory::iter::<Declared>.into_iter().collect();
+    all.sort_by_key(|d| d.name);
+    all.dedup_by_key(|d| d.name);
+    all
+}
+
+/// A declared family as registered.
+#[derive(Clone)]
+enum DeclaredFamily {
+    Counter(CounterFamily),
+    Gauge(GaugeFamily),
+}
+
 /// Every metric ferry exports. Cheap to clone (families are shared).
 #[derive(Clone)]
 pub struct Metrics {
@@ -103,6 +167,8 @@ pub struct Metrics {
     /// What was registered, in order (the registry cannot list a family
     /// that has no series yet).
     described: Arc<Vec<Described>>,
+    /// The families transport crates declared ([`Declared`]), by name.
+    declared: Arc<HashMap<&'static str, DeclaredFamily>>,
     /// Deliveries a route took from its receiver. Labels: route.
     pub received: CounterFamily<RouteLabels>,
     /// Messages a binding's sender accepted. Labels: route, binding.
@@ -154,21 +220,6 @@ pub struct Metrics {
     pub outbox_leases_held: GaugeFamily,
     /// SIGHUP reloads. Labels: outcome (`applied`, `refused`).
     pub reloads: CounterFamily,
-    /// MQTT user properties refused at ingress (too long, not UTF-8, control
-    /// characters). Labels: receiver.
-    pub mqtt_ingress_header_dropped: CounterFamily,
-    /// MQTT publishes dropped whole as poison. Labels: receiver, reason
-    /// (`too_many_user_properties`, `payload_too_large`).
-    pub mqtt_ingress_poison_dropped: CounterFamily,
-    /// Headers an MQTT sender could not send because they are not text.
-    /// Labels: sender.
-    pub mqtt_non_string_header_dropped: CounterFamily,
-    /// Headers an SQS sender could not send as message attributes (over the
-    /// ten-attribute or byte budget, or not expressible). Labels: sender.
-    pub sqs_dropped_attributes: CounterFamily,
-    /// SQS messages left on the queue because their MD5 did not match.
-    /// Labels: receiver.
-    pub sqs_md5_mismatch: CounterFamily,
     /// Messages a receiver could not read and refused at the broker (AMQP
     /// `rejected`, basic.reject without requeue). Labels: kind, receiver,
     /// reason (`unsupported_body`, `too_large`, `undecodable`).
@@ -183,39 +234,6 @@ pub struct Metrics {
     /// receiver answers 400, others pass it on as a plain body). Labels:
     /// receiver, outcome.
     pub wire_format_read: CounterFamily,
-    /// Requests an HTTP receiver answered, by status. Labels: receiver,
-    /// status.
-    pub http_requests: CounterFamily,
-    /// Headers an HTTP sender could not send (a name that is not an HTTP
-    /// token, a value with control characters). Labels: sender.
-    pub http_header_dropped: CounterFamily,
-    /// Headers a NATS sender could not send: a name NATS cannot carry (a
-    /// space, `:`, a non-ASCII character), a value with a line break, or
-    /// one of NATS's own `Nats-…` headers taken from a message. Labels:
-    /// sender.
-    pub nats_header_dropped: CounterFamily,
-    /// Publishes a JetStream stream acknowledged as duplicates of a message
-    /// it already had (the same `Nats-Msg-Id` within its duplicate window):
-    /// ferry's own resends, suppressed. Labels: sender, stream.
-    pub nats_duplicates: CounterFamily,
-    /// Redis Streams fields that could not cross: on ingress a field whose
-    /// name is not UTF-8 (or a second value of a name that held bytes), on
-    /// egress a header named like one of the sender's own fields. Labels:
-    /// name (the receiver or sender), direction (`ingress`, `egress`).
-    pub redis_field_dropped: CounterFamily,
-    /// Requests the SQS endpoint answered. Labels: action, queue (empty
-    /// for actions on no queue), code (`ok` or the SQS error code).
-    pub sqs_endpoint_requests: CounterFamily,
-    /// What SNS publishes on the endpoint did per subscription. Labels:
-    /// topic, protocol (`sqs`, `http`, `https`, `route`), outcome
-    /// (`delivered`, `filtered`, `failed`).
-    pub sns_endpoint_deliveries: CounterFamily,
-    /// Messages in an SQS endpoint queue. Labels: queue, state
-    /// (`visible`, `in_flight`, `delayed`).
-    pub sqs_endpoint_messages: GaugeFamily,
-    /// Age of the oldest message in an SQS endpoint queue, in seconds
-    /// (0 when empty). Labels: queue.
-    pub sqs_endpoint_oldest_age_seconds: GaugeFamily,
     /// Successful (re)connections of a transport client. Labels: kind,
     /// role (`receiver` or `sender`), name.
     pub connections: CounterFamily,
@@ -341,36 +359,8 @@ impl Metrics {
             "fanout_resent",
             "Copies of a redelivered message sent to every binding for want of a memory of earlier deliveries (possible duplicates)",
         );
-        let mqtt_ingress_header_dropped = counter(
-            "mqtt_ingress_header_dropped",
-            "MQTT user properties refused at ingress (MQTTIngressHeaderDropped)",
-        );
-        let mqtt_ingress_poison_dropped =
-            counter("mqtt_ingress_poison_dropped", "MQTT publishes dropped whole as poison (MQTTIngressPoisonDropped)");
-        let mqtt_non_string_header_dropped = counter(
-            "mqtt_non_string_header_dropped",
-            "Non-text headers an MQTT sender dropped (MQTTNonStringHeaderDropped)",
-        );
-        let sqs_dropped_attributes = counter(
-            "sqs_dropped_attributes",
-            "Headers an SQS sender could not send as attributes (SQSDroppedAttributes)",
-        );
         let wire_format_read =
             counter("wire_format_read", "Payloads read as the JSON wire format, by outcome (wire, plain, malformed)");
-        let http_requests = counter("http_requests", "Requests an HTTP receiver answered, by status");
-        let http_header_dropped = counter("http_header_dropped", "Headers an HTTP sender could not send");
-        let nats_header_dropped = counter("nats_header_dropped", "Headers a NATS sender could not send");
-        let nats_duplicates =
-            counter("nats_duplicates", "Publishes a JetStream stream acknowledged as duplicates (Nats-Msg-Id)");
-        let redis_field_dropped =
-            counter("redis_field_dropped", "Redis Streams fields that could not cross, by name and direction");
-        let sqs_endpoint_requests =
-            counter("sqs_endpoint_requests", "Requests the SQS endpoint answered, by action, queue and code");
-        let sns_endpoint_deliveries = counter(
-            "sns_endpoint_deliveries",
-            "Deliveries of SNS publishes on the endpoint, by topic, protocol and outcome",
-        );
-        let sqs_md5_mismatch = counter("sqs_md5_mismatch", "SQS messages whose MD5 did not match what was received");
         let ingress_rejected =
             counter("ingress_rejected", "Messages a receiver could not read and refused at the broker");
         let amqp_header_dropped =
@@ -458,21 +448,26 @@ impl Metrics {
         );
         let taps_open = Gauge::default();
         registry.register("taps_open", "Taps open on routes (ferry tap)", taps_open.clone());
-        let sqs_endpoint_messages = GaugeFamily::default();
-        registry.register(
-            "sqs_endpoint_messages",
-            "Messages in an SQS endpoint queue, by state",
-            sqs_endpoint_messages.clone(),
-        );
-        let sqs_endpoint_oldest_age_seconds = GaugeFamily::default();
-        registry.register(
-            "sqs_endpoint_oldest_age_seconds",
-            "Age of the oldest message in an SQS endpoint queue",
-            sqs_endpoint_oldest_age_seconds.clone(),
-        );
         let connected = GaugeFamily::default();
         registry.register("transport_connected", "Whether a transport client is connected (1/0)", connected.clone());
+        let mut declared = HashMap::new();
+        for d in declarations() {
+            let family = match d.kind {
+                DeclaredKind::Counter => {
+                    let f = CounterFamily::default();
+                    registry.register(d.name, d.help, f.clone());
+                    DeclaredFamily::Counter(f)
+                }
+                DeclaredKind::Gauge => {
+                    let f = GaugeFamily::default();
+                    registry.register(d.name, d.help, f.clone());
+                    DeclaredFamily::Gauge(f)
+                }
+            };
+            declared.insert(d.name, family);
+        }
         Self {
+            declared: Arc::new(declared),
             described: Arc::new(registry.described),
             registry: Arc::new(registry.registry),
             received,
@@ -495,23 +490,9 @@ impl Metrics {
             outbox_oldest_age,
             outbox_leases_held,
             reloads,
-            mqtt_ingress_header_dropped,
-            mqtt_ingress_poison_dropped,
-            mqtt_non_string_header_dropped,
-            sqs_dropped_attributes,
-            sqs_md5_mismatch,
             ingress_rejected,
             amqp_header_dropped,
             wire_format_read,
-            http_requests,
-            http_header_dropped,
-            nats_header_dropped,
-            nats_duplicates,
-            redis_field_dropped,
-            sqs_endpoint_requests,
-            sns_endpoint_deliveries,
-            sqs_endpoint_messages,
-            sqs_endpoint_oldest_age_seconds,
             connections,
             connected,
             delivery_latency,
@@ -527,6 +508,31 @@ impl Metrics {
             build_info,
             taps: crate::tap::Taps::counted(taps_open),
             route_last_progress,
+        }
+    }
+
+    /// The counter family `d` declares. One that was never submitted (or
+    /// is a gauge) is a family of its own, counted but not exported, and
+    /// said once in the log: a mistake in a crate costs a metric, never a
+    /// message.
+    pub fn counter_family(&self, d: &Declared) -> CounterFamily {
+        match self.declared.get(d.name) {
+            Some(DeclaredFamily::Counter(f)) => f.clone(),
+            _ => {
+                tracing::warn!(metric = d.name, "a counter family that was not declared as one is not exported");
+                CounterFamily::default()
+            }
+        }
+    }
+
+    /// The gauge family `d` declares (see [`Metrics::counter_family`]).
+    pub fn gauge_family(&self, d: &Declared) -> GaugeFamily {
+        match self.declared.get(d.name) {
+            Some(DeclaredFamily::Gauge(f)) => f.clone(),
+            _ => {
+                tracing::warn!(metric = d.name, "a gauge family that was not declared as one is not exported");
+                GaugeFamily::default()
+            }
         }
     }
 
@@ -565,8 +571,10 @@ impl Metrics {
     }
 }
 
-/// Every metric's label names, by its registered name (without the
-/// `ferry_` prefix): what the book's metrics reference lists. A unit test
+/// The label names of the metrics core registers itself, by registered
+/// name (without the `ferry_` prefix); a transport's declared families
+/// carry their own ([`label_names`] answers for both): what the book's
+/// metrics reference lists. A unit test
 /// keeps it to the registry's metrics, and the black-box metrics test
 /// checks that a running daemon's samples use no other labels
 /// ([`undocumented_labels`]).
@@ -585,25 +593,11 @@ pub const LABELS: &[(&str, &[&str])] = &[
     ("route_last_progress_seconds", &["route"]),
     ("fanout_skipped", &["route"]),
     ("fanout_resent", &["route"]),
-    ("mqtt_ingress_header_dropped", &["receiver"]),
-    ("mqtt_ingress_poison_dropped", &["receiver", "reason"]),
-    ("mqtt_non_string_header_dropped", &["sender"]),
-    ("sqs_dropped_attributes", &["sender"]),
-    ("sqs_md5_mismatch", &["receiver"]),
     ("amqp_header_dropped", &["kind", "name", "direction"]),
     ("ingress_rejected", &["kind", "receiver", "reason"]),
     ("wire_format_read", &["receiver", "outcome"]),
-    ("http_requests", &["receiver", "status"]),
-    ("http_header_dropped", &["sender"]),
-    ("nats_header_dropped", &["sender"]),
-    ("nats_duplicates", &["sender", "stream"]),
-    ("redis_field_dropped", &["name", "direction"]),
     ("transport_connected", &["kind", "role", "name"]),
     ("transport_connections", &["kind", "role", "name"]),
-    ("sqs_endpoint_requests", &["action", "queue", "code"]),
-    ("sqs_endpoint_messages", &["queue", "state"]),
-    ("sqs_endpoint_oldest_age_seconds", &["queue"]),
-    ("sns_endpoint_deliveries", &["topic", "protocol", "outcome"]),
     ("plugin_calls", &["plugin", "route", "outcome"]),
     ("plugin_call_seconds", &["plugin", "route"]),
     ("plugin_reserved_header_refused", &["plugin", "route"]),
@@ -625,6 +619,14 @@ pub const LABELS: &[(&str, &[&str])] = &[
     ("build_info", &["version", "commit"]),
 ];
 
+/// The label names of metric `name` (registered name), from [`LABELS`] or
+/// the declaration linked in; `None` for a metric neither knows.
+pub fn label_names(name: &str) -> Option<Vec<String>> {
+    let listed = LABELS.iter().find(|(n, _)| *n == name).map(|(_, l)| *l);
+    let labels = listed.or_else(|| declarations().into_iter().find(|d| d.name == name).map(|d| d.labels))?;
+    Some(labels.iter().map(|l| (*l).to_owned()).collect())
+}
+
 /// The book's metrics reference (`docs/src/reference/metrics.md`): every
 /// metric the registry has, with its type and help text as `/metrics`
 /// serves them, and its labels from [`LABELS`].
@@ -642,7 +644,7 @@ pub fn reference_markdown() -> String {
          | metric | type | labels | help |\n| --- | --- | --- | --- |\n",
     );
     for d in &described {
-        let labels = LABELS.iter().find(|(n, _)| *n == d.name).map_or(&[][..], |(_, l)| *l);
+        let labels = label_names(&d.name).unwrap_or_default();
         let scraped = if d.kind == "counter" { format!("ferry_{}_total", d.name) } else { format!("ferry_{}", d.name) };
         let labels = if labels.is_empty() { "—".to_owned() } else { labels.join(", ") };
         let _ = writeln!(out, "| `{scraped}` | {} | {labels} | {} |", d.kind, d.help.replace('|', "\\|"));
@@ -650,10 +652,16 @@ pub fn reference_markdown() -> String {
     out
 }
 
-/// Sample lines of a `/metrics` text whose labels [`LABELS`] does not list
-/// for their metric (a histogram's `le` aside), or whose metric it does not
-/// know: each as `metric: label`.
+/// Sample lines of a `/metrics` text whose labels [`label_names`] does not
+/// list for their metric (a histogram's `le` aside), or whose metric it
+/// does not know: each as `metric: label`.
 pub fn undocumented_labels(text: &str) -> Vec<String> {
+    undocumented_labels_by(text, label_names)
+}
+
+/// [`undocumented_labels`] against another catalogue (a process that does
+/// not link every transport reads the book's reference page instead).
+pub fn undocumented_labels_by(text: &str, known: impl Fn(&str) -> Option<Vec<String>>) -> Vec<String> {
     let mut found = Vec::new();
     for line in text.lines().filter(|l| l.starts_with("ferry_")) {
         let (series, labels) = match line.split_once('{') {
@@ -661,23 +669,17 @@ pub fn undocumented_labels(text: &str) -> Vec<String> {
             None => (line.split_once(' ').map_or(line, |(s, _)| s), ""),
         };
         let base = series.strip_prefix("ferry_").unwrap_or(series);
-        let known = LABELS.iter().find(|(n, _)| {
-            [base, base.trim_end_matches("_total"), base.trim_end_matches("_bucket")]
-                .into_iter()
-                .chain([
-                    base.trim_end_matches("_sum"),
-                    base.trim_end_matches("_count"),
-                    base.trim_end_matches("_created"),
-                ])
-                .any(|b| b == *n)
-        });
-        let Some((_, allowed)) = known else {
-            found.push(format!("{series}: not in LABELS"));
+        let allowed = [base, base.trim_end_matches("_total"), base.trim_end_matches("_bucket")]
+            .into_iter()
+            .chain([base.trim_end_matches("_sum"), base.trim_end_matches("_count"), base.trim_end_matches("_created")])
+            .find_map(&known);
+        let Some(allowed) = allowed else {
+            found.push(format!("{series}: not in the catalogue"));
             continue;
         };
         for pair in labels.split(',').filter(|p| !p.is_empty()) {
             let label = pair.split_once('=').map_or(pair, |(k, _)| k);
-            if label != "le" && !allowed.contains(&label) {
+            if label != "le" && !allowed.iter().any(|a| a == label) {
                 found.push(format!("{series}: {label}"));
             }
         }
@@ -689,23 +691,48 @@ pub fn undocumented_labels(text: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    crate::declare_metric!(TEST_DROPPED = Declared::counter("test_only_dropped", &["receiver"], "A test's own family"));
+
     #[test]
-    fn counters_render_with_prefix_and_labels() {
+    fn a_declared_family_is_registered_counted_and_catalogued() {
         let m = Metrics::new();
-        Metrics::inc(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]);
-        Metrics::inc(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]);
-        assert_eq!(Metrics::count(&m.mqtt_ingress_header_dropped, &[("receiver", "in")]), 2);
+        Metrics::inc(&m.counter_family(&TEST_DROPPED), &[("receiver", "in")]);
+        Metrics::inc(&m.counter_family(&TEST_DROPPED), &[("receiver", "in")]);
+        assert_eq!(Metrics::count(&m.counter_family(&TEST_DROPPED), &[("receiver", "in")]), 2);
         let text = m.render();
-        assert!(text.contains("ferry_mqtt_ingress_header_dropped_total{receiver=\"in\"} 2"), "{text}");
+        assert!(text.contains("ferry_test_only_dropped_total{receiver=\"in\"} 2"), "{text}");
+        assert!(m.described().iter().any(|d| d.name == "test_only_dropped" && d.kind == "counter"));
+        assert_eq!(label_names("test_only_dropped"), Some(vec!["receiver".to_owned()]));
+        assert!(
+            reference_markdown()
+                .contains("| `ferry_test_only_dropped_total` | counter | receiver | A test's own family |")
+        );
+        assert!(undocumented_labels(&text).is_empty(), "{:?}", undocumented_labels(&text));
+    }
+
+    #[test]
+    fn a_family_never_declared_is_counted_apart_and_not_exported() {
+        const STRAY: Declared = Declared::counter("never_submitted", &[], "not submitted");
+        let m = Metrics::new();
+        Metrics::inc(&m.counter_family(&STRAY), &[]);
+        assert!(!m.render().contains("never_submitted"));
+        // A counter asked for as a gauge is not the counter either.
+        let g = m.gauge_family(&TEST_DROPPED);
+        g.get_or_create(&labels(&[("receiver", "in")])).set(7);
+        assert!(!m.render().contains("} 7"));
     }
 
     #[test]
     fn the_label_catalog_names_every_registered_metric_once() {
         let registered: std::collections::BTreeSet<String> =
             Metrics::new().described().iter().map(|d| d.name.clone()).collect();
-        let listed: std::collections::BTreeSet<String> = LABELS.iter().map(|(n, _)| (*n).to_owned()).collect();
-        assert_eq!(LABELS.len(), listed.len(), "a metric is listed twice");
-        assert_eq!(registered, listed, "LABELS and the registry differ");
+        let listed: std::collections::BTreeSet<String> = LABELS
+            .iter()
+            .map(|(n, _)| (*n).to_owned())
+            .chain(declarations().iter().map(|d| d.name.to_owned()))
+            .collect();
+        assert_eq!(LABELS.len() + declarations().len(), listed.len(), "a metric is listed twice");
+        assert_eq!(registered, listed, "LABELS and the declarations differ from the registry");
         let page = reference_markdown();
         assert!(page.contains("| `ferry_messages_received_total` | counter | route |"), "{page}");
         assert!(page.contains("| `ferry_store_op_seconds` | histogram | op |"), "{page}");

@@ -313,7 +313,7 @@ impl Sender for EndpointSender {
         let selection = select(envelope, text.len(), max);
         if selection.dropped > 0 && msg.counts_losses() {
             self.metrics
-                .sqs_dropped_attributes
+                .counter_family(&ferry_transport_sqs::DROPPED_ATTRIBUTES)
                 .get_or_create(&labels(&[("sender", &self.name)]))
                 .inc_by(u64::from(selection.dropped));
         }

@@ -21,6 +21,29 @@
 //!   [`transport`]: [`SqsEndpoint`], their entry in the daemon's transport
 //!   table.
 
+// This transport's own metric families (registered at start, listed in the
+// book's metrics reference).
+ferry_core::declare_metric!(pub REQUESTS = ferry_core::metrics::Declared::counter(
+    "sqs_endpoint_requests",
+    &["action", "queue", "code"],
+    "Requests the SQS endpoint answered, by action, queue and code"
+));
+ferry_core::declare_metric!(pub SNS_DELIVERIES = ferry_core::metrics::Declared::counter(
+    "sns_endpoint_deliveries",
+    &["topic", "protocol", "outcome"],
+    "Deliveries of SNS publishes on the endpoint, by topic, protocol and outcome"
+));
+ferry_core::declare_metric!(pub MESSAGES = ferry_core::metrics::Declared::gauge(
+    "sqs_endpoint_messages",
+    &["queue", "state"],
+    "Messages in an SQS endpoint queue, by state"
+));
+ferry_core::declare_metric!(pub OLDEST_AGE_SECONDS = ferry_core::metrics::Declared::gauge(
+    "sqs_endpoint_oldest_age_seconds",
+    &["queue"],
+    "Age of the oldest message in an SQS endpoint queue"
+));
+
 pub mod actions;
 pub mod auth;
 pub mod bridge;

@@ -96,17 +96,17 @@ async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
             }
         };
         let now = engine.now_ms();
-        metrics.sqs_endpoint_messages.clear();
-        metrics.sqs_endpoint_oldest_age_seconds.clear();
+        metrics.gauge_family(&crate::MESSAGES).clear();
+        metrics.gauge_family(&crate::OLDEST_AGE_SECONDS).clear();
         for (queue, depth) in depths {
             for (state, n) in [("visible", depth.visible), ("in_flight", depth.in_flight), ("delayed", depth.delayed)] {
                 metrics
-                    .sqs_endpoint_messages
+                    .gauge_family(&crate::MESSAGES)
                     .get_or_create(&labels(&[("queue", &queue), ("state", state)]))
                     .set(n as i64);
             }
             let age = depth.oldest_ms.map_or(0, |t| (now - t).max(0) / 1000);
-            metrics.sqs_endpoint_oldest_age_seconds.get_or_create(&labels(&[("queue", &queue)])).set(age);
+            metrics.gauge_family(&crate::OLDEST_AGE_SECONDS).get_or_create(&labels(&[("queue", &queue)])).set(age);
         }
     }
 }
@@ -148,7 +148,7 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         return match crate::sns::run(&app.topics, &base_url, action, &call.input).await {
             Ok(result) => {
                 Metrics::inc(
-                    &app.options.metrics.sqs_endpoint_requests,
+                    &app.options.metrics.counter_family(&crate::REQUESTS),
                     &[("action", action), ("queue", ""), ("code", "ok")],
                 );
                 reply(StatusCode::OK, "text/xml", crate::sns::xml_result(action, &result, &request_id), &request_id)
@@ -170,7 +170,7 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     match actions::run(&cx, &call.action, &call.input).await {
         Ok(result) => {
             Metrics::inc(
-                &app.options.metrics.sqs_endpoint_requests,
+                &app.options.metrics.counter_family(&crate::REQUESTS),
                 &[("action", action), ("queue", &queue), ("code", "ok")],
             );
             match protocol {
@@ -196,7 +196,10 @@ fn reply(status: StatusCode, content_type: &'static str, body: String, request_i
 }
 
 fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError, request_id: &str) -> Response {
-    Metrics::inc(&app.options.metrics.sqs_endpoint_requests, &[("action", action), ("queue", queue), ("code", e.code)]);
+    Metrics::inc(
+        &app.options.metrics.counter_family(&crate::REQUESTS),
+        &[("action", action), ("queue", queue), ("code", e.code)],
+    );
     if e.status >= 500 {
         tracing::warn!(action, queue, error = %e, "SQS endpoint request failed");
     }

@@ -726,7 +726,7 @@ impl Topics {
 
     fn count(&self, topic: &str, protocol: &str, outcome: &str) {
         Metrics::inc(
-            &self.metrics.sns_endpoint_deliveries,
+            &self.metrics.counter_family(&crate::SNS_DELIVERIES),
             &[("topic", topic), ("protocol", protocol), ("outcome", outcome)],
         );
     }

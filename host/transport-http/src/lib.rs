@@ -13,6 +13,19 @@
 //! - [`transport`]: [`Http`] and [`Simplemq`], the crate's entries in the
 //!   daemon's transport table.
 
+// This transport's own metric families (registered at start, listed in the
+// book's metrics reference).
+ferry_core::declare_metric!(pub REQUESTS = ferry_core::metrics::Declared::counter(
+    "http_requests",
+    &["receiver", "status"],
+    "Requests an HTTP receiver answered, by status"
+));
+ferry_core::declare_metric!(pub HEADER_DROPPED = ferry_core::metrics::Declared::counter(
+    "http_header_dropped",
+    &["sender"],
+    "Headers an HTTP sender could not send"
+));
+
 pub mod auth;
 pub mod config;
 pub mod fixture;

@@ -223,7 +223,7 @@ type Reply = Response<Full<Bytes>>;
 async fn handle(state: &State, sink: &DeliverySink, req: Request<Incoming>) -> Reply {
     let reply = answer(state, sink, req).await;
     let status = reply.status().as_u16().to_string();
-    Metrics::inc(&state.metrics.http_requests, &[("receiver", &state.name), ("status", &status)]);
+    Metrics::inc(&state.metrics.counter_family(&crate::REQUESTS), &[("receiver", &state.name), ("status", &status)]);
     reply
 }
 

@@ -238,7 +238,10 @@ impl Sender for HttpSender {
         let url = self.url(&msg)?;
         let (mut headers, dropped) = request_headers(&msg.envelope, &self.config);
         if dropped > 0 && msg.counts_losses() {
-            self.metrics.http_header_dropped.get_or_create(&labels(&[("sender", &self.name)])).inc_by(dropped);
+            self.metrics
+                .counter_family(&crate::HEADER_DROPPED)
+                .get_or_create(&labels(&[("sender", &self.name)]))
+                .inc_by(dropped);
         }
         let body = msg.envelope.payload().clone();
         if let Some(token) = &self.config.bearer_token

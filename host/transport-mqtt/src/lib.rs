@@ -16,6 +16,24 @@
 //! - [`transport`]: [`Mqtt`], the crate's entry in the daemon's transport
 //!   table.
 
+// This transport's own metric families (registered at start, listed in the
+// book's metrics reference).
+ferry_core::declare_metric!(pub INGRESS_HEADER_DROPPED = ferry_core::metrics::Declared::counter(
+    "mqtt_ingress_header_dropped",
+    &["receiver"],
+    "MQTT user properties refused at ingress (MQTTIngressHeaderDropped)"
+));
+ferry_core::declare_metric!(pub INGRESS_POISON_DROPPED = ferry_core::metrics::Declared::counter(
+    "mqtt_ingress_poison_dropped",
+    &["receiver", "reason"],
+    "MQTT publishes dropped whole as poison (MQTTIngressPoisonDropped)"
+));
+ferry_core::declare_metric!(pub NON_STRING_HEADER_DROPPED = ferry_core::metrics::Declared::counter(
+    "mqtt_non_string_header_dropped",
+    &["sender"],
+    "Non-text headers an MQTT sender dropped (MQTTNonStringHeaderDropped)"
+));
+
 pub mod config;
 pub mod connection;
 pub mod egress;

@@ -82,7 +82,7 @@ impl MqttReceiver {
             Ok(ingress) => {
                 if ingress.dropped_headers > 0 {
                     self.metrics
-                        .mqtt_ingress_header_dropped
+                        .counter_family(&crate::INGRESS_HEADER_DROPPED)
                         .get_or_create(&ferry_core::metrics::labels(&[("receiver", receiver)]))
                         .inc_by(u64::from(ingress.dropped_headers));
                 }
@@ -93,7 +93,7 @@ impl MqttReceiver {
             Err(poison) => {
                 warn!(receiver, reason = poison.label(), "poison publish dropped");
                 Metrics::inc(
-                    &self.metrics.mqtt_ingress_poison_dropped,
+                    &self.metrics.counter_family(&crate::INGRESS_POISON_DROPPED),
                     &[("receiver", receiver), ("reason", poison.label())],
                 );
                 if publish.qos != QoS::AtMostOnce

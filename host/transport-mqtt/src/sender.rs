@@ -131,7 +131,7 @@ impl Sender for MqttSender {
         if publish.non_text_dropped > 0 && msg.counts_losses() {
             shared
                 .metrics
-                .mqtt_non_string_header_dropped
+                .counter_family(&crate::NON_STRING_HEADER_DROPPED)
                 .get_or_create(&ferry_core::metrics::labels(&[("sender", &shared.name)]))
                 .inc_by(u64::from(publish.non_text_dropped));
         }

@@ -101,7 +101,10 @@ async fn receiver_maps_a_publish_as_the_seeds_say_and_counts_refused_properties(
     assert_eq!(e.text_header("mqtt.response-topic"), Some("replies/here"));
     let expiry = e.expires_at.expect("expiry").as_millis() - before.as_millis();
     assert!((55_000..=61_000).contains(&expiry), "expiry {expiry} ms from now");
-    assert_eq!(Metrics::count(&metrics.mqtt_ingress_header_dropped, &[("receiver", &name)]), 2);
+    assert_eq!(
+        Metrics::count(&metrics.counter_family(&ferry_transport_mqtt::INGRESS_HEADER_DROPPED), &[("receiver", &name)]),
+        2
+    );
     delivery.handle.ack().await.expect("ack");
     rx.stop().await;
 }
@@ -127,13 +130,16 @@ async fn poison_publishes_are_dropped_counted_and_acknowledged() {
     d.handle.ack().await.expect("ack");
     assert_eq!(
         Metrics::count(
-            &metrics.mqtt_ingress_poison_dropped,
+            &metrics.counter_family(&ferry_transport_mqtt::INGRESS_POISON_DROPPED),
             &[("receiver", &name), ("reason", "too_many_user_properties")]
         ),
         1
     );
     assert_eq!(
-        Metrics::count(&metrics.mqtt_ingress_poison_dropped, &[("receiver", &name), ("reason", "payload_too_large")]),
+        Metrics::count(
+            &metrics.counter_family(&ferry_transport_mqtt::INGRESS_POISON_DROPPED),
+            &[("receiver", &name), ("reason", "payload_too_large")]
+        ),
         1
     );
     rx.stop().await;
@@ -228,7 +234,10 @@ async fn sender_maps_the_envelope_as_the_seeds_say() {
     assert_eq!(props.response_topic.as_deref(), Some("replies/1"));
     let expiry = props.message_expiry_interval.expect("expiry");
     assert!((25..=30).contains(&expiry), "expiry {expiry}");
-    assert_eq!(Metrics::count(&metrics.mqtt_non_string_header_dropped, &[("sender", "out")]), 2);
+    assert_eq!(
+        Metrics::count(&metrics.counter_family(&ferry_transport_mqtt::NON_STRING_HEADER_DROPPED), &[("sender", "out")]),
+        2
+    );
 
     let missing = Envelope::new("id-43", &b""[..]);
     let err = sender.send(OutboundMessage::new(missing, format!("{base}/{{nope}}"))).await.expect_err("missing header");

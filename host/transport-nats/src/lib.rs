@@ -18,6 +18,19 @@
 //! - [`transport`]: [`Nats`], the crate's entry in the daemon's transport
 //!   table.
 
+// This transport's own metric families (registered at start, listed in the
+// book's metrics reference).
+ferry_core::declare_metric!(pub HEADER_DROPPED = ferry_core::metrics::Declared::counter(
+    "nats_header_dropped",
+    &["sender"],
+    "Headers a NATS sender could not send"
+));
+ferry_core::declare_metric!(pub DUPLICATES = ferry_core::metrics::Declared::counter(
+    "nats_duplicates",
+    &["sender", "stream"],
+    "Publishes a JetStream stream acknowledged as duplicates (Nats-Msg-Id)"
+));
+
 pub mod config;
 pub mod connection;
 pub mod egress;

@@ -119,7 +119,11 @@ impl Sender for NatsSender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         let Outgoing { subject, headers, payload, dropped } = prepare(&self.config, &msg)?;
         if dropped > 0 && msg.counts_losses() {
-            Metrics::add(&self.metrics.nats_header_dropped, &[("sender", &self.name)], u64::from(dropped));
+            Metrics::add(
+                &self.metrics.counter_family(&crate::HEADER_DROPPED),
+                &[("sender", &self.name)],
+                u64::from(dropped),
+            );
         }
         let headers = header_map(&headers)?;
         let link = self.link().await?;
@@ -138,7 +142,10 @@ impl Sender for NatsSender {
         let ack = pending.await.map_err(|e| publish_error(&e))?;
         if ack.duplicate {
             debug!(sender = %self.name, stream = %ack.stream, sequence = ack.sequence, message_id = %msg.envelope.id, "the stream had this message already");
-            Metrics::inc(&self.metrics.nats_duplicates, &[("sender", &self.name), ("stream", &ack.stream)]);
+            Metrics::inc(
+                &self.metrics.counter_family(&crate::DUPLICATES),
+                &[("sender", &self.name), ("stream", &ack.stream)],
+            );
         }
         Ok(())
     }

@@ -19,6 +19,14 @@
 //! - [`transport`]: [`RedisStreams`], the crate's entry in the daemon's
 //!   transport table.
 
+// This transport's own metric families (registered at start, listed in the
+// book's metrics reference).
+ferry_core::declare_metric!(pub FIELD_DROPPED = ferry_core::metrics::Declared::counter(
+    "redis_field_dropped",
+    &["name", "direction"],
+    "Redis Streams fields that could not cross, by name and direction"
+));
+
 pub mod config;
 pub mod egress;
 pub mod entry;

@@ -327,7 +327,7 @@ impl RedisReceiver {
             Ok(converted) => {
                 if converted.dropped > 0 && delivered == 1 {
                     Metrics::add(
-                        &self.metrics.redis_field_dropped,
+                        &self.metrics.counter_family(&crate::FIELD_DROPPED),
                         &[("name", &self.name), ("direction", "ingress")],
                         u64::from(converted.dropped),
                     );

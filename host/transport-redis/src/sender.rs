@@ -87,7 +87,7 @@ impl Sender for RedisSender {
         let outgoing: Outgoing = prepare(&self.config, &msg)?;
         if outgoing.dropped > 0 && msg.counts_losses() {
             Metrics::add(
-                &self.metrics.redis_field_dropped,
+                &self.metrics.counter_family(&crate::FIELD_DROPPED),
                 &[("name", &self.name), ("direction", "egress")],
                 u64::from(outgoing.dropped),
             );

@@ -17,6 +17,19 @@
 //! - [`transport`]: [`Sqs`], the crate's entry in the daemon's transport
 //!   table.
 
+// This transport's own metric families (registered at start, listed in the
+// book's metrics reference).
+ferry_core::declare_metric!(pub DROPPED_ATTRIBUTES = ferry_core::metrics::Declared::counter(
+    "sqs_dropped_attributes",
+    &["sender"],
+    "Headers an SQS sender could not send as attributes (SQSDroppedAttributes)"
+));
+ferry_core::declare_metric!(pub MD5_MISMATCH = ferry_core::metrics::Declared::counter(
+    "sqs_md5_mismatch",
+    &["receiver"],
+    "SQS messages whose MD5 did not match what was received"
+));
+
 pub mod attributes;
 pub mod client;
 pub mod config;

@@ -166,7 +166,7 @@ impl SqsReceiver {
             // (md5_mismatch) once the receive count reaches max_replay_attempts.
             Err(IngressError::Md5Mismatch(why)) => {
                 warn!(receiver = %self.name, message_id = message.message_id().unwrap_or("-"), %why, "MD5 mismatch; the message is not sent on");
-                Metrics::inc(&self.metrics.sqs_md5_mismatch, &[("receiver", &self.name)]);
+                Metrics::inc(&self.metrics.counter_family(&crate::MD5_MISMATCH), &[("receiver", &self.name)]);
                 Delivery::damaged(envelope, Box::new(handle), Failure::new(FailureReason::Md5Mismatch, why))
             }
         };

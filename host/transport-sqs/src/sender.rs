@@ -104,7 +104,7 @@ impl SqsSender {
         // Counted once per message and binding, not on every retry.
         if prepared.selection.dropped > 0 && msg.counts_losses() {
             self.metrics
-                .sqs_dropped_attributes
+                .counter_family(&crate::DROPPED_ATTRIBUTES)
                 .get_or_create(&labels(&[("sender", &self.name)]))
                 .inc_by(u64::from(prepared.selection.dropped));
         }

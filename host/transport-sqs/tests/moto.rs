@@ -90,7 +90,10 @@ async fn sqs_sender_keeps_trace_headers_first_when_over_ten_attributes() {
     assert_eq!(attribute(m, "Subject"), Some("order.created"));
     assert_eq!(m.message_attributes().and_then(|a| a.get("count")).map(|v| v.data_type()), Some("Number"));
     // mqtt.topic, zulu, and the two bridge-to-bridge headers did not fit.
-    assert_eq!(Metrics::count(&metrics.sqs_dropped_attributes, &[("sender", "out")]), 4);
+    assert_eq!(
+        Metrics::count(&metrics.counter_family(&ferry_transport_sqs::DROPPED_ATTRIBUTES), &[("sender", "out")]),
+        4
+    );
 }
 
 #[tokio::test]
