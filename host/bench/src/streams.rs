@@ -342,15 +342,21 @@ async fn kafka_ferry(server: &PrivateKafka, kafka: &Kafka, n: usize) -> Run {
     let broker = CpuWindow::start(server.pid());
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 0));
     let ferry = DaemonWindow::start(&daemon);
+    // Timed until ferry acknowledged every record at the source, which it
+    // does only after the target's delivery report (acks=all); then the
+    // target topic is read back to count what is really there.
     let started = Instant::now();
-    while kafka.count(&to).await < n && started.elapsed() < PHASE {
+    let admin = daemon.admin();
+    let acked = || ferry_tests::http::counter(&admin, "ferry_messages_acked_total", "route=\"bench\"");
+    while acked() < n as f64 && started.elapsed() < PHASE {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let got = kafka.count(&to).await.min(n);
+    let elapsed = started.elapsed();
+    let got = kafka.arrivals(&to, n, Duration::from_secs(60)).await;
     if got < n {
         eprintln!("warning: only {got} of {n} reached topic {to}");
     }
-    let mut run = ferry.run(got as f64 / started.elapsed().as_secs_f64(), got);
+    let mut run = ferry.run(got as f64 / elapsed.as_secs_f64(), got);
     run.broker_cpu_us = broker.per_message(got);
     let _ = tokio::task::block_in_place(|| daemon.terminate());
     run
