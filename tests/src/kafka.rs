@@ -127,6 +127,13 @@ impl MockKafka {
     pub fn create_topic(&self, topic: &str, partitions: i32) {
         self.cluster.create_topic(topic, partitions, 1).unwrap_or_else(|e| panic!("create topic {topic}: {e}"));
     }
+
+    /// Takes the cluster's one broker down (its connections closed, new
+    /// ones refused; its data kept), or (`false`) brings it back.
+    pub fn set_up(&self, up: bool) {
+        let done = if up { self.cluster.broker_up(1) } else { self.cluster.broker_down(1) };
+        done.unwrap_or_else(|e| panic!("broker up={up}: {e}"));
+    }
 }
 
 /// One record as the tests read it back.
