@@ -445,6 +445,46 @@ async fn identities_once_all_there(kafka: &Kafka, topic: &str, expected: &BTreeS
     .await
 }
 
+/// A relay of `n` records, from one topic of two partitions to another,
+/// on a mock cluster of its own, in delivery mode `mode`: returned once
+/// ferry acknowledged `acked` of them.
+struct Relay {
+    broker: MockKafka,
+    kafka: Kafka,
+    ws: Workspace,
+    daemon: Daemon,
+    from: String,
+    to: String,
+    group: String,
+    n: usize,
+}
+
+impl Relay {
+    async fn start(mode: &str, n: usize, acked: f64) -> Self {
+        let broker = MockKafka::start();
+        let kafka = Kafka::new(&broker.brokers());
+        let (from, to, group) = (unique("from"), unique("to"), unique("relay"));
+        broker.create_topic(&from, 2);
+        broker.create_topic(&to, 2);
+        let records: Vec<(String, String)> = (0..n).map(|i| (format!("m-{i}"), format!("m-{i}"))).collect();
+        kafka.produce_all(&from, &records).await;
+        let ws = Workspace::with_plugins(&[]);
+        ws.config(&relay_config(&broker.brokers(), &from, &to, &group, "relay-1", mode));
+        let daemon = Daemon::start(&ws, 2);
+        daemon.wait_for_total("ferry_messages_acked_total", "route=\"relay\"", acked, Duration::from_secs(60));
+        Self { broker, kafka, ws, daemon, from, to, group, n }
+    }
+
+    /// Waits until every record is in the target topic and the group's
+    /// committed offsets reach the end; how many records the target holds.
+    async fn all_there(&self) -> usize {
+        let expected: BTreeSet<String> = (0..self.n).map(|i| format!("m-{i}")).collect();
+        let written = identities_once_all_there(&self.kafka, &self.to, &expected).await;
+        committed_to_the_end(&self.kafka, &self.group, &self.from, self.n).await;
+        written
+    }
+}
+
 /// `kill -9` of ferry while it relays 5,000 records from one topic to
 /// another, in each delivery mode: after a restart the group's committed
 /// offset (never past a record that was not settled) delivers again what
@@ -455,24 +495,12 @@ async fn identities_once_all_there(kafka: &Kafka, topic: &str, expected: &BTreeS
 async fn a_crash_while_relaying_loses_nothing_in_either_delivery_mode() {
     const N: usize = 5_000;
     for mode in ["direct_hold", "shared_outbox"] {
-        let broker = MockKafka::start();
-        let kafka = Kafka::new(&broker.brokers());
-        let (from, to, group) = (unique("from"), unique("to"), unique("relay"));
-        broker.create_topic(&from, 2);
-        broker.create_topic(&to, 2);
-        let records: Vec<(String, String)> = (0..N).map(|i| (format!("m-{i}"), format!("m-{i}"))).collect();
-        kafka.produce_all(&from, &records).await;
-        let ws = Workspace::with_plugins(&[]);
-        ws.config(&relay_config(&broker.brokers(), &from, &to, &group, "relay-1", mode));
-        let daemon = Daemon::start(&ws, 2);
-        daemon.wait_for_total("ferry_messages_acked_total", "route=\"relay\"", 1_000.0, Duration::from_secs(60));
-        daemon.kill();
-        let again = Daemon::start(&ws, 2);
-        let expected: BTreeSet<String> = records.iter().map(|(id, _)| id.clone()).collect();
-        let written = identities_once_all_there(&kafka, &to, &expected).await;
+        let mut relay = Relay::start(mode, N, 1_000.0).await;
+        relay.daemon.kill();
+        relay.daemon = Daemon::start(&relay.ws, 2);
+        let written = relay.all_there().await;
         eprintln!("{mode}: {written} records for {N} messages after the crash");
-        committed_to_the_end(&kafka, &group, &from, N).await;
-        assert!(again.terminate().success());
+        assert!(relay.daemon.terminate().success());
     }
 }
 
@@ -489,28 +517,16 @@ async fn a_crash_while_relaying_loses_nothing_in_either_delivery_mode() {
 async fn a_broker_down_mid_stream_delays_the_relay_and_loses_nothing() {
     const N: usize = 3_000;
     for mode in ["direct_hold", "shared_outbox"] {
-        let broker = MockKafka::start();
-        let kafka = Kafka::new(&broker.brokers());
-        let (from, to, group) = (unique("from"), unique("to"), unique("relay"));
-        broker.create_topic(&from, 2);
-        broker.create_topic(&to, 2);
-        let records: Vec<(String, String)> = (0..N).map(|i| (format!("m-{i}"), format!("m-{i}"))).collect();
-        kafka.produce_all(&from, &records).await;
-        let ws = Workspace::with_plugins(&[]);
-        ws.config(&relay_config(&broker.brokers(), &from, &to, &group, "relay-1", mode));
-        let daemon = Daemon::start(&ws, 2);
-        daemon.wait_for_total("ferry_messages_acked_total", "route=\"relay\"", 500.0, Duration::from_secs(60));
-        broker.set_up(false);
+        let relay = Relay::start(mode, N, 500.0).await;
+        relay.broker.set_up(false);
         // The outage itself: longer than the route's and the clients'
         // backoffs.
         tokio::time::sleep(Duration::from_secs(8)).await;
-        broker.set_up(true);
-        let expected: BTreeSet<String> = records.iter().map(|(id, _)| id.clone()).collect();
-        let written = identities_once_all_there(&kafka, &to, &expected).await;
+        relay.broker.set_up(true);
+        let written = relay.all_there().await;
         eprintln!("{mode}: {written} records for {N} messages across the outage");
-        committed_to_the_end(&kafka, &group, &from, N).await;
-        assert!(daemon.terminate().success());
-        assert!(ws.dead_letters().is_empty(), "{mode}: {:?}", ws.dead_letters());
+        assert!(relay.daemon.terminate().success());
+        assert!(relay.ws.dead_letters().is_empty(), "{mode}: {:?}", relay.ws.dead_letters());
     }
 }
 
