@@ -1,9 +1,13 @@
-//! `[endpoints]`: servers ferry runs for applications to call.
-
-use std::collections::BTreeMap;
+//! `[endpoints]`: servers ferry runs for applications to call. Each is a
+//! section whose keys its crate reads and checks ([`SectionTable`]), as a
+//! transport reads its parts; the daemon adds its schema
+//! ([`crate::json_schema_with`]).
 
 use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+use crate::ConfigError;
 
 /// `[endpoints]`
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -12,103 +16,47 @@ pub struct EndpointsConfig {
     /// An SQS-compatible server: applications on any AWS SDK point their
     /// endpoint at it; its queues live in ferry's store.
     #[serde(default)]
-    pub sqs: Option<SqsEndpointConfig>,
+    pub sqs: Option<SectionTable>,
 }
 
-/// `[endpoints.sqs]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqsEndpointConfig {
-    /// Address to listen on, `host:port` (for example `127.0.0.1:9324`;
-    /// port 0 picks a free one, see [Listening on port
-    /// 0](../operating/port-0.md#listening-on-port-0)). With `auth =
-    /// "none"` it must be a loopback address.
-    pub listen: String,
-    /// `"verify"`: every request must be signed with SigV4 by one of
-    /// `access_keys`, checked here (the body hashed by ferry, the signature
-    /// compared in constant time, at most 15 minutes off ferry's clock); a
-    /// wrong signature gets `SignatureDoesNotMatch`, an unknown key
-    /// `InvalidClientTokenId`, an unsigned request
-    /// `MissingAuthenticationToken`, all 403. `"none"`: no check, for local
-    /// development only (loopback). Default `"none"`.
-    #[serde(default)]
-    pub auth: EndpointAuth,
-    /// `auth = "verify"`: the access keys requests may be signed with.
-    #[serde(default)]
-    pub access_keys: Vec<AccessKey>,
-    /// `scheme://host[:port]` that queue URLs start with, as clients reach
-    /// the endpoint (behind a proxy, say). Default: `http://` and the Host
-    /// header of each request. Only a URL's path names its queue, so a URL
-    /// saved with another host still works.
-    #[serde(default)]
-    pub advertised_url: Option<String>,
-    /// The region in queue ARNs (`arn:aws:sqs:{region}:{account}:{name}`).
-    /// Default `us-east-1`.
-    #[serde(default = "default_region")]
-    pub region: String,
-    /// The account id (12 digits) in queue URLs
-    /// (`{scheme}://{host}/{account}/{name}`) and ARNs. Default
-    /// `000000000000`.
-    #[serde(default = "default_account")]
-    pub account: String,
-    /// Queues that exist from the start (`[endpoints.sqs.queues.NAME]` with
-    /// CreateQueue's `attributes`), created when missing and left as they
-    /// are when they exist (the API may have changed them since).
-    #[serde(default)]
-    pub queues: BTreeMap<String, SqsEndpointQueue>,
-    /// [SNS topics](../transports/sqs-endpoint.md#sns-topics) that exist
-    /// from the start (`[endpoints.sqs.topics.NAME]` with CreateTopic's
-    /// `attributes`), created when missing.
-    #[serde(default)]
-    pub topics: BTreeMap<String, SqsEndpointTopic>,
+/// A section of the document that its own crate reads (`[endpoints.sqs]`
+/// by the SQS endpoint's), its keys as written (after `${VAR}` and `{ file
+/// = … }`). Its `Debug` names the keys but prints no value (any may be a
+/// secret).
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SectionTable(pub toml::Table);
+
+impl SectionTable {
+    /// The keys as the section's config type `T`; on failure the key path
+    /// below the section's and why.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        crate::part::read_table(self.0.clone())
+    }
 }
 
-/// `[endpoints.sqs] auth`
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum EndpointAuth {
-    /// No check (local development; loopback only).
-    #[default]
-    None,
-    /// SigV4 against `access_keys`.
-    Verify,
+impl std::fmt::Debug for SectionTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("SectionTable").field(&self.0.keys().collect::<Vec<_>>()).finish()
+    }
 }
 
-/// `[[endpoints.sqs.access_keys]]`
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AccessKey {
-    /// The access key id clients sign with (`AWS_ACCESS_KEY_ID`).
-    pub id: String,
-    /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as `${VAR}`
-    /// or `{ file = "…" }`; `ferry render` masks it.
-    pub secret: crate::Secret,
+/// A placeholder: [`crate::json_schema_with`] puts the section's own
+/// schema where it is named.
+impl JsonSchema for SectionTable {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "SectionTable".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "object" })
+    }
 }
 
-/// `[endpoints.sqs.topics.NAME]`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqsEndpointTopic {
-    /// Topic attributes as CreateTopic takes them (`{ DisplayName =
-    /// "Alerts" }`, …).
-    #[serde(default)]
-    pub attributes: BTreeMap<String, String>,
-}
-
-/// `[endpoints.sqs.queues.NAME]`
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SqsEndpointQueue {
-    /// Queue attributes as CreateQueue takes them (`{ VisibilityTimeout =
-    /// "60", FifoQueue = "true" }`, `RedrivePolicy = '{…}'`, …).
-    #[serde(default)]
-    pub attributes: BTreeMap<String, String>,
-}
-
-fn default_region() -> String {
-    "us-east-1".into()
-}
-
-fn default_account() -> String {
-    "000000000000".into()
+/// A section's schema, for [`crate::json_schema_with`]: its dotted `path`
+/// in the document (`endpoints.sqs`) and the schema of its config type
+/// (made with the generator handed over, so shared tables are defined
+/// once).
+pub struct SectionSchema {
+    pub path: &'static str,
+    pub schema: schemars::Schema,
 }

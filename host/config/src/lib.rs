@@ -120,10 +120,10 @@ mod tests;
 /// string may also be written as `{ file = "…" }` (a secret read from a
 /// file), which the schema allows wherever it allows a string.
 ///
-/// No transport's tables are in it; the daemon's [`json_schema_with`] adds
-/// every transport's.
+/// No transport's tables are in it, nor the endpoints' sections; the
+/// daemon's [`json_schema_with`] adds them.
 pub fn json_schema() -> serde_json::Value {
-    json_schema_with(|_| Vec::new())
+    json_schema_with(|_| (Vec::new(), Vec::new()))
 }
 
 /// A transport's `[receivers.NAME]` and `[senders.NAME]` keys, for the
@@ -135,18 +135,25 @@ pub struct PartSchemas {
     pub sender: schemars::Schema,
 }
 
-/// [`json_schema`] with the tables `parts` adds: each transport's receiver
-/// and sender become a variant of `ReceiverConfig` and `SenderConfig`
-/// with its `type` and the `wire_format` every part has.
-pub fn json_schema_with(parts: impl FnOnce(&mut schemars::SchemaGenerator) -> Vec<PartSchemas>) -> serde_json::Value {
+/// [`json_schema`] with the tables `added` makes: each transport's
+/// receiver and sender become a variant of `ReceiverConfig` and
+/// `SenderConfig` with its `type` and the `wire_format` every part has;
+/// each section's schema takes the place of its [`SectionTable`].
+pub fn json_schema_with(
+    added: impl FnOnce(&mut schemars::SchemaGenerator) -> (Vec<PartSchemas>, Vec<SectionSchema>),
+) -> serde_json::Value {
     let mut generator = schemars::generate::SchemaSettings::default().into_generator();
     let root = generator.root_schema_for::<Config>();
     let wire_format = generator.subschema_for::<WireFormat>();
-    let added = parts(&mut generator);
+    let (parts, sections) = added(&mut generator);
     let mut schema = serde_json::to_value(root).unwrap_or_default();
     let defs: serde_json::Map<String, serde_json::Value> =
         generator.definitions().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    add_parts(&mut schema, defs, &added, &serde_json::to_value(wire_format).unwrap_or_default());
+    add_parts(&mut schema, defs, &parts, &serde_json::to_value(wire_format).unwrap_or_default());
+    for section in &sections {
+        place_section(&mut schema, section);
+    }
+    drop_unnamed_defs(&mut schema);
     allow_secret_files(&mut schema);
     if let Some(map) = schema.as_object_mut() {
         map.insert("title".into(), "ferry configuration".into());
@@ -206,8 +213,44 @@ fn add_parts(
             list.extend(variants.iter().map(|v| if pick == 0 { v.0.clone() } else { v.1.clone() }));
         }
     }
-    // The generator also defined the built-in transports' config types,
-    // which the document's variants have inline: only what is named stays.
+}
+
+/// Puts `section`'s schema where its path's key names a [`SectionTable`]
+/// (`properties.endpoints` → `EndpointsConfig` → `properties.sqs`).
+fn place_section(schema: &mut serde_json::Value, section: &SectionSchema) {
+    let placeholder = serde_json::json!({ "$ref": "#/$defs/SectionTable" });
+    let own = serde_json::to_value(&section.schema).unwrap_or_default();
+    let mut keys = section.path.split('.');
+    let Some(first) = keys.next() else { return };
+    let mut at = format!("/properties/{first}");
+    for key in keys {
+        let named = schema.pointer(&at).and_then(|n| n.get("$ref")).and_then(|r| r.as_str()).map(str::to_owned);
+        let base = match named.as_deref().and_then(|r| r.strip_prefix("#")) {
+            Some(def) => def.to_owned(),
+            None => at,
+        };
+        at = format!("{base}/properties/{key}");
+    }
+    fn replace(node: &mut serde_json::Value, placeholder: &serde_json::Value, own: &serde_json::Value) {
+        if node == placeholder {
+            *node = own.clone();
+            return;
+        }
+        match node {
+            serde_json::Value::Object(map) => map.values_mut().for_each(|v| replace(v, placeholder, own)),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(|v| replace(v, placeholder, own)),
+            _ => {}
+        }
+    }
+    if let Some(node) = schema.pointer_mut(&at) {
+        replace(node, &placeholder, &own);
+    }
+}
+
+/// The generator also defined the built-in transports' config types, which
+/// the document's variants have inline, and the sections' placeholder:
+/// only what is named stays.
+fn drop_unnamed_defs(schema: &mut serde_json::Value) {
     loop {
         let mut named = std::collections::BTreeSet::new();
         refs(schema, &mut named);

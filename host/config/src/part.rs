@@ -49,7 +49,7 @@ impl PartTable {
     /// The keys as the transport's config type `T`; on failure the key
     /// path below the part's (empty for the part as a whole) and why.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
-        Self::read(self.keys.clone())
+        read_table(self.keys.clone())
     }
 
     /// As [`PartTable::parse`], for a transport that reads or writes the
@@ -61,27 +61,29 @@ impl PartTable {
             let value = toml::Value::try_from(format).map_err(|e| ConfigError::new("wire_format", e.to_string()))?;
             keys.insert("wire_format".into(), value);
         }
-        Self::read(keys)
+        read_table(keys)
     }
+}
 
-    fn read<T: DeserializeOwned>(keys: toml::Table) -> Result<T, ConfigError> {
-        serde_path_to_error::deserialize(toml::Value::Table(keys)).map_err(|e| {
-            let path = e.path().to_string();
-            let message = e.into_inner().to_string();
-            // Where serde reports an unknown or missing key depends on
-            // the table's order; name the key itself.
-            let named = ["unknown field `", "missing field `"]
-                .iter()
-                .find_map(|prefix| message.strip_prefix(prefix))
-                .and_then(|rest| rest.split('`').next());
-            let path = match (path.as_str(), named) {
-                (".", Some(key)) => key.to_owned(),
-                (".", None) => String::new(),
-                _ => path,
-            };
-            ConfigError::new(path, message)
-        })
-    }
+/// `keys` as `T`; on failure the key path below the table's (empty for the
+/// table as a whole) and why.
+pub(crate) fn read_table<T: DeserializeOwned>(keys: toml::Table) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(toml::Value::Table(keys)).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        // Where serde reports an unknown or missing key depends on
+        // the table's order; name the key itself.
+        let named = ["unknown field `", "missing field `"]
+            .iter()
+            .find_map(|prefix| message.strip_prefix(prefix))
+            .and_then(|rest| rest.split('`').next());
+        let path = match (path.as_str(), named) {
+            (".", Some(key)) => key.to_owned(),
+            (".", None) => String::new(),
+            _ => path,
+        };
+        ConfigError::new(path, message)
+    })
 }
 
 impl std::fmt::Debug for PartTable {

@@ -6,9 +6,7 @@ use std::collections::BTreeMap;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-pub use crate::endpoint::{
-    AccessKey, EndpointAuth, EndpointsConfig, SqsEndpointConfig, SqsEndpointQueue, SqsEndpointTopic,
-};
+pub use crate::endpoint::{EndpointsConfig, SectionSchema, SectionTable};
 pub use crate::part::PartTable;
 pub use crate::wire_format::WireFormat;
 

@@ -108,9 +108,13 @@ pub fn render(path: &Path) -> ExitCode {
             for s in config.senders.values() {
                 secrets.extend(crate::transports::of_sender(s).map(|t| t.sender_secrets(s)).unwrap_or_default());
             }
-            // And the SQS endpoint's access key secrets.
-            if let Some(sqs) = &config.endpoints.sqs {
+            // And the SQS endpoint's access key secrets; its section as
+            // its crate reads it, with its defaults.
+            if let Ok(Some(sqs)) = ferry_sqs_endpoint::config::section(&config) {
                 secrets.extend(sqs.access_keys.iter().map(|k| k.secret.expose().to_owned()));
+                if let (Ok(read), Some(endpoints)) = (serde_json::to_value(&sqs), value.get_mut("endpoints")) {
+                    endpoints["sqs"] = read;
+                }
             }
             mask_secrets(&mut value, &secrets);
             match serde_json::to_string_pretty(&value) {

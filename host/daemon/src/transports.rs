@@ -22,9 +22,12 @@ pub static TRANSPORTS: &[&dyn Transport] = &[
 ];
 
 /// The config's JSON Schema: `host/config`'s document with every
-/// transport's receiver and sender tables.
+/// transport's receiver and sender tables and the SQS endpoint's section.
 pub fn json_schema() -> serde_json::Value {
-    ferry_config::json_schema_with(|generator| TRANSPORTS.iter().map(|t| t.schemas(generator)).collect())
+    ferry_config::json_schema_with(|generator| {
+        let parts = TRANSPORTS.iter().map(|t| t.schemas(generator)).collect();
+        (parts, vec![ferry_sqs_endpoint::config::section_schema(generator)])
+    })
 }
 
 /// The transport of `kind`.

@@ -620,6 +620,8 @@ sender = "mqtt"
     for key in ["token", "nkey_seed", "bearer_token", "hmac_secret", "api_key", "access_keys"] {
         assert!(stdout.contains(&format!("\"{key}\"")), "{key} is rendered:\n{stdout}");
     }
+    // The endpoint's section as its crate reads it: its defaults filled in.
+    assert!(stdout.contains("\"account\": \"000000000000\""), "the endpoint's defaults:\n{stdout}");
     let shown: Vec<&str> = secrets.iter().filter(|(_, v)| stdout.contains(v.as_str())).map(|(k, _)| *k).collect();
     assert!(shown.is_empty(), "render printed the secrets of {shown:?}:\n{stdout}");
     assert!(!stdout.contains(&seed), "render printed the NKey seed:\n{stdout}");

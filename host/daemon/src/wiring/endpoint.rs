@@ -10,9 +10,10 @@
 
 use std::sync::Arc;
 
-use ferry_config::{Config, EndpointAuth, SqsEndpointConfig};
+use ferry_config::Config;
 use ferry_core::clock::Clock;
 use ferry_core::metrics::{Metrics, labels};
+use ferry_sqs_endpoint::config::{EndpointAuth, SqsEndpointConfig};
 use ferry_sqs_endpoint::{Engine, Identity, ServerOptions, Topics};
 use ferry_store::Store;
 use tokio_util::sync::CancellationToken;

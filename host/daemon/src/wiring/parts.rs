@@ -336,15 +336,12 @@ fn processors_of(
 /// first.
 pub fn check_urls(config: &Config) -> Result<(), StartError> {
     let mut taken = Taken::default();
-    let listens =
-        [("endpoints.sqs", config.endpoints.sqs.as_ref().map(|e| &e.listen)), ("admin", config.admin.listen.as_ref())];
+    let sqs = ferry_sqs_endpoint::config::section(config).map_err(|e| StartError::new(e.path, e.message))?;
+    let listens = [("endpoints.sqs", sqs.as_ref().map(|e| &e.listen)), ("admin", config.admin.listen.as_ref())];
     for (key, listen) in listens {
         if let Some(claim) = listen.and_then(|l| l.parse().ok()).and_then(|addr| Claim::listen("listen", addr)) {
             taken.claim(key, claim)?;
         }
-    }
-    if let Some(sqs) = &config.endpoints.sqs {
-        ferry_sqs_endpoint::config::check_section(sqs).map_err(|p| key_problem("endpoints.sqs", p))?;
     }
     for (name, r) in &config.receivers {
         let key = format!("receivers.{name}");
@@ -619,6 +616,34 @@ mod tests {
         let admin = "[admin]\nlisten = \"127.0.0.1:8080\"\n";
         let err = check(&format!("{admin}{}", http("a", "127.0.0.1:8080"))).expect_err("the admin's");
         assert_eq!(err, ("receivers.a.listen".into(), "admin listens there already".into()));
+    }
+
+    /// The document keeps `[endpoints.sqs]` as written; its crate reads
+    /// and checks it, and a problem names the key from the root.
+    #[test]
+    fn the_endpoint_section_is_read_by_its_crate_with_the_full_key() {
+        let http = "[receivers.a]\ntype = \"http\"\nlisten = \"127.0.0.1:0\"\n";
+        let endpoint = |keys: &str| format!("{http}[endpoints.sqs]\nlisten = \"127.0.0.1:0\"\n{keys}");
+        check(&endpoint("region = \"eu-west-1\"\n[endpoints.sqs.queues.orders]\n")).expect("valid");
+        for (keys, key, why) in [
+            ("colour = \"red\"\n", "endpoints.sqs.colour", "unknown field"),
+            ("auth = \"maybe\"\n", "endpoints.sqs.auth", "unknown variant"),
+            ("account = 12\n", "endpoints.sqs.account", "invalid type"),
+            ("auth = \"verify\"\n", "endpoints.sqs.access_keys", "at least one access key"),
+            ("[endpoints.sqs.queues.\"a b\"]\n", "endpoints.sqs.queues.a b", "a queue name"),
+            (
+                "[endpoints.sqs.queues.q]\nattributes = { FifoQueue = 1 }\n",
+                "endpoints.sqs.queues.q.attributes.FifoQueue",
+                "invalid type",
+            ),
+        ] {
+            let (path, message) = check(&endpoint(keys)).expect_err(keys);
+            assert_eq!(path, key, "{keys}: {message}");
+            assert!(message.contains(why), "{keys}: {message}");
+        }
+        let missing = format!("{http}[endpoints.sqs]\nregion = \"eu-west-1\"\n");
+        let (path, message) = check(&missing).expect_err("no listen");
+        assert_eq!((path.as_str(), message.contains("missing field")), ("endpoints.sqs.listen", true), "{message}");
     }
 
     #[test]
