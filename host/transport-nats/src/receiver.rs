@@ -5,7 +5,11 @@
 //! (`+WPI`) every half of the consumer's ack wait keeps the server from
 //! delivering it again. `ack` waits for the server to confirm the `+ACK`
 //! (so an acknowledgement lost with the connection is an error, and the
-//! message comes back), `release(after)` is a `-NAK` with that delay,
+//! message comes back): a request on the client's one reply subscription,
+//! not async-nats's `double_ack`, which subscribes and unsubscribes an
+//! inbox of its own for every message (three protocol operations the
+//! server handles per message, which held a route to an eighth of the
+//! raw consume rate), `release(after)` is a `-NAK` with that delay,
 //! `reject` a `+TERM`, and a dropped delivery stops its heartbeat: the
 //! server delivers it again once the ack wait runs out. The delivery
 //! count the server keeps feeds the route's replay budget.
@@ -170,7 +174,7 @@ impl Receiver for NatsReceiver {
             false,
         )
         .await?;
-        let js = jetstream::new(client);
+        let js = jetstream::new(client.clone());
         // Ready while the consumer answers pull requests. (A handle of its
         // own: the family's guard must not be held across awaits.)
         let ready = self
@@ -228,7 +232,7 @@ impl Receiver for NatsReceiver {
                     match next {
                         None => break,
                         Some(Ok(message)) => {
-                            if !self.emit(message, ack_wait, &sink).await {
+                            if !self.emit(message, ack_wait, &client, &sink).await {
                                 break 'consumer;
                             }
                         }
@@ -247,8 +251,15 @@ impl Receiver for NatsReceiver {
 
 impl NatsReceiver {
     /// Hands one message to the route; false when the route stopped.
-    async fn emit(&self, message: jetstream::Message, ack_wait: Duration, sink: &DeliverySink) -> bool {
+    async fn emit(
+        &self,
+        message: jetstream::Message,
+        ack_wait: Duration,
+        client: &async_nats::Client,
+        sink: &DeliverySink,
+    ) -> bool {
         let read = incoming(&message);
+        let confirm = message.reply.clone().map(|reply| (client.clone(), reply));
         let (_, acker) = message.split();
         // The server counts a redelivery after a lost connection or an
         // expired ack wait too; the ledger leaves those out of the count.
@@ -257,7 +268,7 @@ impl NatsReceiver {
             let delivered = u32::try_from(m.delivered.saturating_sub(1)).unwrap_or(0);
             self.ledger.track(key, Some(delivered))
         });
-        let handle = NatsHandle::start(Arc::new(acker), ack_wait, tracked);
+        let handle = NatsHandle::start(Arc::new(acker), confirm, ack_wait, tracked);
         let m = match read {
             Ok(m) => m,
             Err(why) => {
@@ -286,13 +297,21 @@ impl NatsReceiver {
 /// Settles one received message; keeps it from redelivery while held.
 struct NatsHandle {
     acker: Arc<Acker>,
+    /// The client and the message's ack subject, for the confirmed `+ACK`
+    /// (`None` for a message without one, which no ack can settle).
+    confirm: Option<(async_nats::Client, async_nats::Subject)>,
     /// `None` for a message that could not be read.
     tracked: Option<Tracked>,
     heartbeat: CancellationToken,
 }
 
 impl NatsHandle {
-    fn start(acker: Arc<Acker>, ack_wait: Duration, tracked: Option<Tracked>) -> Self {
+    fn start(
+        acker: Arc<Acker>,
+        confirm: Option<(async_nats::Client, async_nats::Subject)>,
+        ack_wait: Duration,
+        tracked: Option<Tracked>,
+    ) -> Self {
         let heartbeat = CancellationToken::new();
         let stop = heartbeat.clone();
         let beat = acker.clone();
@@ -308,7 +327,7 @@ impl NatsHandle {
                 }
             }
         });
-        Self { acker, tracked, heartbeat }
+        Self { acker, confirm, tracked, heartbeat }
     }
 }
 
@@ -323,7 +342,15 @@ impl DeliveryHandle for NatsHandle {
     async fn ack(self: Box<Self>) -> Result<(), TransportError> {
         self.heartbeat.cancel();
         self.tracked.as_ref().map(Tracked::settled);
-        self.acker.double_ack().await.map_err(|e| TransportError::transient(format!("ack: {e}")))
+        let Some((client, reply)) = &self.confirm else {
+            return Err(TransportError::transient("ack: not a JetStream message (no ack subject)"));
+        };
+        // The server answers an ack that carries a reply subject once it
+        // has taken it.
+        match client.request(reply.clone(), AckKind::Ack.into()).await {
+            Ok(_) => Ok(()),
+            Err(e) => Err(TransportError::transient(format!("ack: {e}"))),
+        }
     }
 
     async fn release(self: Box<Self>, after: Duration, _reason: &str) -> Result<(), TransportError> {
