@@ -218,7 +218,8 @@ fn add_parts(
 /// Puts `section`'s schema where its path's key names a [`SectionTable`]
 /// (`properties.endpoints` → `EndpointsConfig` → `properties.sqs`).
 fn place_section(schema: &mut serde_json::Value, section: &SectionSchema) {
-    let placeholder = serde_json::json!({ "$ref": "#/$defs/SectionTable" });
+    let named = <SectionTable as schemars::JsonSchema>::schema_name();
+    let placeholder = serde_json::json!({ "$ref": format!("#/$defs/{named}") });
     let own = serde_json::to_value(&section.schema).unwrap_or_default();
     let mut keys = section.path.split('.');
     let Some(first) = keys.next() else { return };

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use ferry_config::{Config, ConfigError, Secret, SectionSchema};
+use ferry_config::{Config, Secret, SectionSchema};
 use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -121,12 +121,11 @@ pub fn section_schema(generator: &mut schemars::SchemaGenerator) -> SectionSchem
 }
 
 /// `config`'s `[endpoints.sqs]`, read and checked, when it is set; on
-/// failure the key path from the document's root.
-pub fn section(config: &Config) -> Result<Option<SqsEndpointConfig>, ConfigError> {
+/// failure the key below [`SECTION`], as a part's.
+pub fn section(config: &Config) -> Result<Option<SqsEndpointConfig>, KeyProblem> {
     let Some(table) = &config.endpoints.sqs else { return Ok(None) };
-    let below = |key: &str| if key.is_empty() { SECTION.to_owned() } else { format!("{SECTION}.{key}") };
-    let sqs: SqsEndpointConfig = table.parse().map_err(|e| ConfigError::new(below(&e.path), e.message))?;
-    check_section(&sqs).map_err(|p| ConfigError::new(below(&p.key), p.message))?;
+    let sqs: SqsEndpointConfig = table.parse().map_err(|e| KeyProblem::new(e.path, e.message))?;
+    check_section(&sqs)?;
     Ok(Some(sqs))
 }
 

@@ -93,7 +93,7 @@ impl Bridge {
         info!(store = store.kind(), "store open");
         let leasing = leasing(&config);
         let listeners = ferry_core::listeners::Listeners::announcing();
-        let section = ferry_sqs_endpoint::config::section(&config).map_err(|e| StartError::new(e.path, e.message))?;
+        let section = super::parts::endpoint_section(&config)?;
         let sqs_endpoint = match &section {
             Some(c) => {
                 Some(super::endpoint::SqsEndpoint::prepare(c, &config, store.clone(), &metrics, &listeners).await?)

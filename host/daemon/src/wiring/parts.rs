@@ -336,7 +336,7 @@ fn processors_of(
 /// first.
 pub fn check_urls(config: &Config) -> Result<(), StartError> {
     let mut taken = Taken::default();
-    let sqs = ferry_sqs_endpoint::config::section(config).map_err(|e| StartError::new(e.path, e.message))?;
+    let sqs = endpoint_section(config)?;
     let listens = [("endpoints.sqs", sqs.as_ref().map(|e| &e.listen)), ("admin", config.admin.listen.as_ref())];
     for (key, listen) in listens {
         if let Some(claim) = listen.and_then(|l| l.parse().ok()).and_then(|addr| Claim::listen("listen", addr)) {
@@ -397,6 +397,14 @@ impl Taken {
 }
 
 /// A transport's problem with a key of the part at `key`.
+/// The SQS endpoint's section, read and checked by its crate (the
+/// problem named with its key from the root).
+pub(super) fn endpoint_section(
+    config: &Config,
+) -> Result<Option<ferry_sqs_endpoint::config::SqsEndpointConfig>, StartError> {
+    ferry_sqs_endpoint::config::section(config).map_err(|p| key_problem(ferry_sqs_endpoint::config::SECTION, p))
+}
+
 fn key_problem(key: &str, problem: ferry_core::transport::KeyProblem) -> StartError {
     let path = if problem.key.is_empty() { key.to_owned() } else { format!("{key}.{}", problem.key) };
     StartError::new(path, problem.message)
