@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{Map, Value};
 
 use crate::error::SqsError;
-use crate::xml::escape;
+use crate::xml::{self, ScopeWriter, text_el};
 
 /// The API version the query protocol's XML names.
 pub const XMLNS: &str = "http://queue.amazonaws.com/doc/2012-11-05/";
@@ -211,97 +211,91 @@ fn entry_name(action: &str, list: &str) -> String {
     }
 }
 
+/// The text of a scalar result value.
 fn scalar(value: &Value) -> String {
     match value {
-        Value::String(s) => escape(s),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
         Value::Null => String::new(),
-        other => escape(&other.to_string()),
+        other => other.to_string(),
     }
 }
 
-fn xml_fields(out: &mut String, action: &str, map: &Map<String, Value>) {
+/// `<outer><Name>name</Name><Value>value</Value></outer>`, the shape of an
+/// attribute or a tag.
+fn pair_el(scope: &mut ScopeWriter, outer: &str, (name_el, name): (&str, &str), value: &Value) {
+    let mut pair = scope.start_el(outer).finish();
+    text_el(&mut pair, name_el, name);
+    text_el(&mut pair, "Value", &scalar(value));
+}
+
+fn xml_fields(scope: &mut ScopeWriter, action: &str, map: &Map<String, Value>) {
     for (key, value) in map {
         match (key.as_str(), value) {
             ("QueueUrls", Value::Array(urls)) => {
                 for url in urls {
-                    out.push_str(&format!("<QueueUrl>{}</QueueUrl>", scalar(url)));
+                    text_el(scope, "QueueUrl", &scalar(url));
                 }
             }
             ("Attributes", Value::Object(attrs)) => {
                 for (name, v) in attrs {
-                    out.push_str(&format!(
-                        "<Attribute><Name>{}</Name><Value>{}</Value></Attribute>",
-                        escape(name),
-                        scalar(v)
-                    ));
+                    pair_el(scope, "Attribute", ("Name", name), v);
                 }
             }
             ("Tags", Value::Object(tags)) => {
                 for (name, v) in tags {
-                    out.push_str(&format!("<Tag><Key>{}</Key><Value>{}</Value></Tag>", escape(name), scalar(v)));
+                    pair_el(scope, "Tag", ("Key", name), v);
                 }
             }
             ("MessageAttributes", Value::Object(attrs)) => {
                 for (name, v) in attrs {
-                    out.push_str(&format!("<MessageAttribute><Name>{}</Name><Value>", escape(name)));
+                    let mut attribute = scope.start_el("MessageAttribute").finish();
+                    text_el(&mut attribute, "Name", name);
+                    let mut inner_scope = attribute.start_el("Value").finish();
                     if let Value::Object(inner) = v {
-                        xml_fields(out, action, inner);
+                        xml_fields(&mut inner_scope, action, inner);
                     }
-                    out.push_str("</Value></MessageAttribute>");
                 }
             }
             ("Messages", Value::Array(messages)) => {
                 for m in messages {
-                    out.push_str("<Message>");
+                    let mut message = scope.start_el("Message").finish();
                     if let Value::Object(inner) = m {
-                        xml_fields(out, action, inner);
+                        xml_fields(&mut message, action, inner);
                     }
-                    out.push_str("</Message>");
                 }
             }
             ("Successful" | "Failed", Value::Array(entries)) => {
                 let name = entry_name(action, key);
                 for e in entries {
-                    out.push_str(&format!("<{name}>"));
+                    let mut entry = scope.start_el(&name).finish();
                     if let Value::Object(inner) = e {
-                        xml_fields(out, action, inner);
+                        xml_fields(&mut entry, action, inner);
                     }
-                    out.push_str(&format!("</{name}>"));
                 }
             }
-            (_, Value::Object(inner)) => {
-                out.push_str(&format!("<{key}>"));
-                xml_fields(out, action, inner);
-                out.push_str(&format!("</{key}>"));
-            }
+            (_, Value::Object(inner)) => xml_fields(&mut scope.start_el(key).finish(), action, inner),
             (_, Value::Array(items)) => {
                 for item in items {
-                    out.push_str(&format!("<{key}>{}</{key}>", scalar(item)));
+                    text_el(scope, key, &scalar(item));
                 }
             }
-            _ => out.push_str(&format!("<{key}>{}</{key}>", scalar(value))),
+            _ => text_el(scope, key, &scalar(value)),
         }
     }
 }
 
 /// The query protocol's reply to `action` with the JSON `result`.
 pub fn xml_result(action: &str, result: &Value, request_id: &str) -> String {
-    let mut out = format!("<?xml version=\"1.0\"?><{action}Response xmlns=\"{XMLNS}\">");
-    if let Value::Object(map) = result
-        && !map.is_empty()
-    {
-        out.push_str(&format!("<{action}Result>"));
-        xml_fields(&mut out, action, map);
-        out.push_str(&format!("</{action}Result>"));
-    } else if result_always_present(action) {
-        out.push_str(&format!("<{action}Result/>"));
-    }
-    out.push_str(&format!(
-        "<ResponseMetadata><RequestId>{request_id}</RequestId></ResponseMetadata></{action}Response>"
-    ));
-    out
+    xml::response(action, XMLNS, request_id, |response| {
+        let result_name = format!("{action}Result");
+        if let Value::Object(map) = result
+            && !map.is_empty()
+        {
+            xml_fields(&mut response.start_el(&result_name).finish(), action, map);
+        } else if result_always_present(action) {
+            response.start_el(&result_name).finish();
+        }
+    })
 }
 
 /// Actions whose query reply has a Result element even when it is empty.
@@ -312,13 +306,7 @@ fn result_always_present(action: &str) -> bool {
 /// The query protocol's error reply, in the namespace `xmlns` (SQS's
 /// [`XMLNS`] or SNS's).
 pub fn xml_error(xmlns: &str, err: &SqsError, request_id: &str) -> String {
-    format!(
-        "<?xml version=\"1.0\"?><ErrorResponse xmlns=\"{xmlns}\"><Error><Type>{}</Type><Code>{}</Code><Message>{}</Message>\
-         <Detail/></Error><RequestId>{request_id}</RequestId></ErrorResponse>",
-        err.fault(),
-        escape(err.code),
-        escape(&err.message)
-    )
+    xml::error(xmlns, err.fault(), err.code, &err.message, request_id)
 }
 
 /// The JSON protocol's error body.
@@ -386,5 +374,14 @@ mod tests {
         let xml = xml_error(XMLNS, &SqsError::no_queue(), "rid");
         assert!(xml.contains("<Type>Sender</Type><Code>AWS.SimpleQueueService.NonExistentQueue</Code>"), "{xml}");
         assert_eq!(json_error(&SqsError::no_queue())["__type"], "com.amazonaws.sqs#QueueDoesNotExist");
+    }
+
+    #[test]
+    fn a_body_with_line_breaks_reaches_the_client_as_sent() {
+        let body = "line\r\nnext\rand\u{85}then\u{2028}<&>";
+        let xml = xml_result("ReceiveMessage", &serde_json::json!({"Messages": [{"Body": body}]}), "rid");
+        let read = crate::xml::tests::read_text(&xml, &["ReceiveMessageResult", "Message", "Body"]);
+        assert_eq!(read, body);
+        assert!(!xml.contains(['\r', '\u{85}', '\u{2028}']), "{xml:?}");
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::error::SqsError;
 use crate::topics::{Listed, MAX_PUBLISH_BYTES, Publish, Topics};
-use crate::xml::escape;
+use crate::xml::{self, Node};
 
 /// The namespace of SNS's XML.
 pub const XMLNS: &str = "http://sns.amazonaws.com/doc/2010-03-31/";
@@ -117,17 +117,10 @@ fn tags(input: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn el(name: &str, value: &str) -> String {
-    format!("<{name}>{}</{name}>", escape(value))
-}
-
-fn entries(name: &str, map: &BTreeMap<String, String>) -> String {
-    let mut out = format!("<{name}>");
-    for (k, v) in map {
-        out.push_str(&format!("<entry>{}{}</entry>", el("key", k), el("value", v)));
-    }
-    out.push_str(&format!("</{name}>"));
-    out
+/// `<name>` with an `<entry><key>…</key><value>…</value></entry>` per pair.
+fn entries(name: &'static str, map: &BTreeMap<String, String>) -> Vec<Node> {
+    let entry = |(k, v): (&String, &String)| Node::Parent("entry", vec![Node::text("key", k), Node::text("value", v)]);
+    vec![Node::Parent(name, map.iter().map(entry).collect())]
 }
 
 fn page<T>(items: Vec<T>, token: Option<&str>) -> Result<(Vec<T>, Option<String>), SqsError> {
@@ -141,22 +134,22 @@ fn page<T>(items: Vec<T>, token: Option<&str>) -> Result<(Vec<T>, Option<String>
     Ok((page, next))
 }
 
-fn subscriptions_xml(listed: Vec<Listed>, next: Option<String>) -> String {
-    let mut out = String::from("<Subscriptions>");
-    for s in listed {
-        out.push_str(&format!(
-            "<member>{}{}{}{}{}</member>",
-            el("SubscriptionArn", &s.arn),
-            el("Owner", s.topic.split(':').nth(4).unwrap_or_default()),
-            el("Protocol", &s.protocol),
-            el("Endpoint", &s.endpoint),
-            el("TopicArn", &s.topic)
-        ));
-    }
-    out.push_str("</Subscriptions>");
-    if let Some(n) = next {
-        out.push_str(&el("NextToken", &n));
-    }
+fn subscriptions_xml(listed: Vec<Listed>, next: Option<String>) -> Vec<Node> {
+    let member = |s: Listed| {
+        let owner = s.topic.split(':').nth(4).unwrap_or_default().to_owned();
+        Node::Parent(
+            "member",
+            vec![
+                Node::text("SubscriptionArn", s.arn),
+                Node::text("Owner", owner),
+                Node::text("Protocol", s.protocol),
+                Node::text("Endpoint", s.endpoint),
+                Node::text("TopicArn", s.topic),
+            ],
+        )
+    };
+    let mut out = vec![Node::Parent("Subscriptions", listed.into_iter().map(member).collect())];
+    out.extend(next.map(|n| Node::text("NextToken", n)));
     out
 }
 
@@ -207,25 +200,20 @@ fn publish_target(input: &Value) -> Result<&str, SqsError> {
 
 /// Runs one SNS action; `Ok` is the inside of its `<…Result>` (empty for
 /// actions that answer with metadata only).
-pub async fn run(topics: &Arc<Topics>, base_url: &str, action: &str, input: &Value) -> Result<String, SqsError> {
+pub async fn run(topics: &Arc<Topics>, base_url: &str, action: &str, input: &Value) -> Result<Vec<Node>, SqsError> {
     topics.refresh().await?;
     match action {
         "CreateTopic" => {
             let name = required(input, "Name")?;
             let arn = topics.create(name, string_map(input, "Attributes"), tags(input)).await?;
-            Ok(el("TopicArn", &arn))
+            Ok(vec![Node::text("TopicArn", arn)])
         }
-        "DeleteTopic" => topics.delete(required(input, "TopicArn")?).await.map(|()| String::new()),
+        "DeleteTopic" => topics.delete(required(input, "TopicArn")?).await.map(|()| Vec::new()),
         "ListTopics" => {
             let (names, next) = page(topics.list(), text(input, "NextToken"))?;
-            let mut out = String::from("<Topics>");
-            for n in names {
-                out.push_str(&format!("<member>{}</member>", el("TopicArn", &topics.arn(&n))));
-            }
-            out.push_str("</Topics>");
-            if let Some(n) = next {
-                out.push_str(&el("NextToken", &n));
-            }
+            let member = |n: String| Node::Parent("member", vec![Node::text("TopicArn", topics.arn(&n))]);
+            let mut out = vec![Node::Parent("Topics", names.into_iter().map(member).collect())];
+            out.extend(next.map(|n| Node::text("NextToken", n)));
             Ok(out)
         }
         "GetTopicAttributes" => Ok(entries("Attributes", &topics.topic_attributes(required(input, "TopicArn")?)?)),
@@ -234,7 +222,7 @@ pub async fn run(topics: &Arc<Topics>, base_url: &str, action: &str, input: &Val
             topics
                 .set_topic_attribute(required(input, "TopicArn")?, required(input, "AttributeName")?, value)
                 .await
-                .map(|()| String::new())
+                .map(|()| Vec::new())
         }
         "Subscribe" => {
             let endpoint = required(input, "Endpoint")?;
@@ -249,13 +237,13 @@ pub async fn run(topics: &Arc<Topics>, base_url: &str, action: &str, input: &Val
                 .await?;
             let return_arn = text(input, "ReturnSubscriptionArn").is_some_and(|v| v.eq_ignore_ascii_case("true"));
             let shown = if pending && !return_arn { "pending confirmation" } else { arn.as_str() };
-            Ok(el("SubscriptionArn", shown))
+            Ok(vec![Node::text("SubscriptionArn", shown)])
         }
         "ConfirmSubscription" => {
             let arn = topics.confirm(required(input, "TopicArn")?, required(input, "Token")?).await?;
-            Ok(el("SubscriptionArn", &arn))
+            Ok(vec![Node::text("SubscriptionArn", arn)])
         }
-        "Unsubscribe" => topics.unsubscribe(required(input, "SubscriptionArn")?).await.map(|()| String::new()),
+        "Unsubscribe" => topics.unsubscribe(required(input, "SubscriptionArn")?).await.map(|()| Vec::new()),
         "ListSubscriptions" => {
             let (listed, next) = page(topics.subscriptions(None)?, text(input, "NextToken"))?;
             Ok(subscriptions_xml(listed, next))
@@ -277,20 +265,20 @@ pub async fn run(topics: &Arc<Topics>, base_url: &str, action: &str, input: &Val
                     value,
                 )
                 .await
-                .map(|()| String::new())
+                .map(|()| Vec::new())
         }
         "Publish" => {
             let target = publish_target(input)?;
             let message = publish_input(input)?;
             let id = topics.publish(target, message, base_url).await?;
-            Ok(el("MessageId", &id))
+            Ok(vec![Node::text("MessageId", id)])
         }
         "PublishBatch" => publish_batch(topics, base_url, input).await,
         other => Err(SqsError::invalid_action(other)),
     }
 }
 
-async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> Result<String, SqsError> {
+async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> Result<Vec<Node>, SqsError> {
     let target = required(input, "TopicArn")?;
     let entries = match input.get("PublishBatchRequestEntries") {
         Some(Value::Array(e)) if !e.is_empty() => e,
@@ -332,8 +320,8 @@ async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> R
             "The length of all the messages put together is more than the limit",
         ));
     }
-    let mut ok = String::from("<Successful>");
-    let mut failed = String::from("<Failed>");
+    let mut ok = Vec::new();
+    let mut failed = Vec::new();
     for e in entries {
         let id = text(e, "Id").unwrap_or_default();
         let result = match publish_input(e) {
@@ -342,31 +330,27 @@ async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> R
         };
         match result {
             Ok(message_id) => {
-                ok.push_str(&format!("<member>{}{}</member>", el("Id", id), el("MessageId", &message_id)))
+                ok.push(Node::Parent("member", vec![Node::text("Id", id), Node::text("MessageId", message_id)]))
             }
             // A topic that does not exist fails the whole batch, as SNS does.
             Err(err) if err.code == "NotFound" || err.status >= 500 => return Err(err),
-            Err(err) => failed.push_str(&format!(
-                "<member>{}{}{}{}</member>",
-                el("Id", id),
-                el("Code", err.code),
-                el("Message", &err.message),
-                el("SenderFault", &err.sender.to_string())
+            Err(err) => failed.push(Node::Parent(
+                "member",
+                vec![
+                    Node::text("Id", id),
+                    Node::text("Code", err.code),
+                    Node::text("Message", err.message),
+                    Node::text("SenderFault", err.sender.to_string()),
+                ],
             )),
         }
     }
-    ok.push_str("</Successful>");
-    failed.push_str("</Failed>");
-    Ok(ok + &failed)
+    Ok(vec![Node::Parent("Successful", ok), Node::Parent("Failed", failed)])
 }
 
 /// SNS's reply to `action` around `result`.
-pub fn xml_result(action: &str, result: &str, request_id: &str) -> String {
-    let body = if result.is_empty() { String::new() } else { format!("<{action}Result>{result}</{action}Result>") };
-    format!(
-        "<?xml version=\"1.0\"?><{action}Response xmlns=\"{XMLNS}\">{body}<ResponseMetadata><RequestId>{request_id}\
-         </RequestId></ResponseMetadata></{action}Response>"
-    )
+pub fn xml_result(action: &str, result: &[Node], request_id: &str) -> String {
+    xml::response(action, XMLNS, request_id, |response| xml::result_nodes(response, action, result))
 }
 
 #[cfg(test)]
