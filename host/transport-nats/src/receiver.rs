@@ -1,7 +1,9 @@
 //! [`NatsReceiver`]: a durable pull consumer on a JetStream stream.
 //!
-//! Messages are pulled only when the route has room for them. From the
-//! moment one arrives until it is settled, a progress acknowledgement
+//! One pull subscription (async-nats's pull stream) asks for a batch of
+//! what the route holds at once and asks again when half of it has
+//! arrived; while the route is full nothing is read and nothing more is
+//! asked for. From the moment a message is read until it is settled, a progress acknowledgement
 //! (`+WPI`) every half of the consumer's ack wait keeps the server from
 //! delivering it again. `ack` waits for the server to confirm the `+ACK`
 //! (so an acknowledgement lost with the connection is an error, and the
@@ -17,6 +19,8 @@
 //! Several ferry instances on one durable consumer share its messages:
 //! the server hands each message to one pull request at a time.
 
+use std::collections::VecDeque;
+use std::fmt::Display;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -41,6 +45,9 @@ use crate::ingress::{Incoming, to_envelope};
 
 /// How long one pull request waits for messages before it is renewed.
 const PULL_EXPIRES: Duration = Duration::from_secs(5);
+/// The server's idle heartbeat on a waiting pull request; two missed
+/// (the server gone without the connection noticing) restart the pull.
+const PULL_HEARTBEAT: Duration = Duration::from_secs(2);
 /// Most messages one pull request asks for.
 const MAX_BATCH: usize = 256;
 
@@ -61,6 +68,14 @@ impl NatsReceiver {
 
 fn backoff() -> Backoff {
     Backoff::reconnect(200, 10_000)
+}
+
+/// Waits out the next reconnect delay after `error` (or until shutdown),
+/// saying what failed.
+async fn pause(receiver: &str, failures: &mut u32, shutdown: &CancellationToken, what: &str, error: impl Display) {
+    let delay = backoff().next(failures);
+    warn!(receiver, %error, retry_in_ms = delay.as_millis() as u64, "{what}; retrying");
+    sleep_or_shutdown(delay, shutdown).await;
 }
 
 /// The consumer this receiver reads: found, or created when missing
@@ -189,11 +204,7 @@ impl Receiver for NatsReceiver {
                 Err(e) if !e.is_transient() => return Err(e),
                 Err(e) => {
                     ready.set(0);
-                    let delay = backoff().next(&mut failures);
-                    warn!(receiver, error = %e, retry_in_ms = delay.as_millis() as u64, "cannot use the consumer; retrying");
-                    if !sleep_or_shutdown(delay, &shutdown).await {
-                        break;
-                    }
+                    pause(receiver, &mut failures, &shutdown, "cannot use the consumer", e).await;
                     continue;
                 }
             };
@@ -201,46 +212,53 @@ impl Receiver for NatsReceiver {
             info!(receiver, stream = %c.stream, consumer = %consumer.cached_info().name, "consuming");
             ready.set(1);
             failures = 0;
-            while !shutdown.is_cancelled() {
-                // Pull only what the route can take now.
-                let Some(room) = ferry_core::ports::room(&sink, &shutdown).await else {
-                    break 'consumer;
-                };
-                let batch = consumer.batch().max_messages(room.clamp(1, MAX_BATCH)).expires(PULL_EXPIRES).messages();
-                let mut batch = tokio::select! {
+            // One subscription whose pull requests the client keeps
+            // ahead of what is read (a new one when half a batch is left),
+            // a batch being what the route holds at once: a pull request
+            // per message, each with an inbox of its own, cost the server
+            // more than the messages did. While the route is full nothing
+            // is read, so no more is asked for.
+            let batch = sink.max_capacity().clamp(1, MAX_BATCH);
+            let messages =
+                consumer.stream().max_messages_per_batch(batch).expires(PULL_EXPIRES).heartbeat(PULL_HEARTBEAT);
+            let mut messages = tokio::select! {
+                _ = shutdown.cancelled() => break 'consumer,
+                m = messages.messages() => match m {
+                    Ok(m) => m,
+                    Err(e) => {
+                        ready.set(0);
+                        pause(receiver, &mut failures, &shutdown, "cannot pull from the consumer", e).await;
+                        continue 'consumer;
+                    }
+                },
+            };
+            // Messages read and not yet taken by the route: each has its
+            // heartbeat from the moment it is read.
+            let mut held: VecDeque<Delivery> = VecDeque::with_capacity(batch);
+            loop {
+                tokio::select! {
                     _ = shutdown.cancelled() => break 'consumer,
-                    b = batch => match b {
-                        Ok(b) => b,
-                        Err(e) => {
+                    permit = sink.reserve(), if !held.is_empty() => match (permit, held.pop_front()) {
+                        (Ok(permit), Some(delivery)) => permit.send(delivery),
+                        _ => break 'consumer,
+                    },
+                    next = messages.next(), if held.len() < batch => match next {
+                        Some(Ok(message)) => {
+                            ready.set(1);
+                            failures = 0;
+                            held.extend(self.delivery(message, ack_wait, &client).await);
+                        }
+                        // A missed heartbeat (the server is gone or the
+                        // request was lost), a deleted consumer, a closed
+                        // subscription: start again from the consumer.
+                        // What is held comes back after its ack wait.
+                        ended => {
+                            let why = ended.map_or_else(|| "the subscription closed".to_owned(), |e| e.err().map(|e| e.to_string()).unwrap_or_default());
                             ready.set(0);
-                            let delay = backoff().next(&mut failures);
-                            warn!(receiver, error = %e, retry_in_ms = delay.as_millis() as u64, "pull request failed");
-                            if !sleep_or_shutdown(delay, &shutdown).await {
-                                break 'consumer;
-                            }
+                            pause(receiver, &mut failures, &shutdown, "pulling stopped", why).await;
                             continue 'consumer;
                         }
                     },
-                };
-                ready.set(1);
-                failures = 0;
-                loop {
-                    let next = tokio::select! {
-                        _ = shutdown.cancelled() => break 'consumer,
-                        n = batch.next() => n,
-                    };
-                    match next {
-                        None => break,
-                        Some(Ok(message)) => {
-                            if !self.emit(message, ack_wait, &client, &sink).await {
-                                break 'consumer;
-                            }
-                        }
-                        Some(Err(e)) => {
-                            debug!(receiver, error = %e, "pull request ended");
-                            break;
-                        }
-                    }
                 }
             }
         }
@@ -250,14 +268,15 @@ impl Receiver for NatsReceiver {
 }
 
 impl NatsReceiver {
-    /// Hands one message to the route; false when the route stopped.
-    async fn emit(
+    /// One message as a delivery for the route, its heartbeat started;
+    /// `None` for one that cannot be read or is poison, which is
+    /// terminated (`+TERM`) here.
+    async fn delivery(
         &self,
         message: jetstream::Message,
         ack_wait: Duration,
         client: &async_nats::Client,
-        sink: &DeliverySink,
-    ) -> bool {
+    ) -> Option<Delivery> {
         let read = incoming(&message);
         let confirm = message.reply.clone().map(|reply| (client.clone(), reply));
         let (_, acker) = message.split();
@@ -274,11 +293,11 @@ impl NatsReceiver {
             Err(why) => {
                 warn!(receiver = %self.name, %why, "a message the receiver cannot read is terminated");
                 let _ = Box::new(handle).reject("unreadable").await;
-                return true;
+                return None;
             }
         };
         match to_envelope(&m, self.config.max_payload_bytes) {
-            Ok(envelope) => sink.send(Delivery::new(envelope, Box::new(handle))).await.is_ok(),
+            Ok(envelope) => Some(Delivery::new(envelope, Box::new(handle))),
             Err(poison) => {
                 warn!(receiver = %self.name, stream = %m.stream, sequence = m.sequence, reason = poison.label(), "poison message terminated");
                 Metrics::inc(
@@ -288,7 +307,7 @@ impl NatsReceiver {
                 if let Err(e) = Box::new(handle).reject(poison.label()).await {
                     warn!(receiver = %self.name, error = %e, "could not terminate a poison message; it comes back after the ack wait");
                 }
-                true
+                None
             }
         }
     }
