@@ -109,6 +109,7 @@ postgres:
 
 # Run the daemon on examples/ferry.toml (builds it and the Rust plugins only; starts Mosquitto when needed).
 run: plugins-rust mosquitto
+    @scripts/provision openssl
     @echo "just: building the daemon (debug)"
     cargo build -p ferry-daemon
     @echo "ferry: sensors/# -> filter (kind=temp) -> bridged/<topic>. In another shell:"
@@ -157,6 +158,7 @@ test: plugins test-plugins mosquitto moto rabbitmq postgres
 # the tests whose name contains FILTER (a nextest filter: `just t
 # outage::`, `just t route::tests::fan_out`).
 t FILTER="": plugins-rust test-plugins plugins-missing services
+    @scripts/provision openssl
     cargo nextest run --workspace --no-fail-fast {{FILTER}}
 
 # The Python, JavaScript and C example plugins, each built only when its

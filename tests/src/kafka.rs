@@ -27,8 +27,13 @@ const PATIENCE: Duration = Duration::from_secs(30);
 /// in memory: a restart starts empty.
 pub struct PrivateKafka {
     pub port: u16,
+    /// The port clients are told to connect to, when not `port` (a TLS
+    /// front's).
+    advertised: Option<u16>,
     child: Option<Child>,
     held: crate::ports::Held,
+    /// The TLS front clients reach it through, if any.
+    front: Option<crate::tcp_proxy::TlsFront>,
 }
 
 impl PrivateKafka {
@@ -45,8 +50,32 @@ impl PrivateKafka {
     /// Starts one on a free port and waits until it listens; another port
     /// is tried when one was taken meanwhile.
     pub async fn start() -> Self {
-        let mut k = Self { port: crate::ports::broker_port(), child: None, held: crate::ports::Held::default() };
+        Self::start_as(None).await
+    }
+
+    /// One that clients reach over TLS only, through a TLS front of the
+    /// test's own with the server certificate of `certs` (tansu 0.6 cannot
+    /// be given a certificate and its key on its command line), which it
+    /// advertises as its address.
+    pub async fn start_behind_tls(certs: &crate::tls::TestCerts) -> Self {
+        Self::start_as(Some(certs)).await
+    }
+
+    async fn start_as(tls: Option<&crate::tls::TestCerts>) -> Self {
+        let mut k = Self {
+            port: crate::ports::broker_port(),
+            advertised: None,
+            child: None,
+            held: crate::ports::Held::default(),
+            front: None,
+        };
         for _ in 0..5 {
+            if let Some(certs) = tls {
+                let target = std::net::SocketAddr::from(([127, 0, 0, 1], k.port));
+                let front = crate::tcp_proxy::TlsFront::start(target, certs).await;
+                k.advertised = Some(front.port);
+                k.front = Some(front);
+            }
             if k.try_start().await {
                 return k;
             }
@@ -56,9 +85,9 @@ impl PrivateKafka {
         panic!("private Kafka broker (tansu) did not start on any of five ports");
     }
 
-    /// `127.0.0.1:<port>`, for `brokers`.
+    /// `127.0.0.1:<port>` (the TLS front's, when it has one), for `brokers`.
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("127.0.0.1:{}", self.advertised.unwrap_or(self.port))
     }
 
     /// The broker's process id while it runs (the bench reads its CPU).
@@ -70,8 +99,9 @@ impl PrivateKafka {
         self.stop();
         self.held = crate::ports::Held::default();
         let url = format!("tcp://127.0.0.1:{}", self.port);
+        let advertised = format!("tcp://127.0.0.1:{}", self.advertised.unwrap_or(self.port));
         let child = Command::new(Self::binary())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &url])
+            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &advertised])
             .args(["--storage-engine", "memory://tansu/", "--silent"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -178,13 +208,9 @@ impl Record {
 
 /// A consumer in `group` (committing nothing itself) and every partition
 /// of `topic`, each at `offset`.
-fn consumer_of(brokers: &str, group: &str, topic: &str, offset: Offset) -> (BaseConsumer, TopicPartitionList) {
-    let consumer: BaseConsumer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("group.id", group)
-        .set("enable.auto.commit", "false")
-        .create()
-        .expect("the test's consumer");
+fn consumer_of(base: &ClientConfig, group: &str, topic: &str, offset: Offset) -> (BaseConsumer, TopicPartitionList) {
+    let consumer: BaseConsumer =
+        base.clone().set("group.id", group).set("enable.auto.commit", "false").create().expect("the test's consumer");
     let metadata = consumer.fetch_metadata(Some(topic), PATIENCE).expect("metadata");
     let mut list = TopicPartitionList::new();
     for t in metadata.topics() {
@@ -197,25 +223,31 @@ fn consumer_of(brokers: &str, group: &str, topic: &str, offset: Offset) -> (Base
 
 /// A test's Kafka client.
 pub struct Kafka {
-    brokers: String,
+    /// How every client of the test reaches the cluster (brokers, and TLS
+    /// or SASL settings when it needs them).
+    base: ClientConfig,
     producer: FutureProducer,
 }
 
 impl Kafka {
     pub fn new(brokers: &str) -> Self {
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        Self::with(ClientConfig::new().set("bootstrap.servers", brokers).clone())
+    }
+
+    /// A client whose every connection uses `base`'s settings.
+    pub fn with(base: ClientConfig) -> Self {
+        let producer = base
+            .clone()
             .set("message.timeout.ms", PATIENCE.as_millis().to_string())
             .create()
             .expect("the test's producer");
-        Self { brokers: brokers.to_owned(), producer }
+        Self { base, producer }
     }
 
     /// Makes `topic` with `partitions` partitions and waits until the
     /// cluster's metadata shows them all.
     pub async fn create_topic(&self, topic: &str, partitions: i32) {
-        let admin: AdminClient<DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("admin client");
+        let admin: AdminClient<DefaultClientContext> = self.base.create().expect("admin client");
         let options = AdminOptions::new().operation_timeout(Some(PATIENCE)).request_timeout(Some(PATIENCE));
         let results = admin
             .create_topics(&[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))], &options)
@@ -226,9 +258,9 @@ impl Kafka {
                 panic!("create topic {name}: {e}");
             }
         }
-        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        let (base, topic) = (self.base.clone(), topic.to_owned());
         tokio::task::spawn_blocking(move || {
-            let client: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &brokers).create().expect("client");
+            let client: BaseConsumer = base.create().expect("client");
             let deadline = Instant::now() + PATIENCE;
             loop {
                 let seen = client
@@ -287,10 +319,10 @@ impl Kafka {
     /// first offset of its last batch, so the records of that batch are
     /// missing from it (seen as 4,903 of 5,000 for minutes).
     pub async fn arrivals(&self, topic: &str, n: usize, within: Duration) -> usize {
-        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        let (base, topic) = (self.base.clone(), topic.to_owned());
         tokio::task::spawn_blocking(move || {
             let group = format!("arrivals-{}", uuid::Uuid::new_v4().simple());
-            let (consumer, list) = consumer_of(&brokers, &group, &topic, Offset::Beginning);
+            let (consumer, list) = consumer_of(&base, &group, &topic, Offset::Beginning);
             consumer.assign(&list).expect("assign");
             let deadline = Instant::now() + within;
             let mut seen = 0;
@@ -309,10 +341,10 @@ impl Kafka {
     /// asynchronously every 100 (as a consumer that must not skip does);
     /// how many it read within `within`.
     pub async fn consume_committing(&self, topic: &str, n: usize, within: Duration) -> usize {
-        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        let (base, topic) = (self.base.clone(), topic.to_owned());
         tokio::task::spawn_blocking(move || {
-            let consumer: BaseConsumer = ClientConfig::new()
-                .set("bootstrap.servers", &brokers)
+            let consumer: BaseConsumer = base
+                .clone()
                 .set("group.id", format!("raw-{}", uuid::Uuid::new_v4().simple()))
                 .set("enable.auto.commit", "false")
                 .set("auto.offset.reset", "earliest")
@@ -339,10 +371,10 @@ impl Kafka {
     /// Every record of `topic` from the start, once `n` are there (or
     /// `within` has passed), ordered by partition then offset.
     pub async fn read(&self, topic: &str, n: usize, within: Duration) -> Vec<Record> {
-        let (brokers, topic) = (self.brokers.clone(), topic.to_owned());
+        let (base, topic) = (self.base.clone(), topic.to_owned());
         tokio::task::spawn_blocking(move || {
             let group = format!("reader-{}", uuid::Uuid::new_v4().simple());
-            let (consumer, list) = consumer_of(&brokers, &group, &topic, Offset::Beginning);
+            let (consumer, list) = consumer_of(&base, &group, &topic, Offset::Beginning);
             consumer.assign(&list).expect("assign");
             let mut out = Vec::new();
             let deadline = Instant::now() + within;
@@ -361,9 +393,9 @@ impl Kafka {
     /// The committed offsets of `group` on every partition of `topic`
     /// (`None` where it has committed none).
     pub async fn committed(&self, group: &str, topic: &str) -> Vec<Option<i64>> {
-        let (brokers, group, topic) = (self.brokers.clone(), group.to_owned(), topic.to_owned());
+        let (base, group, topic) = (self.base.clone(), group.to_owned(), topic.to_owned());
         tokio::task::spawn_blocking(move || {
-            let (consumer, list) = consumer_of(&brokers, &group, &topic, Offset::Invalid);
+            let (consumer, list) = consumer_of(&base, &group, &topic, Offset::Invalid);
             let got = consumer.committed_offsets(list, PATIENCE).expect("committed offsets");
             let mut offsets: Vec<(i32, Option<i64>)> = got
                 .elements()

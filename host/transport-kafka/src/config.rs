@@ -1,9 +1,107 @@
 //! `[receivers.NAME]` and `[senders.NAME]` with `type = "kafka"`: a
 //! consumer in a consumer group, and a producer.
 
+use ferry_config::{Secret, TlsConfig};
 use ferry_core::transport::KeyProblem;
+use rdkafka::ClientConfig;
 use schemars::JsonSchema;
 use serde::Deserialize;
+
+/// SASL authentication to the brokers
+/// (`{ mechanism, username, password }`).
+#[derive(Debug, Clone, PartialEq, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KafkaSasl {
+    /// `"plain"`, `"scram-sha-256"` or `"scram-sha-512"`. PLAIN sends the
+    /// password as it is: use it with `tls`.
+    pub mechanism: SaslMechanism,
+    /// The user name.
+    pub username: String,
+    /// The user's password (a secret: never printed).
+    pub password: Secret,
+}
+
+/// A SASL mechanism a Kafka cluster may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, JsonSchema)]
+pub enum SaslMechanism {
+    /// PLAIN (RFC 4616).
+    #[serde(rename = "plain")]
+    Plain,
+    /// SCRAM-SHA-256 (RFC 7677).
+    #[serde(rename = "scram-sha-256")]
+    ScramSha256,
+    /// SCRAM-SHA-512.
+    #[serde(rename = "scram-sha-512")]
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    /// Its name as librdkafka's `sasl.mechanism` spells it.
+    fn name(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+/// How a client reaches the cluster: the keys a receiver and a sender
+/// share (`brokers`, `tls`, `sasl`).
+#[derive(Debug, Clone, Copy)]
+pub struct Cluster<'a> {
+    pub brokers: &'a str,
+    pub tls: Option<&'a TlsConfig>,
+    pub sasl: Option<&'a KafkaSasl>,
+}
+
+impl Cluster<'_> {
+    /// The rules of `brokers`, `tls` and `sasl`.
+    pub fn check(&self) -> Result<(), KeyProblem> {
+        brokers(self.brokers).map_err(|e| KeyProblem::new("brokers", e))?;
+        if let Some(why) = self.tls.and_then(|tls| tls.problem(true, "")) {
+            return Err(KeyProblem::new("tls", why));
+        }
+        if let Some(sasl) = self.sasl
+            && (sasl.username.is_empty() || sasl.username.chars().any(char::is_control))
+        {
+            return Err(KeyProblem::new("sasl.username", "must be a name without control characters"));
+        }
+        Ok(())
+    }
+
+    /// A client config that reaches the cluster: the brokers, and the
+    /// security protocol with its files and credentials (`ssl` with `tls`,
+    /// `sasl_plaintext` with `sasl`, `sasl_ssl` with both).
+    pub fn client_config(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", self.brokers);
+        let protocol = match (self.tls.is_some(), self.sasl.is_some()) {
+            (false, false) => "plaintext",
+            (true, false) => "ssl",
+            (false, true) => "sasl_plaintext",
+            (true, true) => "sasl_ssl",
+        };
+        c.set("security.protocol", protocol);
+        if let Some(tls) = self.tls {
+            for (key, file) in [
+                ("ssl.ca.location", &tls.ca_file),
+                ("ssl.certificate.location", &tls.cert_file),
+                ("ssl.key.location", &tls.key_file),
+            ] {
+                if let Some(file) = file {
+                    c.set(key, file);
+                }
+            }
+        }
+        if let Some(sasl) = self.sasl {
+            c.set("sasl.mechanism", sasl.mechanism.name())
+                .set("sasl.username", &sasl.username)
+                .set("sasl.password", sasl.password.expose());
+        }
+        c
+    }
+}
 
 /// `type = "kafka"` receiver: a consumer in a consumer group. A record's
 /// offset is committed only once the route is done with it and with every
@@ -14,6 +112,15 @@ use serde::Deserialize;
 pub struct KafkaReceiverConfig {
     /// The bootstrap brokers, as for a sender.
     pub brokers: String,
+    /// TLS to the brokers: `{ ca_file, cert_file, key_file }` (PEM), every
+    /// key optional (`tls = {}` is TLS with the system's CAs, OpenSSL's
+    /// default paths, and no client certificate). The brokers'
+    /// certificates must name the host the client connects to.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// SASL authentication: `{ mechanism, username, password }`.
+    #[serde(default)]
+    pub sasl: Option<KafkaSasl>,
     /// The topics to consume.
     pub topics: Vec<String>,
     /// The consumer group. Instances of ferry naming the same group share
@@ -67,9 +174,14 @@ fn default_session_timeout_ms() -> u64 {
 }
 
 impl KafkaReceiverConfig {
+    /// How it reaches the cluster.
+    pub fn cluster(&self) -> Cluster<'_> {
+        Cluster { brokers: &self.brokers, tls: self.tls.as_ref(), sasl: self.sasl.as_ref() }
+    }
+
     /// Every key's own rule.
     pub fn check(&self) -> Result<(), KeyProblem> {
-        brokers(&self.brokers).map_err(|e| KeyProblem::new("brokers", e))?;
+        self.cluster().check()?;
         if self.topics.is_empty() {
             return Err(KeyProblem::new("topics", "names no topic"));
         }
@@ -105,6 +217,15 @@ pub struct KafkaSenderConfig {
     /// (`"k1:9092,k2:9092"`); the client learns the rest of the cluster
     /// from them.
     pub brokers: String,
+    /// TLS to the brokers: `{ ca_file, cert_file, key_file }` (PEM), every
+    /// key optional (`tls = {}` is TLS with the system's CAs, OpenSSL's
+    /// default paths, and no client certificate). The brokers'
+    /// certificates must name the host the client connects to.
+    #[serde(default)]
+    pub tls: Option<TlsConfig>,
+    /// SASL authentication: `{ mechanism, username, password }`.
+    #[serde(default)]
+    pub sasl: Option<KafkaSasl>,
     /// The topic for bindings whose address is empty; a binding's address
     /// names it otherwise. Either is a template over text headers
     /// (`readings.{site}`); the result must be a topic name (1 to 249
@@ -187,9 +308,14 @@ pub fn brokers(list: &str) -> Result<Vec<(String, u16)>, String> {
 }
 
 impl KafkaSenderConfig {
+    /// How it reaches the cluster.
+    pub fn cluster(&self) -> Cluster<'_> {
+        Cluster { brokers: &self.brokers, tls: self.tls.as_ref(), sasl: self.sasl.as_ref() }
+    }
+
     /// Every key's own rule.
     pub fn check(&self) -> Result<(), KeyProblem> {
-        brokers(&self.brokers).map_err(|e| KeyProblem::new("brokers", e))?;
+        self.cluster().check()?;
         if let Some(topic) = self.topic.as_deref().filter(|t| !t.contains('{'))
             && let Some(why) = topic_problem(topic)
         {
@@ -275,5 +401,51 @@ mod tests {
         }
         assert_eq!(topic_problem(&"t".repeat(249)), None);
         assert!(topic_problem(&"t".repeat(250)).is_some());
+    }
+
+    #[test]
+    fn tls_and_sasl_set_the_security_protocol_and_never_print_the_password() {
+        let base = "brokers = \"k:9093\"\ntopics = [\"t\"]\ngroup = \"g\"\n";
+        let sasl = "sasl = { mechanism = \"scram-sha-512\", username = \"u\", password = \"pw-never-printed\" }\n";
+        let tls = "tls = { ca_file = \"/ca.pem\" }\n";
+        for (keys, protocol) in
+            [("", "plaintext"), (tls, "ssl"), (sasl, "sasl_plaintext"), (&format!("{tls}{sasl}") as &str, "sasl_ssl")]
+        {
+            let r = receiver(&format!("{base}{keys}")).expect("valid");
+            let c = r.cluster().client_config();
+            assert_eq!(c.get("security.protocol"), Some(protocol), "{keys}");
+            assert_eq!(c.get("ssl.ca.location"), keys.contains("ca_file").then_some("/ca.pem"));
+            if keys.contains("sasl") {
+                assert_eq!(c.get("sasl.mechanism"), Some("SCRAM-SHA-512"));
+                assert_eq!((c.get("sasl.username"), c.get("sasl.password")), (Some("u"), Some("pw-never-printed")));
+            }
+            assert!(!format!("{r:?}").contains("pw-never-printed"), "{r:?}");
+        }
+        let s = sender("brokers = \"k:9093\"\nsasl = { mechanism = \"plain\", username = \"u\", password = \"p\" }")
+            .expect("valid");
+        assert_eq!(s.cluster().client_config().get("sasl.mechanism"), Some("PLAIN"));
+        for (text, key) in [
+            ("sasl = { mechanism = \"gssapi\", username = \"u\", password = \"p\" }", "sasl.mechanism"),
+            ("sasl = { mechanism = \"plain\", username = \"\", password = \"p\" }", "sasl.username"),
+            ("sasl = { mechanism = \"plain\", username = \"u\" }", "sasl"),
+            ("tls = { cert_file = \"/c.pem\" }", "tls"),
+        ] {
+            assert_eq!(sender(&format!("brokers = \"k:9093\"\n{text}")).err().as_deref(), Some(key), "{text}");
+        }
+    }
+
+    /// librdkafka is built with OpenSSL: a client that speaks TLS and
+    /// SCRAM can be made (one built without refuses `sasl_ssl` and the
+    /// SCRAM mechanisms when the client is created).
+    #[test]
+    fn the_client_is_built_with_tls_and_scram() {
+        for mechanism in ["plain", "scram-sha-256", "scram-sha-512"] {
+            let s = sender(&format!(
+                "brokers = \"127.0.0.1:1\"\ntls = {{}}\nsasl = {{ mechanism = \"{mechanism}\", username = \"u\", password = \"p\" }}"
+            ))
+            .expect("valid");
+            let made: Result<rdkafka::producer::BaseProducer, _> = s.cluster().client_config().create();
+            assert!(made.is_ok(), "{mechanism}: {:?}", made.err());
+        }
     }
 }

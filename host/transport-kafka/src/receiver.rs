@@ -26,7 +26,7 @@ use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Envelope;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -160,8 +160,9 @@ impl KafkaReceiver {
             StartFrom::Oldest => "earliest",
             StartFrom::Newest => "latest",
         };
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.config.brokers)
+        self.config
+            .cluster()
+            .client_config()
             .set("group.id", &self.config.group)
             .set("client.id", format!("ferry-{}", self.name))
             .set("enable.auto.commit", "false")

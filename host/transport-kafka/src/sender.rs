@@ -46,9 +46,8 @@ pub struct KafkaSender {
 
 /// The librdkafka settings of a sender `name` with `config`.
 pub fn client_config(name: &str, config: &KafkaSenderConfig) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &config.brokers)
-        .set("client.id", format!("ferry-{name}"))
+    let mut c = config.cluster().client_config();
+    c.set("client.id", format!("ferry-{name}"))
         .set("enable.idempotence", "true")
         .set("acks", "all")
         .set("message.timeout.ms", config.delivery_timeout_ms.to_string())

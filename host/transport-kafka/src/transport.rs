@@ -11,10 +11,9 @@ use ferry_core::transport::{KeyProblem, Parts, TypedTransport};
 use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
-use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use crate::config::{KafkaReceiverConfig, KafkaSenderConfig};
+use crate::config::{Cluster, KafkaReceiverConfig, KafkaSenderConfig};
 use crate::{KafkaReceiver, KafkaSender, egress, fixture};
 
 /// Kafka (`type = "kafka"`).
@@ -25,13 +24,11 @@ const PROBE_WAIT: Duration = Duration::from_secs(10);
 
 /// The cluster's brokers and, for each of `topics`, its partitions, as a
 /// sentence (asked off the async workers: the call blocks).
-async fn cluster_facts(brokers: &str, topics: Vec<String>) -> Result<String, TransportError> {
-    let brokers = brokers.to_owned();
+async fn cluster_facts(cluster: Cluster<'_>, topics: Vec<String>) -> Result<String, TransportError> {
+    let (brokers, config) = (cluster.brokers.to_owned(), cluster.client_config());
     tokio::task::spawn_blocking(move || {
-        let client: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &brokers)
-            .create()
-            .map_err(|e| TransportError::permanent(format!("the Kafka client: {e}")))?;
+        let client: BaseConsumer =
+            config.create().map_err(|e| TransportError::permanent(format!("the Kafka client: {e}")))?;
         let metadata = client
             .fetch_metadata(None, PROBE_WAIT)
             .map_err(|e| TransportError::unavailable(format!("no answer from {brokers}: {e}")))?;
@@ -78,12 +75,12 @@ impl TypedTransport for Kafka {
     }
 
     async fn probe_receiver(&self, _: &str, config: &KafkaReceiverConfig) -> Result<String, TransportError> {
-        cluster_facts(&config.brokers, config.topics.clone()).await
+        cluster_facts(config.cluster(), config.topics.clone()).await
     }
 
     async fn probe_sender(&self, _: &str, config: &KafkaSenderConfig) -> Result<String, TransportError> {
         let topics = config.topic.iter().filter(|t| !t.contains('{')).cloned().collect();
-        cluster_facts(&config.brokers, topics).await
+        cluster_facts(config.cluster(), topics).await
     }
 
     fn fixture_receive(&self, config: &KafkaReceiverConfig, input: Value, now: Timestamp) -> Result<Admitted, String> {

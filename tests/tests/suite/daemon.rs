@@ -504,6 +504,8 @@ fn render_prints_no_secret_of_any_transport() {
         "nats-seed",
         "redis-in",
         "redis-out",
+        "kafka-in",
+        "kafka-out",
         "http-bearer",
         "http-hmac",
         "hook-bearer",
@@ -552,6 +554,12 @@ token = "{nats_token}"
 type = "redis"
 url = "redis://:{redis_in}@127.0.0.1:6379"
 stream = "s"
+[receivers.kafka]
+type = "kafka"
+brokers = "127.0.0.1:9092"
+topics = ["t"]
+group = "g"
+sasl = {{ mechanism = "scram-sha-512", username = "ferry", password = "{kafka_in}" }}
 [receivers.http]
 type = "http"
 listen = "127.0.0.1:0"
@@ -574,6 +582,12 @@ nkey_seed = "{seed}"
 type = "redis"
 url = "redis://:{redis_out}@127.0.0.1:6379"
 stream = "s"
+[senders.kafka]
+type = "kafka"
+brokers = "127.0.0.1:9092"
+topic = "t"
+sasl = {{ mechanism = "plain", username = "ferry", password = "{kafka_out}" }}
+tls = {{}}
 [senders.hook]
 type = "http"
 url = "https://user:{hook_url}@hooks.example/in"
@@ -604,6 +618,8 @@ sender = "mqtt"
         nats_token = s("nats-token"),
         redis_in = s("redis-in"),
         redis_out = s("redis-out"),
+        kafka_in = s("kafka-in"),
+        kafka_out = s("kafka-out"),
         http_bearer = s("http-bearer"),
         http_hmac = s("http-hmac"),
         hook_url = s("hook-url"),
@@ -617,7 +633,7 @@ sender = "mqtt"
     let out = ws.ferry(&["render", "-c", "ferry.toml"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
-    for key in ["token", "nkey_seed", "bearer_token", "hmac_secret", "api_key", "access_keys"] {
+    for key in ["token", "nkey_seed", "bearer_token", "hmac_secret", "api_key", "access_keys", "password"] {
         assert!(stdout.contains(&format!("\"{key}\"")), "{key} is rendered:\n{stdout}");
     }
     // The endpoint's section as its crate reads it: its defaults filled in.

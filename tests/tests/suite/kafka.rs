@@ -14,6 +14,7 @@ use ferry_tests::mqtt::{TestMqtt, broker_url};
 use ferry_tests::rabbit::{PrivateRabbit, Rabbit, URL091};
 use ferry_tests::sqs;
 use ferry_tests::{eventually_async, unique};
+use ferry_transport_kafka::rdkafka::ClientConfig;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 
@@ -421,6 +422,46 @@ max_in_flight = 64
 sender = "out"
 "#
     )
+}
+
+/// Twenty records through a relay whose both ends carry `security` (the
+/// `tls` or `sasl` keys) on `brokers`, which `kafka` (a client with the
+/// same settings) reaches too: every record arrives and the group's offset
+/// reaches the end.
+async fn relay_with(brokers: &str, security: &str, kafka: &Kafka) {
+    let (from, to, group) = (unique("secure-in"), unique("secure-out"), unique("secure"));
+    kafka.create_topic(&from, 1).await;
+    kafka.create_topic(&to, 1).await;
+    let records: Vec<(String, String)> = (0..20).map(|i| (format!("id-{i}"), format!("record {i}"))).collect();
+    kafka.produce_all(&from, &records).await;
+    let line = format!("brokers = \"{brokers}\"");
+    let config = relay_config(brokers, &from, &to, &group, "secure", "direct_hold");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config.replace(&line, &format!("{line}\n{security}")));
+    let daemon = Daemon::start(&ws, 2);
+    let got = kafka.read(&to, 20, WAIT).await;
+    let ids: BTreeSet<String> = got.iter().filter_map(|r| r.header("message_id")).collect();
+    assert_eq!(ids, records.iter().map(|(id, _)| id.clone()).collect(), "every record, through {security}");
+    committed_to_the_end(kafka, &group, &from, 20).await;
+    assert!(daemon.terminate().success());
+}
+
+/// A cluster that clients reach over TLS only (a TLS front with a
+/// certificate of the test's own CA, which the broker advertises as its
+/// address): with `tls = { ca_file }` on both ends a relay moves every
+/// record and commits behind them. Without the key nothing would move: the
+/// front drops a client that does not speak TLS or does not trust it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_cluster_behind_tls_is_reached_with_the_tls_key() {
+    let certs = ferry_tests::tls::TestCerts::generate();
+    let ca = certs.ca().display().to_string();
+    let behind_tls = PrivateKafka::start_behind_tls(&certs).await;
+    let client = ClientConfig::new()
+        .set("bootstrap.servers", behind_tls.brokers())
+        .set("security.protocol", "ssl")
+        .set("ssl.ca.location", &ca)
+        .clone();
+    relay_with(&behind_tls.brokers(), &format!("tls = {{ ca_file = \"{ca}\" }}"), &Kafka::with(client)).await;
 }
 
 /// Waits (bounded) until `group`'s committed offsets on `topic` add up to
