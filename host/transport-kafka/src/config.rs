@@ -59,15 +59,12 @@ impl Cluster<'_> {
     /// The rules of `brokers`, `tls` and `sasl`.
     pub fn check(&self) -> Result<(), KeyProblem> {
         brokers(self.brokers).map_err(|e| KeyProblem::new("brokers", e))?;
-        if let Some(why) = self.tls.and_then(|tls| tls.problem(true, "")) {
-            return Err(KeyProblem::new("tls", why));
+        // `tls` alone turns TLS on: there is no URL scheme to agree with.
+        KeyProblem::tls(self.tls, true, "")?;
+        match self.sasl {
+            Some(sasl) => name("sasl.username", &sasl.username),
+            None => Ok(()),
         }
-        if let Some(sasl) = self.sasl
-            && (sasl.username.is_empty() || sasl.username.chars().any(char::is_control))
-        {
-            return Err(KeyProblem::new("sasl.username", "must be a name without control characters"));
-        }
-        Ok(())
     }
 
     /// A client config that reaches the cluster: the brokers, and the
@@ -190,9 +187,7 @@ impl KafkaReceiverConfig {
                 return Err(KeyProblem::new(format!("topics[{i}]"), why));
             }
         }
-        if self.group.is_empty() || self.group.chars().any(char::is_control) {
-            return Err(KeyProblem::new("group", "must be a name without control characters"));
-        }
+        name("group", &self.group)?;
         if self.id_header.is_empty() {
             return Err(KeyProblem::new("id_header", "must not be empty"));
         }
@@ -265,6 +260,14 @@ fn default_delivery_timeout_ms() -> u64 {
 }
 fn default_linger_ms() -> u64 {
     5
+}
+
+/// A name key (a group, a user): not empty, no control characters.
+fn name(key: &str, value: &str) -> Result<(), KeyProblem> {
+    if value.is_empty() || value.chars().any(char::is_control) {
+        return Err(KeyProblem::new(key, "must be a name without control characters"));
+    }
+    Ok(())
 }
 
 /// The longest topic name Kafka takes.

@@ -3,9 +3,9 @@
 //! One pull subscription (async-nats's pull stream) asks for a batch of
 //! what the route holds at once and asks again when half of it has
 //! arrived; while the route is full nothing is read and nothing more is
-//! asked for. From the moment a message is read until it is settled, a progress acknowledgement
-//! (`+WPI`) every half of the consumer's ack wait keeps the server from
-//! delivering it again. `ack` waits for the server to confirm the `+ACK`
+//! asked for. From the moment a message is read until it is settled, a
+//! progress acknowledgement (`+WPI`) every half of the consumer's ack
+//! wait keeps the server from delivering it again. `ack` waits for the server to confirm the `+ACK`
 //! (so an acknowledgement lost with the connection is an error, and the
 //! message comes back): a request on the client's one reply subscription,
 //! not async-nats's `double_ack`, which subscribes and unsubscribes an
@@ -253,7 +253,10 @@ impl Receiver for NatsReceiver {
                         // subscription: start again from the consumer.
                         // What is held comes back after its ack wait.
                         ended => {
-                            let why = ended.map_or_else(|| "the subscription closed".to_owned(), |e| e.err().map(|e| e.to_string()).unwrap_or_default());
+                            let why = match ended {
+                                Some(Err(e)) => e.to_string(),
+                                _ => "the subscription closed".to_owned(),
+                            };
                             ready.set(0);
                             pause(receiver, &mut failures, &shutdown, "pulling stopped", why).await;
                             continue 'consumer;
