@@ -48,6 +48,33 @@ async fn nats_fill(js: &jetstream::Context, subject: &str, n: usize) -> f64 {
     n as f64 / started.elapsed().as_secs_f64()
 }
 
+/// Polls `count` until it reaches `n` (or a phase's time ran out) and says
+/// when the first and the last message arrived after `started`, the
+/// daemon's readiness: a slow start shows as a late first arrival, not
+/// as a low rate throughout. What `count` says at the end.
+async fn arrivals<F: std::future::Future<Output = usize>>(
+    what: &str,
+    n: usize,
+    started: Instant,
+    count: impl Fn() -> F,
+) -> usize {
+    let mut first = None;
+    loop {
+        let got = count().await;
+        if got > 0 && first.is_none() {
+            first = Some(started.elapsed());
+        }
+        if got >= n || started.elapsed() >= PHASE {
+            eprintln!(
+                "  {what}: the first message arrived {first:?} after readiness, the last {:?}",
+                started.elapsed()
+            );
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// A file-backed stream `name` on `subject`.
 async fn nats_stream(js: &jetstream::Context, name: &str, subject: &str) -> Option<stream::Stream> {
     let config = stream::Config { name: name.to_owned(), subjects: vec![subject.to_owned()], ..Default::default() };
@@ -120,10 +147,7 @@ async fn nats_ferry(server: &PrivateNats, js: &jetstream::Context, n: usize) -> 
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 0));
     let ferry = DaemonWindow::start(&daemon);
     let started = Instant::now();
-    while nats_count(js, &to).await < n && started.elapsed() < PHASE {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let got = nats_count(js, &to).await;
+    let got = arrivals("nats ferry", n, started, || nats_count(js, &to)).await;
     if got < n {
         eprintln!("warning: only {got} of {n} reached stream {to}");
     }
@@ -255,10 +279,12 @@ async fn redis_ferry(server: &PrivateRedis, conn: &mut redis::aio::MultiplexedCo
     let daemon = tokio::task::block_in_place(|| Daemon::start(&ws, 0));
     let ferry = DaemonWindow::start(&daemon);
     let started = Instant::now();
-    while redis_len(conn, &to).await < n && started.elapsed() < PHASE {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let got = redis_len(conn, &to).await;
+    let got = arrivals("redis ferry", n, started, || {
+        let mut conn = conn.clone();
+        let to = to.clone();
+        async move { redis_len(&mut conn, &to).await }
+    })
+    .await;
     if got < n {
         eprintln!("warning: only {got} of {n} reached stream {to}");
     }

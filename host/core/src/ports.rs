@@ -107,6 +107,30 @@ pub async fn room(sink: &DeliverySink, shutdown: &CancellationToken) -> Option<u
     }
 }
 
+/// Waits until the route can take `want` deliveries (at most what it can
+/// ever hold, at least one); how many it can take now. `None` when the
+/// route or `shutdown` stopped.
+///
+/// For receivers that pay a round trip per read: a full route frees one
+/// place per settled message, and reading whenever one place is free
+/// reads one message per round trip, which caps the route at the
+/// server's round-trip rate. Waiting for a batch costs nothing while the
+/// route is full (what it holds is queued work), and never waits
+/// forever: the route empties its queue as its messages settle.
+pub async fn room_for(sink: &DeliverySink, want: usize, shutdown: &CancellationToken) -> Option<usize> {
+    let want = want.clamp(1, sink.max_capacity());
+    tokio::select! {
+        _ = shutdown.cancelled() => None,
+        permits = sink.reserve_many(want) => match permits {
+            Ok(p) => {
+                drop(p);
+                Some(sink.capacity().max(want))
+            }
+            Err(_) => None,
+        },
+    }
+}
+
 /// Reads deliveries from a transport until `shutdown` fires.
 #[async_trait]
 pub trait Receiver: Send + Sync {
@@ -220,3 +244,53 @@ pub trait HeaderMapper: Send + Sync {
 pub type SharedSender = Arc<dyn Sender>;
 pub type SharedProcessor = Arc<dyn Processor>;
 pub type SharedHeaderMapper = Arc<dyn HeaderMapper>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn room_for_waits_for_a_batch_not_for_one_place() {
+        let (sink, _rx) = mpsc::channel::<Delivery>(8);
+        let stop = CancellationToken::new();
+        // A full route: eight places taken.
+        let mut taken = Vec::new();
+        for _ in 0..8 {
+            taken.push(sink.reserve().await.expect("open"));
+        }
+        let wait = room_for(&sink, 4, &stop);
+        tokio::pin!(wait);
+        for _ in 0..3 {
+            taken.pop();
+            assert!(
+                tokio::time::timeout(Duration::from_millis(20), &mut wait).await.is_err(),
+                "room for {} is not a batch of 4",
+                sink.capacity()
+            );
+        }
+        taken.pop();
+        let room = tokio::time::timeout(Duration::from_secs(5), &mut wait).await.expect("a batch is free");
+        assert_eq!(room, Some(4));
+    }
+
+    #[tokio::test]
+    async fn room_for_more_than_the_route_holds_is_all_of_it() {
+        let (sink, _rx) = mpsc::channel::<Delivery>(4);
+        let stop = CancellationToken::new();
+        assert_eq!(room_for(&sink, 100, &stop).await, Some(4));
+        assert_eq!(room_for(&sink, 0, &stop).await, Some(4));
+    }
+
+    #[tokio::test]
+    async fn room_for_ends_with_shutdown_or_the_route() {
+        let (sink, rx) = mpsc::channel::<Delivery>(2);
+        let stop = CancellationToken::new();
+        let held = sink.reserve_many(2).await.expect("open");
+        stop.cancel();
+        assert_eq!(room_for(&sink, 1, &stop).await, None);
+        drop(held);
+        drop(rx);
+        assert_eq!(room_for(&sink, 1, &CancellationToken::new()).await, None);
+    }
+}

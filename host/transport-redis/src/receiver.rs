@@ -1,8 +1,10 @@
 //! [`RedisReceiver`]: one consumer of a consumer group on a stream.
 //!
 //! - New entries are read with `XREADGROUP … >`, only as many as the route
-//!   has room for. Each is acknowledged (`XACK`) once its route is done
-//!   with it.
+//!   has room for, and while it is busy not before it has room for a
+//!   quarter of a batch. Each is acknowledged (`XACK`) once its route is
+//!   done with it; acknowledgements that come while one `XACK` is on its
+//!   way go out together in the next.
 //! - While ferry holds entries, one heartbeat resets their idle time every
 //!   third of `claim_idle_ms` (`XCLAIM … JUSTID`, which leaves the
 //!   delivery count alone), so no other consumer claims them.
@@ -22,7 +24,7 @@
 //! consumer, named by its instance id by default.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use crate::config::{RedisStreamsReceiverConfig, StartFrom};
@@ -33,6 +35,7 @@ use ferry_core::metrics::{Metrics, labels};
 use ferry_core::ports::{Delivery, DeliveryHandle, DeliverySink, Receiver};
 use ferry_envelope::Timestamp;
 use redis::{Cmd, RedisError, Value};
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -47,6 +50,11 @@ const BLOCK: Duration = Duration::from_secs(1);
 const MAX_BATCH: usize = 256;
 /// Most ids one heartbeat command carries.
 const HEARTBEAT_CHUNK: usize = 512;
+/// Most ids one `XACK` carries.
+const ACK_CHUNK: usize = 512;
+
+/// An entry to acknowledge, and who waits for Redis's answer.
+type AckWaiter = (String, oneshot::Sender<Result<(), String>>);
 
 /// A consumer feeding one route.
 pub struct RedisReceiver {
@@ -72,6 +80,9 @@ struct Group {
     /// held (two when it was claimed again while held): the heartbeat
     /// keeps them.
     held: Mutex<HashMap<String, u32>>,
+    /// To [`acknowledge`], which sends what queued up meanwhile as one
+    /// `XACK`.
+    acks: mpsc::UnboundedSender<AckWaiter>,
 }
 
 impl Group {
@@ -102,10 +113,40 @@ impl Group {
         cmd
     }
 
+    /// Acknowledges `id` once Redis has answered the `XACK` that carries
+    /// it (with the others queued meanwhile).
     async fn ack(&self, id: &str) -> Result<(), TransportError> {
-        let mut cmd = redis::cmd("XACK");
-        cmd.arg(&self.stream).arg(&self.group).arg(id);
-        self.control.run(&cmd).await.map(drop).map_err(|e| TransportError::transient(format!("XACK: {e}")))
+        let (done, answer) = oneshot::channel();
+        self.acks.send((id.to_owned(), done)).map_err(|_| TransportError::transient("XACK: the receiver stopped"))?;
+        match answer.await {
+            Ok(result) => result.map_err(TransportError::transient),
+            Err(_) => Err(TransportError::transient("XACK: the receiver stopped")),
+        }
+    }
+}
+
+/// Sends the acknowledgements queued on `acks`: one `XACK` for every id
+/// that queued while the previous one was on its way (a command per entry
+/// cost Redis a command per entry besides the read and the target's
+/// `XADD`). Ends when the group is gone (the receiver and every handle).
+async fn acknowledge(g: Weak<Group>, mut acks: mpsc::UnboundedReceiver<AckWaiter>) {
+    let mut batch = Vec::with_capacity(ACK_CHUNK);
+    while acks.recv_many(&mut batch, ACK_CHUNK).await > 0 {
+        // A waiter holds the group, so it is there while any is queued.
+        let result = match g.upgrade() {
+            Some(g) => {
+                let mut cmd = redis::cmd("XACK");
+                cmd.arg(&g.stream).arg(&g.group);
+                for (id, _) in &batch {
+                    cmd.arg(id);
+                }
+                g.control.run(&cmd).await.map(drop).map_err(|e| format!("XACK: {e}"))
+            }
+            None => Err("XACK: the receiver stopped".to_owned()),
+        };
+        for (_, done) in batch.drain(..) {
+            let _ = done.send(result.clone());
+        }
     }
 }
 
@@ -174,6 +215,7 @@ impl Receiver for RedisReceiver {
         let receiver = self.name.as_str();
         let c = &self.config;
         let client = client(&c.url, c.tls.as_ref())?;
+        let (acks, queued_acks) = mpsc::unbounded_channel();
         let reader =
             Link::new(client.clone(), BLOCK + Duration::from_secs(10), ("receiver", receiver), &self.metrics, false);
         let g = Arc::new(Group {
@@ -183,7 +225,9 @@ impl Receiver for RedisReceiver {
             consumer: c.consumer_name().to_owned(),
             claim_idle: Duration::from_millis(c.claim_idle_ms),
             held: Mutex::new(HashMap::new()),
+            acks,
         });
+        tokio::spawn(acknowledge(Arc::downgrade(&g), queued_acks));
         // Ready while the group answers reads. (A handle of its own: the
         // family's guard must not be held across awaits.)
         let ready = self
@@ -211,7 +255,12 @@ impl Receiver for RedisReceiver {
             let mut cursor = "0-0".to_owned();
             let mut next_claim = Instant::now();
             while !shutdown.is_cancelled() {
-                let Some(mut room) = ferry_core::ports::room(&sink, &shutdown).await else {
+                // A quarter of a batch at least: a full route frees one
+                // place per settled entry, and a read per place held the
+                // route to one entry per round trip.
+                let Some(mut room) =
+                    ferry_core::ports::room_for(&sink, sink.max_capacity().min(MAX_BATCH) / 4, &shutdown).await
+                else {
                     break 'group;
                 };
                 room = room.clamp(1, MAX_BATCH);
