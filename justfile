@@ -117,6 +117,14 @@ run: plugins-rust mosquitto
     @echo "  mosquitto_pub -V mqttv5 -q 1 -t sensors/kitchen -m '{\"c\":21.5}' -D publish user-property kind temp"
     {{host_target}}/debug/ferry run -c examples/ferry.toml
 
+# The container image ferry:VERSION (podman, offline: an empty base with the
+# release daemon, the libraries it links and the Rust plugins; see
+# docs/src/operating/container.md).
+image: plugins-rust
+    @scripts/provision openssl podman
+    cargo build --release -p ferry-daemon
+    scripts/image {{host_target}}/release/ferry "localhost/ferry:$({{host_target}}/release/ferry --version | awk '{print $2}')" plugins
+
 # The book (docs/) with mdBook into docs/book/; open docs/book/index.html.
 # Its links and the generated reference pages are checked by `just test`.
 docs:
@@ -130,7 +138,7 @@ reference:
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
 test: plugins test-plugins mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain fuse nats redis kafka nextest
+    @scripts/provision openssl toolchain fuse nats redis kafka nextest podman
     @echo "just: step fmt"
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
@@ -171,7 +179,7 @@ plugins-missing:
 # Every server the tests use, installed and started where missing (those
 # running are left alone).
 services: mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain fuse nats redis kafka nextest
+    @scripts/provision openssl toolchain fuse nats redis kafka nextest podman
 
 # (CI runs reduced forms of these in `just test`.)
 # The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.

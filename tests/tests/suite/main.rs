@@ -19,6 +19,7 @@ mod ferry_test;
 mod hostile;
 mod hot_reload;
 mod http;
+mod image;
 mod kafka;
 mod languages;
 mod nats;
