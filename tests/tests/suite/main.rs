@@ -21,6 +21,7 @@ mod hot_reload;
 mod http;
 mod image;
 mod kafka;
+mod kubernetes;
 mod languages;
 mod nats;
 mod outage;
