@@ -231,10 +231,25 @@ impl Daemon {
         daemon
     }
 
+    /// As [`Daemon::start`], with the config file `config` of the
+    /// workspace instead of `ferry.toml` (an mqbridge `.jsonnet`).
+    pub fn start_config(ws: &Workspace, config: &str, expect_ready: usize) -> Self {
+        let daemon = Self::spawn_config(ws, config, &[], true);
+        let admin = daemon.admin();
+        if expect_ready > 0 {
+            daemon.wait_ready(&admin, START_TIMEOUT);
+        }
+        daemon
+    }
+
     fn spawn(ws: &Workspace, args: &[&str], admin: bool) -> Self {
+        Self::spawn_config(ws, "ferry.toml", args, admin)
+    }
+
+    fn spawn_config(ws: &Workspace, config: &str, args: &[&str], admin: bool) -> Self {
         let own_admin = !admin || args.iter().any(|a| a.starts_with("--admin-listen"));
         let mut child = Command::new(ferry_binary())
-            .args(["run", "-c", "ferry.toml", "--log-level", "info"])
+            .args(["run", "-c", config, "--log-level", "info"])
             .args(if own_admin { &[][..] } else { &["--admin-listen", "127.0.0.1:0"][..] })
             .args(args)
             .current_dir(ws.path())
@@ -276,7 +291,7 @@ impl Daemon {
         });
         // The admin token, read as the daemon reads it: `${VAR}` from the
         // workspace's environment first.
-        let text = std::fs::read_to_string(ws.path().join("ferry.toml")).unwrap_or_default();
+        let text = std::fs::read_to_string(ws.path().join(config)).unwrap_or_default();
         let lookup = |name: &str| {
             ws.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone()).or_else(|| std::env::var(name).ok())
         };

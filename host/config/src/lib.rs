@@ -74,7 +74,25 @@ pub fn load(path: &Path) -> Result<Config, ConfigError> {
 pub fn load_with_secrets(path: &Path) -> Result<(Config, Vec<String>), ConfigError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| ConfigError::new("(file)", format!("cannot read {}: {e}", path.display())))?;
+    let text = match FOREIGN.get().and_then(|read| read(path, &text)) {
+        None => text,
+        Some(Ok(toml)) => toml,
+        Some(Err(e)) => return Err(ConfigError::new("(file)", e)),
+    };
     parse_collecting_secrets(&text, &|name| std::env::var(name).ok())
+}
+
+/// Reads a config file written for another tool (chosen by the file's
+/// name) as ferry's TOML text; `None` for a file that is ferry's own.
+pub type ForeignReader = fn(&Path, &str) -> Option<Result<String, String>>;
+
+static FOREIGN: std::sync::OnceLock<ForeignReader> = std::sync::OnceLock::new();
+
+/// Has [`load`] read configs of another tool with `reader` (the daemon's
+/// mqbridge mode: `ferry run -c bridges.jsonnet`). Set once, at start;
+/// the transports' names stay out of this crate.
+pub fn read_foreign_with(reader: ForeignReader) {
+    let _ = FOREIGN.set(reader);
 }
 
 /// Parses and validates config text using the process environment.

@@ -89,6 +89,21 @@ pub async fn probe(path: &Path) -> ExitCode {
 /// substituted) as JSON, with passwords in URLs and every secret read from
 /// a file masked.
 pub fn render(path: &Path) -> ExitCode {
+    // An mqbridge config: the ferry TOML it became (its variables still
+    // variables), once ferry reads it, so it can be saved and used as is.
+    let translated = std::fs::read_to_string(path).ok().and_then(|text| crate::mqbridge::read(path, &text));
+    if let Some(Ok(toml)) = translated {
+        return match ferry_config::load(path) {
+            Ok(_) => {
+                print!("{toml}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("{}: {e}", path.display());
+                ExitCode::from(2)
+            }
+        };
+    }
     match ferry_config::load_with_secrets(path) {
         Ok((config, secrets)) => {
             let mut value = match serde_json::to_value(&config) {

@@ -20,6 +20,7 @@ pub mod commands;
 pub mod dlq;
 pub mod explain;
 pub mod logging;
+pub mod mqbridge;
 pub mod pipeline_test;
 pub mod plugins;
 pub mod process;

@@ -34,7 +34,8 @@ struct Cli {
 enum Command {
     /// Run the bridge until SIGTERM or SIGINT; SIGHUP reloads plugins.
     Run {
-        /// Config file.
+        /// Config file: ferry's TOML, or an mqbridge config (`.jsonnet`,
+        /// `.json`) read as ferry routes (`ferry render` shows them).
         #[arg(short, long)]
         config: PathBuf,
         /// Also reload the config file on SIGHUP: routes whose settings
@@ -391,6 +392,8 @@ fn main() -> ExitCode {
     // to rustls' crate features: a dependency that also enables ring would
     // otherwise leave it unable to choose, and every TLS client would panic.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    // `-c bridges.jsonnet` (or `.json`): an mqbridge config, read as routes.
+    ferry_config::read_foreign_with(ferry_daemon::mqbridge::read);
     let cli = Cli::parse();
     let default_level = if matches!(cli.command, Command::Test { .. }) { "error" } else { "info" };
     logging::init(cli.log_format, cli.log_level.as_deref().unwrap_or(default_level));

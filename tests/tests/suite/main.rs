@@ -23,6 +23,7 @@ mod image;
 mod kafka;
 mod kubernetes;
 mod languages;
+mod mqbridge;
 mod nats;
 mod outage;
 mod outbox;
