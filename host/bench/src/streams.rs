@@ -49,9 +49,10 @@ async fn nats_fill(js: &jetstream::Context, subject: &str, n: usize) -> f64 {
 }
 
 /// Polls `count` until it reaches `n` (or a phase's time ran out) and says
-/// when the first and the last message arrived after `started`, the
-/// daemon's readiness: a slow start shows as a late first arrival, not
-/// as a low rate throughout. What `count` says at the end.
+/// when the first and the last message arrived after `started`, when the
+/// daemon's admin server answered (its clients may still be connecting):
+/// a slow start shows as a late first arrival, not as a low rate
+/// throughout. What `count` says at the end.
 async fn arrivals<F: std::future::Future<Output = usize>>(
     what: &str,
     n: usize,
@@ -66,7 +67,7 @@ async fn arrivals<F: std::future::Future<Output = usize>>(
         }
         if got >= n || started.elapsed() >= PHASE {
             eprintln!(
-                "  {what}: the first message arrived {first:?} after readiness, the last {:?}",
+                "  {what}: the first message arrived {first:?} after the start, the last {:?}",
                 started.elapsed()
             );
             return got;

@@ -62,8 +62,9 @@ pub struct NatsReceiverConfig {
     /// counted. Default 8 MiB.
     #[serde(default = "default_max_payload_bytes")]
     pub max_payload_bytes: usize,
-    /// First reconnect delay in milliseconds; each further one doubles, with
-    /// ±30% jitter, up to `reconnect_max_ms`. Default 200.
+    /// Delay in milliseconds before the second attempt to connect or to
+    /// reconnect after a loss (the first is at once); each further one
+    /// doubles, with ±30% jitter, up to `reconnect_max_ms`. Default 200.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 10000.
@@ -117,8 +118,9 @@ pub struct NatsSenderConfig {
     /// 10000.
     #[serde(default = "default_ack_timeout_ms")]
     pub ack_timeout_ms: u64,
-    /// First reconnect delay in milliseconds; each further one doubles, with
-    /// ±30% jitter, up to `reconnect_max_ms`. Default 200.
+    /// Delay in milliseconds before the second attempt to connect or to
+    /// reconnect after a loss (the first is at once); each further one
+    /// doubles, with ±30% jitter, up to `reconnect_max_ms`. Default 200.
     #[serde(default = "default_reconnect_initial_ms")]
     pub reconnect_initial_ms: u64,
     /// Reconnect delay cap in milliseconds. Default 10000.
