@@ -115,7 +115,7 @@ run: plugins-rust mosquitto
     @echo "ferry: sensors/# -> filter (kind=temp) -> bridged/<topic>. In another shell:"
     @echo "  mosquitto_sub -V mqttv5 -t 'bridged/#' -v"
     @echo "  mosquitto_pub -V mqttv5 -q 1 -t sensors/kitchen -m '{\"c\":21.5}' -D publish user-property kind temp"
-    {{host_target}}/debug/ferry run -c examples/ferry.toml
+    {{host_target}}/debug/ferry run -c examples/ferry.toml --watch
 
 # The container image ferry:VERSION (podman, offline: an empty base with the
 # release daemon, the libraries it links and the Rust plugins; see

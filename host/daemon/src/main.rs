@@ -15,7 +15,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 #[command(
     name = "ferry",
     version,
-    about = "Moves messages between MQTT 5, AMQP and SQS through WebAssembly processors"
+    about = "Moves messages between MQTT 5, SQS, AMQP, NATS, Redis Streams, Kafka, HTTP and SimpleMQ through WebAssembly processors"
 )]
 struct Cli {
     /// Log line format.
