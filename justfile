@@ -117,6 +117,18 @@ run: plugins-rust mosquitto
     @echo "  mosquitto_pub -V mqttv5 -q 1 -t sensors/kitchen -m '{\"c\":21.5}' -D publish user-property kind temp"
     {{host_target}}/debug/ferry run -c examples/ferry.toml --watch
 
+# Install ferry under PREFIX (default /usr/local): the release daemon as
+# PREFIX/bin/ferry (cargo install), the Rust built-in plugins in
+# PREFIX/lib/ferry/plugins, the README in PREFIX/share/doc/ferry (where
+# contrib/ferry.service points).
+install PREFIX="/usr/local": plugins-rust
+    @scripts/provision openssl
+    cargo install --path host/daemon --locked --root "{{PREFIX}}"
+    mkdir -p "{{PREFIX}}/lib/ferry/plugins" "{{PREFIX}}/share/doc/ferry"
+    for p in filter transform tenant circuitbreaker header-map simplemq; do cp "plugins/$p.wasm" "{{PREFIX}}/lib/ferry/plugins/"; done
+    cp README.md "{{PREFIX}}/share/doc/ferry/"
+    "{{PREFIX}}/bin/ferry" --version
+
 # The container image ferry:VERSION (podman, offline: an empty base with the
 # release daemon, the libraries it links and the Rust plugins; see
 # docs/src/operating/container.md).

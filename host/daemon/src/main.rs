@@ -11,10 +11,24 @@ use ferry_daemon::telemetry::Telemetry;
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// `ferry --version`: the version, the git commit it was built from and
+/// the plugin contract it hosts (what a component must be built against).
+fn version_line() -> &'static str {
+    static LINE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    LINE.get_or_init(|| {
+        format!(
+            "{} (commit {}, plugin contract ferry:plugin@{})",
+            env!("CARGO_PKG_VERSION"),
+            env!("FERRY_COMMIT"),
+            ferry_wasm::registry::PLUGIN_VERSION
+        )
+    })
+}
+
 #[derive(Parser)]
 #[command(
     name = "ferry",
-    version,
+    version = version_line(),
     about = "Moves messages between MQTT 5, SQS, AMQP, NATS, Redis Streams, Kafka, HTTP and SimpleMQ through WebAssembly processors"
 )]
 struct Cli {

@@ -4,6 +4,30 @@
 use ferry_tests::daemon::Workspace;
 
 #[test]
+fn version_names_the_commit_and_the_plugin_contract() {
+    let out = Workspace::with_plugins(&[]).ferry(&["--version"]);
+    assert!(out.status.success());
+    let line = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    // The contract's version, as wit/ declares it.
+    let contract = std::fs::read_dir(ferry_tests::repo_root().join("wit"))
+        .expect("wit/")
+        .filter_map(Result::ok)
+        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+        .find_map(|text| {
+            text.lines().find_map(|l| {
+                l.trim().strip_prefix("package ferry:plugin@").map(|v| v.trim_end_matches(';').to_owned())
+            })
+        })
+        .expect("package ferry:plugin@… in wit/");
+    assert!(line.starts_with(&format!("ferry {} (commit ", env!("CARGO_PKG_VERSION"))), "{line}");
+    assert!(line.ends_with(&format!(", plugin contract ferry:plugin@{contract})")), "{line}");
+    let commit = line.split("(commit ").nth(1).and_then(|r| r.split(',').next()).unwrap_or_default();
+    assert!(!commit.is_empty(), "{line}");
+    // The second word is the bare version, which `just image` tags with.
+    assert_eq!(line.split_whitespace().nth(1), Some(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
 fn completions_name_every_subcommand() {
     let ws = Workspace::with_plugins(&[]);
     for shell in ["bash", "zsh", "fish"] {
