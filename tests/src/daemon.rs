@@ -175,6 +175,31 @@ pub fn with_admin(admin: &str, config: String) -> String {
     format!("[admin]\nlisten = \"{admin}\"\n{config}")
 }
 
+/// A listener a daemon announced on stdout (`{"listening": {kind, name,
+/// addr}}`): its kind, name and address; `None` for any other line.
+pub fn listening(line: &str) -> Option<(String, String, SocketAddr)> {
+    let v: serde_json::Value = serde_json::from_str(line).ok()?;
+    let l = &v["listening"];
+    let addr = l["addr"].as_str()?.parse().ok()?;
+    Some((l["kind"].as_str()?.to_owned(), l["name"].as_str()?.to_owned(), addr))
+}
+
+/// Waits (at most `timeout`) until the admin server at `admin` answers
+/// `/readyz` with 200; else what it answered last.
+pub fn wait_readyz(admin: &str, token: Option<&str>, timeout: Duration) -> Result<(), String> {
+    let started = Instant::now();
+    let mut last = String::new();
+    while started.elapsed() < timeout {
+        match crate::http::request(admin, "GET", "/readyz", token) {
+            Ok((200, _)) => return Ok(()),
+            Ok((status, body)) => last = format!("{status} {body}"),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(last)
+}
+
 /// A running daemon; its log lines are kept for assertions.
 ///
 /// Every daemon runs with `--admin-listen 127.0.0.1:0` (unless the test
@@ -279,13 +304,10 @@ impl Daemon {
         let announced = bound.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
-                let l = &v["listening"];
-                if let (Some(kind), Some(name), Some(Ok(addr))) =
-                    (l["kind"].as_str(), l["name"].as_str(), l["addr"].as_str().map(str::parse::<SocketAddr>))
+                if let Some((kind, name, addr)) = listening(&line)
                     && let Ok(mut b) = announced.lock()
                 {
-                    b.insert((kind.to_owned(), name.to_owned()), addr);
+                    b.insert((kind, name), addr);
                 }
             }
         });
@@ -410,17 +432,9 @@ impl Daemon {
     /// Waits until `/readyz` answers 200; panics with its last answer and
     /// the log when `timeout` passes first.
     pub fn wait_ready(&self, admin: &str, timeout: Duration) {
-        let started = Instant::now();
-        let mut last = String::new();
-        while started.elapsed() < timeout {
-            match crate::http::request(admin, "GET", "/readyz", self.token.as_deref()) {
-                Ok((200, _)) => return,
-                Ok((status, body)) => last = format!("{status} {body}"),
-                Err(e) => last = e.to_string(),
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if let Err(last) = wait_readyz(admin, self.token.as_deref(), timeout) {
+            panic!("ferry was not ready within {timeout:?}; /readyz: {last}\n{}", self.log_text());
         }
-        panic!("ferry was not ready within {timeout:?}; /readyz: {last}\n{}", self.log_text());
     }
 
     /// Waits until `needle` appears in at least `count` log lines.

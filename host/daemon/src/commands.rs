@@ -91,9 +91,11 @@ pub async fn probe(path: &Path) -> ExitCode {
 pub fn render(path: &Path) -> ExitCode {
     // An mqbridge config: the ferry TOML it became (its variables still
     // variables), once ferry reads it, so it can be saved and used as is.
+    // The file is read and evaluated once; its TOML is checked as `load`
+    // would check it. (A command of its own process, not on a runtime.)
     let translated = std::fs::read_to_string(path).ok().and_then(|text| crate::mqbridge::read(path, &text));
     if let Some(Ok(toml)) = translated {
-        return match ferry_config::load(path) {
+        return match ferry_config::parse(&toml) {
             Ok(_) => {
                 print!("{toml}");
                 ExitCode::SUCCESS

@@ -348,7 +348,7 @@ fn evaluate(text: &str, file: &str, env: &dyn Fn(&str) -> Option<String>) -> Res
     let (span_ctx, _) = program.span_manager_mut().insert_source_context(text.len());
     let thunk = program
         .load_source(span_ctx, text.as_bytes(), true, file)
-        .map_err(|e| format!("{file}: not Jsonnet: {}", load_error(&e, text, &program)))?;
+        .map_err(|e| format!("{file}: not Jsonnet: {e:?}"))?;
     let mut natives = Natives { env, failure: None };
     let value = program.eval_value(&thunk, &mut natives).map_err(|e| match natives.failure.take() {
         Some(why) => format!("{file}: {why}"),
@@ -363,10 +363,6 @@ fn evaluate(text: &str, file: &str, env: &dyn Fn(&str) -> Option<String>) -> Res
 fn line_of(span: SpanId, text: &str, program: &Program<'_>) -> usize {
     let (_, start, _) = program.span_manager().get_span(span);
     text.as_bytes()[..start.min(text.len())].iter().filter(|b| **b == b'\n').count() + 1
-}
-
-fn load_error(e: &rsjsonnet_lang::program::LoadError, _text: &str, _program: &Program<'_>) -> String {
-    format!("{e:?}")
 }
 
 fn eval_error(e: &EvalError, text: &str, program: &Program<'_>) -> String {

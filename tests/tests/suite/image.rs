@@ -10,9 +10,9 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use ferry_tests::daemon::ferry_binary;
+use ferry_tests::daemon::{ferry_binary, listening, wait_readyz};
 use ferry_tests::mqtt::{PrivateMosquitto, TestMqtt, topic};
 use ferry_tests::{QUIET, repo_root, unique, wait_within};
 
@@ -117,11 +117,10 @@ async fn the_image_starts_ready_and_bridges_through_its_plugin() {
     let stdout = child.stdout.take().expect("stdout");
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) else { continue };
-            if v["listening"]["kind"] == "admin"
-                && let Some(addr) = v["listening"]["addr"].as_str()
+            if let Some((kind, _, addr)) = listening(&line)
+                && kind == "admin"
             {
-                let _ = tx.send(addr.to_owned());
+                let _ = tx.send(addr.to_string());
             }
         }
     });
@@ -139,15 +138,8 @@ async fn the_image_starts_ready_and_bridges_through_its_plugin() {
     let said = || log.lock().map(|l| l.clone()).unwrap_or_default();
     let admin = tokio::task::block_in_place(|| announced.recv_timeout(BOUND))
         .unwrap_or_else(|_| panic!("the container announced no admin listener within {BOUND:?}:\n{}", said()));
-    let started = Instant::now();
-    let ready = loop {
-        match ferry_tests::http::get(&admin, "/readyz") {
-            Ok((200, _)) => break true,
-            _ if started.elapsed() < BOUND => tokio::time::sleep(Duration::from_millis(100)).await,
-            _ => break false,
-        }
-    };
-    assert!(ready, "the container's daemon was not ready within {BOUND:?}:\n{}", said());
+    let ready = tokio::task::block_in_place(|| wait_readyz(&admin, None, BOUND));
+    assert!(ready.is_ok(), "the container's daemon was not ready within {BOUND:?} ({ready:?}):\n{}", said());
 
     let room = unique("room");
     watcher.publish_with(&format!("sensors/{room}"), "{\"rh\":40}", &[("kind", "humidity")]).await;
