@@ -11,7 +11,11 @@ fn the_binary_names_its_version_and_lists_its_commands() {
     let ferry = env!("CARGO_BIN_EXE_ferry");
     let version = Command::new(ferry).arg("--version").output().expect("ferry runs");
     assert!(version.status.success(), "{version:?}");
-    assert_eq!(String::from_utf8_lossy(&version.stdout).trim(), format!("ferry {}", env!("CARGO_PKG_VERSION")));
+    let version = String::from_utf8_lossy(&version.stdout);
+    let line = version.trim();
+    let bare = format!("ferry {} (commit ", env!("CARGO_PKG_VERSION"));
+    assert!(line.starts_with(&bare), "{line:?} does not start with {bare:?}");
+    assert!(line.contains(", plugin contract ferry:plugin@") && line.ends_with(')'), "{line:?}");
     let help = Command::new(ferry).arg("--help").output().expect("ferry runs");
     let help = String::from_utf8_lossy(&help.stdout);
     for command in ["run", "validate", "test", "tap", "plugins", "dlq", "outbox"] {
