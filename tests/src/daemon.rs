@@ -395,8 +395,11 @@ impl Daemon {
         let mut last = String::new();
         while started.elapsed() < timeout {
             if let Ok((200, text)) = crate::http::request(&admin, "GET", "/metrics", self.token.as_deref()) {
-                let undocumented = ferry_core::metrics::undocumented_labels(&text);
-                assert!(undocumented.is_empty(), "series with labels the metrics reference lacks: {undocumented:?}");
+                let undocumented = crate::http::undocumented(&text);
+                assert!(
+                    undocumented.is_empty(),
+                    "series with labels the book's metrics reference lacks: {undocumented:?}"
+                );
                 if holds(&text) {
                     return;
                 }

@@ -59,10 +59,16 @@ pub fn counter(addr: &str, name: &str, labels_fragment: &str) -> f64 {
 pub fn metrics(addr: &str) -> String {
     let (status, body) = get(addr, "/metrics").expect("scrape");
     assert_eq!(status, 200);
-    let catalogue = book_labels();
-    let undocumented = ferry_core::metrics::undocumented_labels_by(&body, |name| catalogue.get(name).cloned());
+    let undocumented = undocumented(&body);
     assert!(undocumented.is_empty(), "series with labels the book's metrics reference lacks: {undocumented:?}");
     body
+}
+
+/// The series of a scrape whose labels the book's metrics reference does
+/// not list (see [`metrics`]).
+pub fn undocumented(body: &str) -> Vec<String> {
+    let catalogue = book_labels();
+    ferry_core::metrics::undocumented_labels_by(body, |name| catalogue.get(name).cloned())
 }
 
 /// Label names by registered metric name (no `ferry_` prefix, no

@@ -29,7 +29,7 @@ fn version_line() -> &'static str {
 #[command(
     name = "ferry",
     version = version_line(),
-    about = "Moves messages between MQTT 5, SQS, AMQP, NATS, Redis Streams, Kafka, HTTP and SimpleMQ through WebAssembly processors"
+    about = "Moves messages between MQTT 5, SQS, AMQP, NATS, Redis Streams, Kafka, HTTP, server-sent events and SimpleMQ through WebAssembly processors"
 )]
 struct Cli {
     /// Log line format.

@@ -17,6 +17,7 @@ pub static TRANSPORTS: &[&dyn Transport] = &[
     &ferry_transport_nats::Nats,
     &ferry_transport_redis::RedisStreams,
     &ferry_transport_kafka::Kafka,
+    &ferry_transport_sse::Sse,
     &ferry_sqs_endpoint::SqsEndpoint,
     &ferry_wasm::transport::Component,
 ];

@@ -157,6 +157,34 @@ async fn mqtt_to_sqs_example_carries_telemetry() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn mqtt_to_sse_example_serves_telemetry_to_a_browser_client() {
+    let base = unique("ex/sse");
+    let ws = Workspace::with_plugins(&[]).with_env(&[
+        ("FERRY_MQTT_TOPICS", &format!("{base}/+/telemetry")),
+        ("FERRY_MQTT_CLIENT_ID", &unique("ex-sse")),
+        ("FERRY_SSE_LISTEN", "127.0.0.1:0"),
+    ]);
+    ws.config(&example("mqtt-to-sse.toml"));
+    let daemon = Daemon::start(&ws, 2);
+    let url = format!("http://{}/stream/telemetry", daemon.listener("sse", "dashboard"));
+    let mut stream = crate::sse::Stream::follow_with(&url, "dev-token", None).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher
+        .publish_with(
+            &format!("{base}/d-7/telemetry"),
+            "{\"t\":21.5}",
+            &[("mqtt.message-id", "r-1"), ("gobridge.subject", "telemetry.d-7"), ("unit", "C")],
+        )
+        .await;
+    let event = stream.next().await;
+    assert_eq!((event.id.as_deref(), event.event.as_deref()), (Some("r-1"), Some("telemetry.d-7")));
+    let doc = crate::sse::document(&event);
+    assert_eq!(doc["body"], "{\"t\":21.5}");
+    assert_eq!(doc["headers"]["unit"], "C");
+    assert!(daemon.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn mqtt_to_kafka_example_keys_telemetry_by_device() {
     let broker = ferry_tests::kafka::PrivateKafka::start().await;
     let kafka = ferry_tests::kafka::Kafka::new(&broker.brokers());

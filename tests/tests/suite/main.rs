@@ -39,6 +39,7 @@ mod shadow;
 mod simplemq;
 mod sqs;
 mod sqs_endpoint;
+mod sse;
 mod stall;
 mod tap;
 mod tls;
