@@ -91,6 +91,21 @@ fn string_map(input: &Value, key: &str) -> Result<BTreeMap<String, String>, SqsE
         .collect()
 }
 
+/// The `Attributes` of CreateQueue and SetQueueAttributes, with the
+/// boolean ones in the case AWS keeps them: AWS reads `True` and `FALSE`
+/// as `true` and `false`, and answers with the lower-case form.
+fn queue_attributes(input: &Value) -> Result<BTreeMap<String, String>, SqsError> {
+    let mut attributes = string_map(input, "Attributes")?;
+    for name in crate::model::BOOLEAN_ATTRIBUTES {
+        if let Some(value) = attributes.get_mut(*name)
+            && (value.eq_ignore_ascii_case("true") || value.eq_ignore_ascii_case("false"))
+        {
+            value.make_ascii_lowercase();
+        }
+    }
+    Ok(attributes)
+}
+
 /// The actions the endpoint serves.
 pub const ACTIONS: &[&str] = &[
     "CreateQueue",
@@ -134,7 +149,7 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
         }
         "GetQueueAttributes" => get_attributes(cx, input).await,
         "SetQueueAttributes" => {
-            cx.engine.set_attributes(&queue_name(input)?, string_map(input, "Attributes")?).await?;
+            cx.engine.set_attributes(&queue_name(input)?, queue_attributes(input)?).await?;
             Ok(json!({}))
         }
         "TagQueue" => {
@@ -178,7 +193,7 @@ async fn create_queue(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError
     let name = required(input, "QueueName")?;
     let mut tags = string_map(input, "tags")?;
     tags.extend(string_map(input, "Tags")?);
-    cx.engine.create(&name, string_map(input, "Attributes")?, tags).await?;
+    cx.engine.create(&name, queue_attributes(input)?, tags).await?;
     Ok(json!({"QueueUrl": cx.queue_url(&name)}))
 }
 
@@ -249,7 +264,8 @@ fn outgoing(cx: &Context<'_>, kind: (bool, bool, i64), input: &Value) -> Result<
     }
     let delay = int(input, "DelaySeconds")?;
     if let Some(d) = delay {
-        if fifo {
+        // A FIFO queue takes no per-message delay, but 0 asks for none.
+        if fifo && d != 0 {
             return Err(SqsError::invalid_value(
                 "DelaySeconds",
                 d,
@@ -266,7 +282,10 @@ fn outgoing(cx: &Context<'_>, kind: (bool, bool, i64), input: &Value) -> Result<
         if let Some(v) = value
             && (v.is_empty() || v.len() > 128 || !v.chars().all(|c| c.is_ascii_graphic()))
         {
-            return Err(SqsError::invalid_value(key, v, "must be 1 to 128 printable ASCII characters"));
+            return Err(SqsError::invalid_parameter(format!(
+                "Value {v} for parameter {key} is invalid. Reason: {key} can only include alphanumeric and \
+                 punctuation characters. 1 to 128 in length."
+            )));
         }
     }
     if fifo {

@@ -133,6 +133,11 @@ impl SqsError {
         Self::sender("InvalidAttributeName", "InvalidAttributeName", 400, format!("Unknown Attribute {name}."))
     }
 
+    /// An attribute this queue cannot have, and why.
+    pub fn invalid_attribute_name_because(message: impl Into<String>) -> Self {
+        Self::sender("InvalidAttributeName", "InvalidAttributeName", 400, message)
+    }
+
     pub fn invalid_attribute_value(name: &str, reason: &str) -> Self {
         Self::sender(
             "InvalidAttributeValue",

@@ -297,6 +297,14 @@ pub const QUEUE_ATTRIBUTES: &[AttributeRule] = &[
     AttributeRule { name: "FifoThroughputLimit", default: Some("perQueue"), range: None, fifo_only: true },
 ];
 
+/// The attributes whose values are `true` or `false`.
+pub const BOOLEAN_ATTRIBUTES: &[&str] = &["FifoQueue", "ContentBasedDeduplication", "SqsManagedSseEnabled"];
+
+/// The attributes SetQueueAttributes removes when given an empty value (as
+/// AWS does); removing `KmsMasterKeyId` removes
+/// `KmsDataKeyReusePeriodSeconds` with it.
+pub const UNSET_BY_EMPTY: &[&str] = &["Policy", "RedrivePolicy", "RedriveAllowPolicy", "KmsMasterKeyId"];
+
 /// Attributes GetQueueAttributes computes.
 pub const COMPUTED_ATTRIBUTES: &[&str] = &[
     "ApproximateNumberOfMessages",
@@ -317,8 +325,13 @@ pub fn check_queue_attributes(
         let Some(rule) = QUEUE_ATTRIBUTES.iter().find(|r| r.name == name) else {
             return Err(SqsError::invalid_attribute_name(name));
         };
-        if rule.fifo_only && !fifo {
+        if rule.fifo_only && !fifo && name == "FifoQueue" {
             return Err(SqsError::invalid_attribute_name(name));
+        }
+        if rule.fifo_only && !fifo {
+            return Err(SqsError::invalid_attribute_name_because(format!(
+                "You can specify the {name} only when FifoQueue is set to true."
+            )));
         }
         if let Some((low, high)) = rule.range {
             match value.parse::<i64>() {
@@ -332,9 +345,7 @@ pub fn check_queue_attributes(
             }
         }
         match name.as_str() {
-            "FifoQueue" | "ContentBasedDeduplication" | "SqsManagedSseEnabled"
-                if value != "true" && value != "false" =>
-            {
+            name if BOOLEAN_ATTRIBUTES.contains(&name) && value != "true" && value != "false" => {
                 return Err(SqsError::invalid_attribute_value(name, "must be true or false."));
             }
             "RedrivePolicy" if !value.is_empty() => {

@@ -117,11 +117,27 @@ impl QueueMeta {
         now_ms: i64,
     ) -> Result<(), SqsError> {
         let fifo = self.fifo();
-        check_queue_attributes(&attributes, fifo, arn_of)?;
-        if attributes.get("FifoQueue").is_some_and(|v| (v == "true") != fifo) {
-            return Err(SqsError::invalid_attribute_value("FifoQueue", "a queue's type cannot be changed."));
+        let mut attributes = attributes;
+        // The type a queue has may be named again; another is refused.
+        if let Some(kind) = attributes.remove("FifoQueue") {
+            if kind != "true" && kind != "false" {
+                return Err(SqsError::invalid_attribute_value("FifoQueue", "must be true or false."));
+            }
+            if (kind == "true") != fifo {
+                return Err(SqsError::invalid_attribute_value("FifoQueue", "Modifying queue type is not supported."));
+            }
         }
-        self.attributes.extend(attributes);
+        check_queue_attributes(&attributes, fifo, arn_of)?;
+        for (name, value) in attributes {
+            if value.is_empty() && crate::model::UNSET_BY_EMPTY.contains(&name.as_str()) {
+                if name == "KmsMasterKeyId" {
+                    self.attributes.remove("KmsDataKeyReusePeriodSeconds");
+                }
+                self.attributes.remove(&name);
+            } else {
+                self.attributes.insert(name, value);
+            }
+        }
         self.modified_s = now_ms / 1000;
         Ok(())
     }
@@ -167,7 +183,11 @@ impl QueueMeta {
         arn_of: &dyn Fn(&str) -> Option<String>,
     ) -> Result<(), SqsError> {
         let fifo_name = name.ends_with(".fifo");
-        let fifo_attr = attributes.get("FifoQueue").is_some_and(|v| v == "true");
+        let fifo_attr = match attributes.get("FifoQueue").map(String::as_str) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(_) => return Err(SqsError::invalid_attribute_value("FifoQueue", "must be true or false.")),
+        };
         if fifo_attr != fifo_name {
             return Err(SqsError::invalid_parameter(
                 "The name of a FIFO queue can only include alphanumeric characters, hyphens, or underscores, must \

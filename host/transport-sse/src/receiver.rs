@@ -354,13 +354,16 @@ impl Receiver for SseReceiver {
         let mut last_read = self.kept_position().or_else(|| self.config.last_event_id.clone());
         let mut seen = Seen::new(self.config.dedup_events);
         let backoff = Backoff::reconnect(self.config.reconnect_initial_ms, self.config.reconnect_max_ms);
+        // Ends the side tasks when the reader ends: on shutdown, or when the
+        // route stopped taking deliveries.
+        let done = shutdown.child_token();
         // Released messages go back to the route beside the stream.
         let again = async {
             while let Some(a) = tokio::select! {
-                _ = shutdown.cancelled() => None,
+                _ = done.cancelled() => None,
                 a = again_rx.recv() => a,
             } {
-                if !deliver(&sink, &shared, a.envelope, a.seq, a.delivered, &shutdown).await {
+                if !deliver(&sink, &shared, a.envelope, a.seq, a.delivered, &done).await {
                     break;
                 }
             }
@@ -377,8 +380,9 @@ impl Receiver for SseReceiver {
                     break;
                 }
             }
+            done.cancel();
         };
-        let keep = self.keep_position(&shared, &shutdown);
+        let keep = self.keep_position(&shared, &done);
         tokio::join!(again, read, keep);
         Ok(())
     }

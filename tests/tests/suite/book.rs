@@ -259,6 +259,39 @@ fn every_reference_table_is_included_and_every_include_resolves() {
     assert!(missing.is_empty(), "reference tables no page includes: {missing:?}");
 }
 
+/// The cookbook shows the examples it names as they are: every TOML block
+/// on the page is one of `examples/*.toml` or `examples/tests/*.toml`,
+/// whole, and there are five recipes, each a config and its test file.
+#[test]
+fn the_cookbook_shows_the_examples_unchanged() {
+    let page = read("docs/src/operating/cookbook.md");
+    let blocks = fenced(&page, "toml");
+    let mut files: Vec<(String, String)> = Vec::new();
+    for dir in ["examples", "examples/tests"] {
+        for entry in std::fs::read_dir(root().join(dir)).expect("examples").filter_map(Result::ok) {
+            let path = entry.path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                let name = format!("{dir}/{}", entry.file_name().to_string_lossy());
+                files.push((name, std::fs::read_to_string(&path).expect("example")));
+            }
+        }
+    }
+    let mut shown: Vec<&str> = Vec::new();
+    for block in &blocks {
+        let Some((name, _)) = files.iter().find(|(_, text)| text.trim_end() == block.trim_end()) else {
+            panic!("a block of the cookbook is no example file as it is now:\n{block}");
+        };
+        assert!(page.contains(&format!("`{name}`")), "the cookbook shows {name} without naming it");
+        shown.push(name);
+    }
+    let configs = shown.iter().filter(|n| !n.starts_with("examples/tests/")).count();
+    assert_eq!((configs, shown.len()), (5, 10), "five recipes, each a config and its test file: {shown:?}");
+    for name in shown.iter().filter(|n| !n.starts_with("examples/tests/")) {
+        let test = name.replacen("examples/", "examples/tests/", 1);
+        assert!(shown.contains(&test.as_str()), "{name} is shown without {test}");
+    }
+}
+
 #[test]
 fn the_readme_stays_short() {
     let readme = std::fs::read_to_string(root().join("README.md")).expect("README");

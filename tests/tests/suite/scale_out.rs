@@ -237,10 +237,22 @@ async fn two_daemons_on_one_amqp_queue_and_one_sqs_queue_deliver_each_message_on
     let mut tally = Tally::default();
     tally.collect(&mut sub, &dst, 2 * EACH, Duration::from_secs(60)).await;
     assert_eq!(tally.missing(2 * EACH), Vec::<usize>::new(), "lanes {:?}", tally.lanes);
-    assert_eq!(tally.duplicates(), 0, "a competing consumer took a message another had: {:?}", tally.lanes);
+    let repeats = |range: std::ops::Range<usize>| -> usize {
+        tally.seen.iter().filter(|(n, _)| range.contains(n)).map(|(_, c)| c - 1).sum()
+    };
+    let (amqp_repeats, sqs_repeats) = (repeats(0..EACH), repeats(EACH..2 * EACH));
+    assert_eq!(amqp_repeats, 0, "a competing consumer took a message another had: {:?}", tally.lanes);
+    // A standard SQS queue delivers at least once (AWS says a message may
+    // come twice), and moto's ReceiveMessage marks messages received
+    // without a lock, so two concurrent receives can both get one (seen
+    // once in a full run: 201 deliveries of 200). Far fewer than the
+    // instances' in-flight windows, which two consumers that did not
+    // compete would repeat.
+    assert!(sqs_repeats <= 2, "{sqs_repeats} SQS messages came twice: {:?}", tally.lanes);
     let count = |lane: &str| tally.lanes.get(lane).copied().unwrap_or(0);
     assert_eq!(count("amqp-a") + count("amqp-b"), EACH);
-    assert_eq!(count("sqs-a") + count("sqs-b"), EACH);
+    let sqs = count("sqs-a") + count("sqs-b");
+    assert!((EACH..=EACH + sqs_repeats).contains(&sqs), "{sqs} SQS deliveries: {:?}", tally.lanes);
     // RabbitMQ deals a queue's messages out between its consumers.
     assert!(count("amqp-a") > 0 && count("amqp-b") > 0, "one instance took the whole queue: {:?}", tally.lanes);
 

@@ -1,0 +1,144 @@
+//! The SQS endpoint where AWS's behaviour is easy to get wrong, checked
+//! with boto3 (AWS's own Python SDK, as applications use it) against a
+//! daemon that runs only `[endpoints.sqs]`. Each test is one behaviour
+//! AWS documents or answers with, and failed on the endpoint before it was
+//! built to match.
+
+use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace};
+use ferry_tests::python::run_json;
+use ferry_tests::unique;
+
+const PRELUDE: &str = r#"
+import json, sys, boto3
+endpoint, name = sys.argv[1], sys.argv[2]
+sqs = boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                   aws_access_key_id="x", aws_secret_access_key="x")
+def error(call):
+    try:
+        call()
+        return "ok"
+    except sqs.exceptions.ClientError as e:
+        return e.response["Error"]["Code"] + ": " + e.response["Error"].get("Message", "")
+"#;
+
+/// A daemon serving only the endpoint; its URL.
+fn endpoint() -> (Workspace, Daemon, String) {
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!("[endpoints.sqs]\nlisten = \"{ANY_PORT}\"\n"));
+    let daemon = Daemon::start(&ws, 1);
+    let url = format!("http://{}", daemon.listener("sqs_endpoint", "sqs"));
+    (ws, daemon, url)
+}
+
+async fn boto3(script: &'static str, endpoint: &str, name: &str) -> serde_json::Value {
+    let args = [endpoint.to_owned(), name.to_owned()];
+    let script = format!("{PRELUDE}{script}");
+    tokio::task::spawn_blocking(move || run_json("boto3", &script, &args.each_ref().map(String::as_str)))
+        .await
+        .expect("python")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn boolean_attributes_are_read_whatever_their_case() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+fifo = sqs.create_queue(QueueName=name + ".fifo",
+                        Attributes={"FifoQueue": "True", "ContentBasedDeduplication": "FALSE"})["QueueUrl"]
+a = sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=["All"])["Attributes"]
+again = error(lambda: sqs.create_queue(QueueName=name + ".fifo", Attributes={"FifoQueue": "true"}))
+sqs.set_queue_attributes(QueueUrl=fifo, Attributes={"ContentBasedDeduplication": "tRuE"})
+b = sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=["ContentBasedDeduplication"])["Attributes"]
+bad = error(lambda: sqs.create_queue(QueueName=name + "-x.fifo", Attributes={"FifoQueue": "yes"}))
+print(json.dumps({"fifo": a["FifoQueue"], "cbd": a["ContentBasedDeduplication"], "again": again,
+                  "set": b["ContentBasedDeduplication"], "bad": bad}))
+"#,
+        &url,
+        &unique("bools"),
+    )
+    .await;
+    assert_eq!(out["fifo"], "true", "{out}");
+    assert_eq!(out["cbd"], "false", "{out}");
+    assert_eq!(out["again"], "ok", "the same queue again, in another case, is the same queue: {out}");
+    assert_eq!(out["set"], "true", "{out}");
+    assert!(out["bad"].as_str().is_some_and(|e| e.starts_with("InvalidAttributeValue")), "{out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_value_removes_an_attribute() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+policy = json.dumps({"Version": "2012-10-17", "Statement": []})
+url = sqs.create_queue(QueueName=name, Attributes={
+    "Policy": policy,
+    "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 3}),
+    "KmsMasterKeyId": "alias/aws/sqs", "KmsDataKeyReusePeriodSeconds": "600"})["QueueUrl"]
+before = sorted(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"])
+sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": "", "RedrivePolicy": "", "KmsMasterKeyId": ""})
+after = sorted(sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"])
+print(json.dumps({"before": before, "after": after}))
+"#,
+        &url,
+        &unique("unset"),
+    )
+    .await;
+    let names = |key: &str| -> Vec<String> {
+        out[key].as_array().expect("names").iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()
+    };
+    for attribute in ["Policy", "RedrivePolicy", "KmsMasterKeyId", "KmsDataKeyReusePeriodSeconds"] {
+        assert!(names("before").iter().any(|n| n == attribute), "{attribute} set: {out}");
+        assert!(!names("after").iter().any(|n| n == attribute), "{attribute} removed: {out}");
+    }
+    assert!(names("after").iter().any(|n| n == "VisibilityTimeout"), "the others stay: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn validation_and_error_texts_are_the_ones_aws_gives() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+fifo = sqs.create_queue(QueueName=name + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+std = sqs.create_queue(QueueName=name)["QueueUrl"]
+out = {}
+out["delay0"] = error(lambda: sqs.send_message(QueueUrl=fifo, MessageBody="a", MessageGroupId="g",
+                                             MessageDeduplicationId="d1", DelaySeconds=0))
+out["delay5"] = error(lambda: sqs.send_message(QueueUrl=fifo, MessageBody="a", MessageGroupId="g",
+                                             MessageDeduplicationId="d2", DelaySeconds=5))
+out["group"] = error(lambda: sqs.send_message(QueueUrl=fifo, MessageBody="a", MessageGroupId="g g",
+                                            MessageDeduplicationId="d3"))
+out["scope"] = error(lambda: sqs.set_queue_attributes(QueueUrl=std, Attributes={"DeduplicationScope": "messageGroup"}))
+out["limit"] = error(lambda: sqs.create_queue(QueueName=name + "-2", Attributes={"FifoThroughputLimit": "perQueue"}))
+out["type"] = error(lambda: sqs.set_queue_attributes(QueueUrl=std, Attributes={"FifoQueue": "true"}))
+print(json.dumps(out))
+"#,
+        &url,
+        &unique("texts"),
+    )
+    .await;
+    assert_eq!(out["delay0"], "ok", "DelaySeconds=0 asks a FIFO queue for nothing it lacks: {out}");
+    assert!(out["delay5"].as_str().is_some_and(|e| e.starts_with("InvalidParameterValue")), "{out}");
+    assert_eq!(
+        out["group"],
+        "InvalidParameterValue: Value g g for parameter MessageGroupId is invalid. Reason: MessageGroupId can only \
+         include alphanumeric and punctuation characters. 1 to 128 in length.",
+        "{out}"
+    );
+    assert_eq!(
+        out["scope"],
+        "InvalidAttributeName: You can specify the DeduplicationScope only when FifoQueue is set to true.",
+        "{out}"
+    );
+    assert_eq!(
+        out["limit"],
+        "InvalidAttributeName: You can specify the FifoThroughputLimit only when FifoQueue is set to true.",
+        "{out}"
+    );
+    assert_eq!(
+        out["type"],
+        "InvalidAttributeValue: Invalid value for the parameter FifoQueue. Reason: Modifying queue type is not supported.",
+        "{out}"
+    );
+}
