@@ -20,6 +20,9 @@ pub struct Context<'a> {
     pub base_url: &'a str,
     /// The caller, as SenderId reports it.
     pub sender_id: &'a str,
+    /// The request's `X-Amzn-Trace-Id` header: the AWSTraceHeader of the
+    /// messages it sends that name none in `MessageSystemAttributes`.
+    pub trace_header: Option<&'a str>,
 }
 
 impl Context<'_> {
@@ -255,7 +258,7 @@ fn outgoing(cx: &Context<'_>, kind: (bool, bool, i64), input: &Value) -> Result<
         return Err(SqsError::invalid_contents());
     }
     let attributes = message_attributes(input.get("MessageAttributes"))?;
-    let trace = trace_header(input.get("MessageSystemAttributes"))?;
+    let trace = trace_header(input.get("MessageSystemAttributes"))?.or_else(|| cx.trace_header.map(str::to_owned));
     let size = body.len() + attributes.iter().map(crate::model::Attr::size).sum::<usize>();
     if size as i64 > max_size {
         return Err(SqsError::invalid_parameter(format!(
@@ -324,14 +327,16 @@ fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(sha2::Sha256::digest(bytes))
 }
 
-/// The digests and ids a send answers with.
-fn sent(message: &Outgoing, id: &str, sequence: Option<u64>) -> Map<String, Value> {
+/// The digests and ids a send answers with; the system attributes' digest
+/// only when the request named them (`asked`), not for a trace header that
+/// came as the `X-Amzn-Trace-Id` HTTP header.
+fn sent(message: &Outgoing, id: &str, sequence: Option<u64>, asked: bool) -> Map<String, Value> {
     let mut out = Map::new();
     out.insert("MD5OfMessageBody".into(), ferry_transport_sqs::attributes::md5_of_body(&message.body).into());
     if let Some(md5) = md5_of(&message.attributes) {
         out.insert("MD5OfMessageAttributes".into(), md5.into());
     }
-    if let Some(trace) = &message.trace_header {
+    if let Some(trace) = message.trace_header.as_ref().filter(|_| asked) {
         out.insert("MD5OfMessageSystemAttributes".into(), md5_of_trace(trace).into());
     }
     out.insert("MessageId".into(), id.into());
@@ -346,7 +351,8 @@ async fn send_message(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError
     let message = outgoing(cx, cx.engine.queue_kind(&name).await?, input)?;
     let result = cx.engine.send(&name, vec![message.clone()]).await?;
     let first = result.first().ok_or_else(|| SqsError::internal("no result for the message"))?;
-    Ok(Value::Object(sent(&message, &first.message_id, first.sequence)))
+    let asked = input.get("MessageSystemAttributes").is_some();
+    Ok(Value::Object(sent(&message, &first.message_id, first.sequence, asked)))
 }
 
 /// The checks every batch gets before any entry runs.
@@ -375,8 +381,13 @@ fn failed(id: &str, err: &SqsError) -> Value {
     json!({"Id": id, "SenderFault": err.sender, "Code": err.code, "Message": err.message})
 }
 
+/// A batch's answer; AWS leaves out `Failed` when nothing failed.
 fn batch_result(successful: Vec<Value>, failures: Vec<Value>) -> Value {
-    json!({"Successful": successful, "Failed": failures})
+    if failures.is_empty() {
+        json!({"Successful": successful})
+    } else {
+        json!({"Successful": successful, "Failed": failures})
+    }
 }
 
 async fn send_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
@@ -394,21 +405,38 @@ async fn send_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> 
     if total > MAX_MESSAGE_BYTES {
         return Err(SqsError::batch_too_long(total, MAX_MESSAGE_BYTES));
     }
+    // On a FIFO queue an entry without its group, or without a
+    // deduplication id where the queue does not make one, fails the whole
+    // call (as AWS does), not only that entry.
+    let (fifo, content_dedup, _) = kind;
+    if fifo {
+        for e in entries.iter() {
+            if e.get("MessageGroupId").is_none_or(Value::is_null) {
+                return Err(SqsError::invalid_parameter("The request must contain the parameter MessageGroupId."));
+            }
+            if !content_dedup && e.get("MessageDeduplicationId").is_none_or(Value::is_null) {
+                return Err(SqsError::invalid_parameter(
+                    "The queue should either have ContentBasedDeduplication enabled or MessageDeduplicationId \
+                     provided explicitly",
+                ));
+            }
+        }
+    }
     let mut ok = Vec::new();
     let mut failures = Vec::new();
     for e in entries {
         let id = e.get("Id").and_then(Value::as_str).unwrap_or_default().to_owned();
         match outgoing(cx, kind, e) {
-            Ok(m) => ok.push((id, m)),
+            Ok(m) => ok.push((id, m, e.get("MessageSystemAttributes").is_some())),
             Err(err) => failures.push(failed(&id, &err)),
         }
     }
-    let results = cx.engine.send(&name, ok.iter().map(|(_, m)| m.clone()).collect()).await?;
+    let results = cx.engine.send(&name, ok.iter().map(|(_, m, _)| m.clone()).collect()).await?;
     let successful = ok
         .iter()
         .zip(results)
-        .map(|((id, m), r)| {
-            let mut entry = sent(m, &r.message_id, r.sequence);
+        .map(|((id, m, asked), r)| {
+            let mut entry = sent(m, &r.message_id, r.sequence, *asked);
             entry.insert("Id".into(), id.clone().into());
             Value::Object(entry)
         })

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use ferry_transport_sqs::attributes::{AttrBytes, md5_of_attributes, valid_name, valid_text};
+use ferry_transport_sqs::attributes::{AttrBytes, md5_of_attributes, valid_name_as_aws_takes_it, valid_text};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -141,7 +141,7 @@ pub fn message_attributes(input: Option<&Value>) -> Result<Vec<Attr>, SqsError> 
     }
     let mut out = Vec::with_capacity(map.len());
     for (name, value) in map {
-        if !valid_name(name) {
+        if !valid_name_as_aws_takes_it(name) {
             return Err(SqsError::invalid_parameter(format!(
                 "Message (user) attribute name '{name}' is invalid. The attribute name can contain A-Z, a-z, \
                  0-9, underscore (_), hyphen (-), and period (.) characters, must not start or end with a \
@@ -199,8 +199,13 @@ fn attribute(name: &str, value: &Value, what: &str) -> Result<Attr, SqsError> {
                     "{what} '{name}' must contain a non-empty value of type '{base}'."
                 )));
             }
+            // AWS answers a bad character in an attribute value as a bad
+            // parameter, not as bad message contents (that is the body's).
             if !valid_text(text) {
-                return Err(SqsError::invalid_contents());
+                return Err(SqsError::invalid_parameter(format!(
+                    "{what} '{name}' contains invalid characters. Valid unicode characters are #x9 | #xA | #xD | \
+                     #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF."
+                )));
             }
             if base == "Number" && !is_number(text) {
                 return Err(SqsError::invalid_parameter(format!(
@@ -458,7 +463,10 @@ mod tests {
             (serde_json::json!({"x": {"DataType": "Text", "StringValue": "v"}}), "InvalidParameterValue"),
             (serde_json::json!({"x": {"DataType": "String", "StringValue": ""}}), "InvalidParameterValue"),
             (serde_json::json!({"x": {"DataType": "Number", "StringValue": "abc"}}), "InvalidParameterValue"),
-            (serde_json::json!({"x": {"DataType": "String", "StringValue": "\u{1}"}}), "InvalidMessageContents"),
+            // AWS: a bad character in a value is a bad parameter (the
+            // body's is InvalidMessageContents).
+            (serde_json::json!({"x": {"DataType": "String", "StringValue": "\u{1}"}}), "InvalidParameterValue"),
+            (serde_json::json!({"a..b": {"DataType": "String", "StringValue": "v"}}), "InvalidParameterValue"),
         ] {
             assert_eq!(message_attributes(Some(&bad)).expect_err("refused").code, code, "{bad}");
         }

@@ -156,7 +156,8 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
             Err(e) => error(&app, protocol, action, "", &e, &request_id),
         };
     }
-    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id: "000000000000" };
+    let trace_header = parts.headers.get("x-amzn-trace-id").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
+    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id: "000000000000", trace_header };
     // Labels only name queues and actions that exist, so requests for
     // made-up names cannot grow the metrics without bound.
     let named = actions::queue_name(&call.input)

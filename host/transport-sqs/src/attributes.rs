@@ -64,12 +64,25 @@ fn group(name: &str) -> u8 {
     }
 }
 
-/// Whether SQS accepts `name` as an attribute name.
+/// Whether every SQS accepts `name` as an attribute name: ASCII letters
+/// and digits, `-`, `_`, `.`, as AWS documents it and emulators (moto,
+/// LocalStack) check it. What a sender sends.
 pub fn valid_name(name: &str) -> bool {
+    name_shape(name, char::is_ascii_alphanumeric)
+}
+
+/// Whether AWS itself takes `name`: it also takes letters and digits
+/// outside ASCII (`attr.1øßä`), whatever its documentation says. What the
+/// SQS endpoint accepts, since it answers as AWS does.
+pub fn valid_name_as_aws_takes_it(name: &str) -> bool {
+    name_shape(name, |c: &char| c.is_alphanumeric())
+}
+
+fn name_shape(name: &str, letter: impl Fn(&char) -> bool) -> bool {
     let lower = name.to_ascii_lowercase();
     !name.is_empty()
         && name.len() <= 256
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.chars().all(|c| letter(&c) || matches!(c, '-' | '_' | '.'))
         && !name.starts_with('.')
         && !name.ends_with('.')
         && !name.contains("..")

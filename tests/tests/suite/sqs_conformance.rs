@@ -142,3 +142,43 @@ print(json.dumps(out))
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn attributes_batches_and_trace_headers_are_read_as_aws_reads_them() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+std = sqs.create_queue(QueueName=name)["QueueUrl"]
+fifo = sqs.create_queue(QueueName=name + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+out = {}
+s = lambda v: {"DataType": "String", "StringValue": v}
+out["unicode_name"] = error(lambda: sqs.send_message(QueueUrl=std, MessageBody="a",
+                                                   MessageAttributes={"attr.1øßä": s("v")}))
+out["control_value"] = error(lambda: sqs.send_message(QueueUrl=std, MessageBody="a",
+                                                    MessageAttributes={"a": s("bell\u0007")}))
+ok = sqs.send_message_batch(QueueUrl=std, Entries=[{"Id": "1", "MessageBody": "b"}])
+out["failed_key"] = "Failed" in ok
+out["fifo_batch"] = error(lambda: sqs.send_message_batch(QueueUrl=fifo, Entries=[
+    {"Id": "1", "MessageBody": "x", "MessageGroupId": "g", "MessageDeduplicationId": "d1"},
+    {"Id": "2", "MessageBody": "y", "MessageDeduplicationId": "d2"}]))
+out["fifo_depth"] = sqs.get_queue_attributes(QueueUrl=fifo, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+def trace(request, **kwargs):
+    request.headers["X-Amzn-Trace-Id"] = "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1"
+sqs.meta.events.register("before-sign.sqs.SendMessage", trace)
+traced = sqs.create_queue(QueueName=name + "-traced")["QueueUrl"]
+sqs.send_message(QueueUrl=traced, MessageBody="t")
+got = sqs.receive_message(QueueUrl=traced, MessageSystemAttributeNames=["AWSTraceHeader"], WaitTimeSeconds=1)["Messages"][0]
+out["trace"] = got.get("Attributes", {}).get("AWSTraceHeader")
+print(json.dumps(out))
+"#,
+        &url,
+        &unique("reads"),
+    )
+    .await;
+    assert_eq!(out["unicode_name"], "ok", "AWS takes letters outside ASCII in names: {out}");
+    assert!(out["control_value"].as_str().is_some_and(|e| e.starts_with("InvalidParameterValue")), "{out}");
+    assert_eq!(out["failed_key"], false, "no Failed when nothing failed: {out}");
+    assert!(out["fifo_batch"].as_str().is_some_and(|e| e.starts_with("InvalidParameterValue")), "{out}");
+    assert_eq!(out["fifo_depth"], "0", "the whole batch failed, the good entry too: {out}");
+    assert_eq!(out["trace"], "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1", "{out}");
+}
