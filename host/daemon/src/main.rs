@@ -236,7 +236,7 @@ fn reference_pages() -> [(&'static str, String); 3] {
     [
         ("config.md", ferry_config::reference::config_markdown(&ferry_daemon::transports::json_schema())),
         ("cli.md", cli_markdown(&Cli::command())),
-        ("metrics.md", ferry_core::metrics::reference_markdown()),
+        ("metrics.md", ferry_core::metrics::reference_markdown() + &ferry_daemon::process::reference_rows()),
     ]
 }
 

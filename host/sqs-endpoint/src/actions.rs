@@ -341,7 +341,7 @@ fn sent(message: &Outgoing, id: &str, sequence: Option<u64>, asked: bool) -> Map
     }
     out.insert("MessageId".into(), id.into());
     if let Some(seq) = sequence {
-        out.insert("SequenceNumber".into(), format!("{seq:020}").into());
+        out.insert("SequenceNumber".into(), crate::model::sequence_number(seq).into());
     }
     out
 }
@@ -519,7 +519,7 @@ fn message_json(r: &Received, system: &[String], user: &[String]) -> Value {
     put("AWSTraceHeader", s.trace_header.clone());
     put("MessageGroupId", s.group.clone());
     put("MessageDeduplicationId", s.dedup_id.clone());
-    put("SequenceNumber", s.sequence.map(|n| format!("{n:020}")));
+    put("SequenceNumber", s.sequence.map(crate::model::sequence_number));
     put("DeadLetterQueueSourceArn", s.source_arn.clone());
     if !attrs.is_empty() {
         out.insert("Attributes".into(), Value::Object(attrs));

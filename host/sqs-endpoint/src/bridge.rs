@@ -84,7 +84,7 @@ pub fn as_sdk_message(r: &Received) -> Message {
         (MessageSystemAttributeName::AwsTraceHeader, s.trace_header.clone()),
         (MessageSystemAttributeName::MessageGroupId, s.group.clone()),
         (MessageSystemAttributeName::MessageDeduplicationId, s.dedup_id.clone()),
-        (MessageSystemAttributeName::SequenceNumber, s.sequence.map(|n| format!("{n:020}"))),
+        (MessageSystemAttributeName::SequenceNumber, s.sequence.map(crate::model::sequence_number)),
         (MessageSystemAttributeName::DeadLetterQueueSourceArn, s.source_arn.clone()),
     ];
     system.extend(optional.into_iter().filter_map(|(k, v)| Some((k, v?))));

@@ -302,6 +302,12 @@ pub const QUEUE_ATTRIBUTES: &[AttributeRule] = &[
     AttributeRule { name: "FifoThroughputLimit", default: Some("perQueue"), range: None, fifo_only: true },
 ];
 
+/// A FIFO message's SequenceNumber as AWS writes it: a large number of 20
+/// digits (not a zero-padded counter), growing with each message sent.
+pub fn sequence_number(seq: u64) -> String {
+    (10_000_000_000_000_000_000u64.saturating_add(seq)).to_string()
+}
+
 /// The attributes whose values are `true` or `false`.
 pub const BOOLEAN_ATTRIBUTES: &[&str] = &["FifoQueue", "ContentBasedDeduplication", "SqsManagedSseEnabled"];
 
@@ -446,6 +452,13 @@ mod tests {
         assert_eq!(trace_header(Some(&list)).expect_err("a list").shape, "SerializationException");
         assert!(message_attributes(Some(&Value::Null)).expect("null is absent").is_empty());
         assert!(message_attributes(None).expect("absent").is_empty());
+    }
+
+    #[test]
+    fn sequence_numbers_are_twenty_digits_that_grow() {
+        let (a, b) = (sequence_number(1), sequence_number(2));
+        assert_eq!((a.len(), b.len()), (20, 20));
+        assert!(!a.starts_with('0') && a < b, "{a} {b}");
     }
 
     #[test]

@@ -112,6 +112,8 @@ out["group"] = error(lambda: sqs.send_message(QueueUrl=fifo, MessageBody="a", Me
 out["scope"] = error(lambda: sqs.set_queue_attributes(QueueUrl=std, Attributes={"DeduplicationScope": "messageGroup"}))
 out["limit"] = error(lambda: sqs.create_queue(QueueName=name + "-2", Attributes={"FifoThroughputLimit": "perQueue"}))
 out["type"] = error(lambda: sqs.set_queue_attributes(QueueUrl=std, Attributes={"FifoQueue": "true"}))
+out["seq"] = sqs.send_message(QueueUrl=fifo, MessageBody="s", MessageGroupId="g",
+                              MessageDeduplicationId="d9")["SequenceNumber"]
 print(json.dumps(out))
 "#,
         &url,
@@ -119,6 +121,11 @@ print(json.dumps(out))
     )
     .await;
     assert_eq!(out["delay0"], "ok", "DelaySeconds=0 asks a FIFO queue for nothing it lacks: {out}");
+    let seq = out["seq"].as_str().unwrap_or_default();
+    assert!(
+        seq.len() == 20 && !seq.starts_with('0'),
+        "a SequenceNumber is a large number, not a padded counter: {out}"
+    );
     assert!(out["delay5"].as_str().is_some_and(|e| e.starts_with("InvalidParameterValue")), "{out}");
     assert_eq!(
         out["group"],
