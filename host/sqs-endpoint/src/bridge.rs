@@ -261,8 +261,9 @@ impl DeliveryHandle for EndpointHandle {
         self.tracked.released();
         let seconds = after.as_secs().min(43_200) as i64;
         match self.engine.change_visibility(&self.queue, &self.receipt, seconds).await {
-            // Already visible again (its timeout passed): nothing to do.
-            Err(e) if e.code == "AWS.SimpleQueueService.MessageNotInflight" => Ok(()),
+            // No longer in the queue (purged, past its retention): nothing
+            // to give back. (A handle gone stale changes nothing and is Ok.)
+            Err(e) if e.is_message_gone() => Ok(()),
             other => other.map_err(transport_error),
         }
     }

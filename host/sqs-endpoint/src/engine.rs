@@ -587,9 +587,11 @@ impl Local {
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
             let (seq, nonce) = parse_receipt(name, handle)?;
             let now = self.now_ms();
-            let m = queue.messages.get_mut(&seq).ok_or_else(SqsError::not_inflight)?;
+            let m = queue.messages.get_mut(&seq).ok_or_else(|| SqsError::message_gone(handle))?;
+            // A stale handle (its visibility ran out, or the message was
+            // received again since): AWS answers 200 and nothing changes.
             if !m.in_flight(now) || m.delivery.receipt.as_deref() != Some(nonce.as_str()) {
-                return Err(SqsError::not_inflight());
+                return Ok(());
             }
             m.delivery.visible_at_ms = now + timeout_s * 1000;
             let mut change = RecordChange::default();

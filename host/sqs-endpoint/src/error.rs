@@ -29,6 +29,9 @@ impl fmt::Display for SqsError {
 
 impl std::error::Error for SqsError {}
 
+/// Why [`SqsError::message_gone`] refuses.
+const GONE: &str = "Message does not exist or is not available for visibility timeout change.";
+
 impl SqsError {
     fn sender(shape: &'static str, code: &'static str, status: u16, message: impl Into<String>) -> Self {
         Self { shape, code, status, sender: true, message: message.into() }
@@ -74,13 +77,17 @@ impl SqsError {
         )
     }
 
-    pub fn not_inflight() -> Self {
-        Self::sender(
-            "MessageNotInflight",
-            "AWS.SimpleQueueService.MessageNotInflight",
-            400,
-            "Message does not exist or is not available for visibility timeout change.",
-        )
+    /// ChangeMessageVisibility of a message that is no longer in the queue
+    /// (deleted, purged, past its retention). A handle that is only stale
+    /// (its visibility ran out, or the message was received again since)
+    /// is answered 200 by AWS and changes nothing.
+    pub fn message_gone(handle: &str) -> Self {
+        Self::invalid_parameter(format!("Value {handle} for parameter ReceiptHandle is invalid. Reason: {GONE}"))
+    }
+
+    /// Whether this is [`SqsError::message_gone`].
+    pub fn is_message_gone(&self) -> bool {
+        self.code == "InvalidParameterValue" && self.message.ends_with(GONE)
     }
 
     pub fn empty_batch(entry: &str) -> Self {

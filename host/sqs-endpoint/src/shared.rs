@@ -577,7 +577,14 @@ impl Shared {
             .await
             .map_err(db)?;
         if changed == 0 {
-            return Err(SqsError::not_inflight());
+            // A stale handle changes nothing (and AWS answers 200); a
+            // message no longer in the queue is an error.
+            let exists = client
+                .query_opt("SELECT 1 FROM ferry_sqs_messages WHERE queue = $1 AND seq = $2", &[&name, &(seq as i64)])
+                .await
+                .map_err(db)?
+                .is_some();
+            return if exists { Ok(()) } else { Err(SqsError::message_gone(handle)) };
         }
         if timeout_s == 0 {
             notify(&client, name).await?;

@@ -189,3 +189,37 @@ print(json.dumps(out))
     assert_eq!(out["fifo_depth"], "0", "the whole batch failed, the good entry too: {out}");
     assert_eq!(out["trace"], "Root=1-5759e988-bd862e3fe1be46a994272793;Sampled=1", "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn visibility_changes_answer_as_aws_for_stale_handles_and_deleted_messages() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+q = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "30"})["QueueUrl"]
+sqs.send_message(QueueUrl=q, MessageBody="m")
+first = sqs.receive_message(QueueUrl=q)["Messages"][0]["ReceiptHandle"]
+sqs.change_message_visibility(QueueUrl=q, ReceiptHandle=first, VisibilityTimeout=0)
+second = sqs.receive_message(QueueUrl=q)["Messages"][0]["ReceiptHandle"]
+out = {}
+out["older_handle"] = error(lambda: sqs.change_message_visibility(QueueUrl=q, ReceiptHandle=first, VisibilityTimeout=0))
+out["still_hidden"] = len(sqs.receive_message(QueueUrl=q).get("Messages", [])) == 0
+sqs.delete_message(QueueUrl=q, ReceiptHandle=second)
+out["deleted"] = error(lambda: sqs.change_message_visibility(QueueUrl=q, ReceiptHandle=second, VisibilityTimeout=10))
+print(json.dumps(out))
+"#,
+        &url,
+        &unique("vis"),
+    )
+    .await;
+    assert_eq!(out["older_handle"], "ok", "AWS answers an older handle with 200: {out}");
+    assert_eq!(out["still_hidden"], true, "and the older handle changed nothing: {out}");
+    let deleted = out["deleted"].as_str().unwrap_or_default();
+    assert!(
+        deleted.starts_with("InvalidParameterValue: Value ")
+            && deleted.ends_with(
+                "for parameter ReceiptHandle is invalid. Reason: Message does not exist or is not available for \
+                 visibility timeout change."
+            ),
+        "{out}"
+    );
+}
