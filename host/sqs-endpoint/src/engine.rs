@@ -166,7 +166,8 @@ impl Local {
         let now = clock.now().as_millis();
         for (key, bytes) in store.load(DEDUP).await? {
             let entry: DedupEntry = decode(DEDUP, &key, &bytes)?;
-            match key.rsplit_once('/').and_then(|(name, id)| Some((queues.get_mut(name)?, id))) {
+            // Queue names hold no `/`; deduplication ids may.
+            match key.split_once('/').and_then(|(name, id)| Some((queues.get_mut(name)?, id))) {
                 Some((queue, id)) if entry.until_ms > now => {
                     queue.dedup.insert(id.to_owned(), entry);
                 }
@@ -261,6 +262,10 @@ impl Local {
                 change.delete(MESSAGES, message_key(name, seq));
                 change.delete(DELIVERIES, message_key(name, seq));
             }
+            // A purge forgets the deduplication ids too, as in AWS.
+            for id in std::mem::take(&mut queue.dedup).into_keys() {
+                change.delete(DEDUP, format!("{name}/{id}"));
+            }
             change
         };
         self.store.commit(change).await.map_err(internal)
@@ -339,7 +344,7 @@ impl Local {
             queue.dedup.retain(|_, e| e.until_ms > now);
             for m in messages {
                 if fifo {
-                    let dedup_id = m.dedup_id.clone().unwrap_or_default();
+                    let dedup_id = queue.meta.dedup_key(m.group.as_deref(), m.dedup_id.as_deref().unwrap_or_default());
                     if let Some(entry) = queue.dedup.get(&dedup_id) {
                         results.push(SendResult { message_id: entry.message_id.clone(), sequence: entry.sequence });
                         continue;
@@ -354,7 +359,8 @@ impl Local {
                 change.put(MESSAGES, key.clone(), encode(&stored));
                 change.put(DELIVERIES, key, encode(&delivery));
                 if fifo {
-                    let dedup_id = stored.dedup_id.clone().unwrap_or_default();
+                    let dedup_id =
+                        queue.meta.dedup_key(stored.group.as_deref(), stored.dedup_id.as_deref().unwrap_or_default());
                     let entry = DedupEntry {
                         until_ms: now + DEDUP_WINDOW_MS,
                         message_id: stored.id.clone(),

@@ -87,6 +87,17 @@ impl QueueMeta {
         (self.fifo(), self.flag("ContentBasedDeduplication"), self.int("MaximumMessageSize"))
     }
 
+    /// The key a FIFO message's deduplication id is kept under: the id, or
+    /// with `DeduplicationScope = messageGroup` the group and the id, so
+    /// the same id in another group is no duplicate.
+    pub(crate) fn dedup_key(&self, group: Option<&str>, dedup_id: &str) -> String {
+        if self.attributes.get("DeduplicationScope").is_some_and(|s| s == "messageGroup") {
+            format!("{}\u{1f}{dedup_id}", group.unwrap_or_default())
+        } else {
+            dedup_id.to_owned()
+        }
+    }
+
     pub(crate) fn redrive(&self) -> Option<RedrivePolicy> {
         self.attributes.get("RedrivePolicy").filter(|v| !v.is_empty()).and_then(|v| RedrivePolicy::parse(v).ok())
     }

@@ -250,6 +250,8 @@ impl Shared {
             return Err(SqsError::purge_in_progress(&self.identity.arn(name)));
         }
         txn.execute("DELETE FROM ferry_sqs_messages WHERE queue = $1", &[&name]).await.map_err(db)?;
+        // A purge forgets the deduplication ids too, as in AWS.
+        txn.execute("DELETE FROM ferry_sqs_dedup WHERE queue = $1", &[&name]).await.map_err(db)?;
         txn.commit().await.map_err(db)
     }
 
@@ -340,7 +342,7 @@ impl Shared {
             let delay = m.delay_s.unwrap_or(queue_delay);
             let stored = m.into_stored(now, fifo.then_some(seq as u64));
             if fifo {
-                let dedup_id = stored.dedup_id.clone().unwrap_or_default();
+                let dedup_id = meta.dedup_key(stored.group.as_deref(), stored.dedup_id.as_deref().unwrap_or_default());
                 let fresh = txn
                     .execute(
                         "INSERT INTO ferry_sqs_dedup (queue, dedup_id, until_ms, message_id, sequence) \

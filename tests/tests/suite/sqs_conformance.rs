@@ -223,3 +223,35 @@ print(json.dumps(out))
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deduplication_follows_its_scope_and_a_purge() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+per_group = sqs.create_queue(QueueName=name + "-g.fifo", Attributes={
+    "FifoQueue": "true", "DeduplicationScope": "messageGroup", "FifoThroughputLimit": "perMessageGroupId"})["QueueUrl"]
+per_queue = sqs.create_queue(QueueName=name + "-q.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+send = lambda q, g, d: sqs.send_message(QueueUrl=q, MessageBody=g + d, MessageGroupId=g, MessageDeduplicationId=d)["MessageId"]
+out = {}
+out["group_a"] = send(per_group, "a", "same/id")
+out["group_b"] = send(per_group, "b", "same/id")
+out["group_a_again"] = send(per_group, "a", "same/id")
+out["queue_a"] = send(per_queue, "a", "same/id")
+out["queue_b"] = send(per_queue, "b", "same/id")
+sqs.purge_queue(QueueUrl=per_queue)
+out["after_purge"] = send(per_queue, "a", "same/id")
+depth = lambda q: sqs.get_queue_attributes(QueueUrl=q, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+out["depths"] = [depth(per_group), depth(per_queue)]
+print(json.dumps(out))
+"#,
+        &url,
+        &unique("scope"),
+    )
+    .await;
+    assert_ne!(out["group_a"], out["group_b"], "the same id in another group is another message: {out}");
+    assert_eq!(out["group_a"], out["group_a_again"], "in its own group it is a duplicate: {out}");
+    assert_eq!(out["queue_a"], out["queue_b"], "with the queue's scope it is a duplicate anywhere: {out}");
+    assert_ne!(out["after_purge"], out["queue_a"], "a purge forgets the deduplication ids: {out}");
+    assert_eq!(out["depths"], serde_json::json!(["2", "1"]), "{out}");
+}
