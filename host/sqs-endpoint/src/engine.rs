@@ -557,21 +557,26 @@ impl Local {
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
             let mut change = RecordChange::default();
             let mut unblocked = false;
+            let (fifo, now) = (queue.fifo(), self.now_ms());
             for handle in handles {
-                let answer = parse_receipt(name, handle).map(|(seq, nonce)| {
+                let answer = parse_receipt(name, handle).and_then(|(seq, nonce)| {
                     match queue.messages.get(&seq) {
                         // Not the latest receipt (the message came back and
                         // was received again, or the handle was made up):
                         // as SQS says, the call succeeds but the message
                         // may stay.
-                        Some(m) if m.delivery.receipt.as_deref() != Some(nonce.as_str()) => {}
+                        Some(m) if m.delivery.receipt.as_deref() != Some(nonce.as_str()) => Ok(()),
+                        // A FIFO queue refuses a handle whose visibility
+                        // ran out: the message is its group's again.
+                        Some(m) if fifo && !m.in_flight(now) => Err(SqsError::receipt_expired()),
                         Some(m) => {
                             unblocked |= m.stored.group.is_some();
                             queue.messages.remove(&seq);
                             change.delete(MESSAGES, message_key(name, seq));
                             change.delete(DELIVERIES, message_key(name, seq));
+                            Ok(())
                         }
-                        None => {}
+                        None => Ok(()),
                     }
                 });
                 answers.push(answer);

@@ -85,6 +85,12 @@ impl SqsError {
         Self::invalid_parameter(format!("Value {handle} for parameter ReceiptHandle is invalid. Reason: {GONE}"))
     }
 
+    /// DeleteMessage on a FIFO queue with the latest receipt handle of a
+    /// message whose visibility ran out (AWS keeps the message).
+    pub fn receipt_expired() -> Self {
+        Self::invalid_parameter("The receipt handle has expired.")
+    }
+
     /// Whether this is [`SqsError::message_gone`].
     pub fn is_message_gone(&self) -> bool {
         self.code == "InvalidParameterValue" && self.message.ends_with(GONE)

@@ -536,14 +536,37 @@ impl Shared {
     pub async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
         let client = self.client().await?;
         let meta = meta_of(&client, name, "").await?;
+        let parsed: Vec<Result<(u64, String), SqsError>> = handles.iter().map(|h| parse_receipt(name, h)).collect();
+        // A FIFO queue refuses the latest handle of a message whose
+        // visibility ran out: the message is its group's again.
+        let mut expired: Vec<i64> = Vec::new();
+        if meta.fifo() {
+            let (seqs, receipts): (Vec<i64>, Vec<String>) =
+                parsed.iter().flatten().map(|(seq, nonce)| (*seq as i64, nonce.clone())).unzip();
+            let now = self.now_ms();
+            expired = client
+                .query(
+                    "SELECT m.seq FROM ferry_sqs_messages m JOIN unnest($2::bigint[], $3::text[]) AS h(seq, receipt) \
+                     ON m.seq = h.seq AND m.receipt = h.receipt WHERE m.queue = $1 AND m.visible_at_ms <= $4",
+                    &[&name, &seqs, &receipts, &now],
+                )
+                .await
+                .map_err(db)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+        }
         let (mut seqs, mut receipts) = (Vec::new(), Vec::new());
-        let answers = handles
-            .iter()
-            .map(|handle| {
-                parse_receipt(name, handle).map(|(seq, nonce)| {
-                    seqs.push(seq as i64);
-                    receipts.push(nonce);
-                })
+        let answers = parsed
+            .into_iter()
+            .map(|p| {
+                let (seq, nonce) = p?;
+                if expired.contains(&(seq as i64)) {
+                    return Err(SqsError::receipt_expired());
+                }
+                seqs.push(seq as i64);
+                receipts.push(nonce);
+                Ok(())
             })
             .collect();
         if !seqs.is_empty() {

@@ -255,3 +255,27 @@ print(json.dumps(out))
     assert_ne!(out["after_purge"], out["queue_a"], "a purge forgets the deduplication ids: {out}");
     assert_eq!(out["depths"], serde_json::json!(["2", "1"]), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_receipt_handle_whose_visibility_ran_out_cannot_delete() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+q = sqs.create_queue(QueueName=name + ".fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+sqs.send_message(QueueUrl=q, MessageBody="m", MessageGroupId="g", MessageDeduplicationId="d")
+handle = sqs.receive_message(QueueUrl=q)["Messages"][0]["ReceiptHandle"]
+sqs.change_message_visibility(QueueUrl=q, ReceiptHandle=handle, VisibilityTimeout=0)
+out = {"expired": error(lambda: sqs.delete_message(QueueUrl=q, ReceiptHandle=handle))}
+again = sqs.receive_message(QueueUrl=q)["Messages"][0]["ReceiptHandle"]
+out["fresh"] = error(lambda: sqs.delete_message(QueueUrl=q, ReceiptHandle=again))
+out["left"] = sqs.get_queue_attributes(QueueUrl=q, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"]["ApproximateNumberOfMessages"]
+print(json.dumps(out))
+"#,
+        &url,
+        &unique("expired"),
+    )
+    .await;
+    assert_eq!(out["expired"], "InvalidParameterValue: The receipt handle has expired.", "{out}");
+    assert_eq!(out["fresh"], "ok", "{out}");
+    assert_eq!(out["left"], "0", "{out}");
+}
