@@ -87,6 +87,11 @@ impl KeyProblem {
         tls.and_then(|t| t.problem(secure, tls_scheme)).map_or(Ok(()), |why| Err(KeyProblem::new("tls", why)))
     }
 
+    /// The listen key `key`'s `value` as an address (`IP:port`).
+    pub fn listen_address(key: &str, value: &str) -> Result<std::net::SocketAddr, KeyProblem> {
+        value.parse().map_err(|_| KeyProblem::new(key, format!("{value:?} is not an IP:port address")))
+    }
+
     /// A count key that must be at least 1.
     pub fn at_least_one(key: &str, value: u64) -> Result<(), KeyProblem> {
         if value == 0 { Err(KeyProblem::new(key, "must be at least 1")) } else { Ok(()) }
@@ -109,6 +114,12 @@ pub struct Claim {
 }
 
 impl Claim {
+    /// The listen address a listen key holds, when it is one and not port
+    /// 0 ([`KeyProblem::listen_address`] says what is wrong otherwise).
+    pub fn listen_at(key: &str, value: &str) -> Vec<Claim> {
+        KeyProblem::listen_address(key, value).ok().and_then(|addr| Claim::listen(key, addr)).into_iter().collect()
+    }
+
     /// The listen address `addr` (port 0 is never taken: each gets its
     /// own port).
     pub fn listen(key: &str, addr: std::net::SocketAddr) -> Option<Claim> {

@@ -309,14 +309,12 @@ impl HttpReceiverConfig {
 
     /// `listen` as an address.
     pub fn address(&self) -> Result<std::net::SocketAddr, KeyProblem> {
-        self.listen
-            .parse()
-            .map_err(|_| KeyProblem::new("listen", format!("{:?} is not an IP:port address", self.listen)))
+        KeyProblem::listen_address("listen", &self.listen)
     }
 
     /// The address it listens on, which no other listener may share.
     pub fn claims(&self) -> Vec<Claim> {
-        self.address().ok().and_then(|addr| Claim::listen("listen", addr)).into_iter().collect()
+        Claim::listen_at("listen", &self.listen)
     }
 }
 
