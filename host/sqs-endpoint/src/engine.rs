@@ -538,7 +538,13 @@ impl Local {
             let mut stored = (*m.stored).clone();
             stored.source_arn = Some(source_arn.clone());
             stored.sequence = dlq.fifo().then_some(new_seq);
-            let delivery = Delivery { visible_at_ms: now, ..Delivery::default() };
+            // Its receive count (and first receive) go with it, as in AWS.
+            let delivery = Delivery {
+                visible_at_ms: now,
+                receive_count: m.delivery.receive_count,
+                first_receive_ms: m.delivery.first_receive_ms,
+                receipt: None,
+            };
             let key = message_key(&target, new_seq);
             change.put(MESSAGES, key.clone(), encode(&stored));
             change.put(DELIVERIES, key, encode(&delivery));

@@ -69,13 +69,16 @@ const TAKE: &str = "UPDATE ferry_sqs_messages \
 const DEAD: &str = "SELECT seq FROM ferry_sqs_messages \
      WHERE queue = $1 AND receive_count > 0 AND receive_count >= $3 AND visible_at_ms <= $2 \
      ORDER BY seq LIMIT $4 FOR UPDATE SKIP LOCKED";
-/// Moves messages to a dead-letter queue, in their order, visible at once
-/// and marked with the queue they came from.
+/// Moves messages to a dead-letter queue, in their order, visible at once,
+/// marked with the queue they came from, with their receive count and
+/// first receive (as in AWS).
 const MOVE: &str = "WITH moved AS ( \
          DELETE FROM ferry_sqs_messages WHERE queue = $1 AND seq = ANY($2) \
-         RETURNING seq, grp, sent_ms, stored) \
-     INSERT INTO ferry_sqs_messages (queue, seq, grp, sent_ms, visible_at_ms, stored, source_arn) \
-     SELECT $3::text, nextval('ferry_sqs_seq'), grp, sent_ms, $4::bigint, stored, $5::text FROM (SELECT * FROM moved ORDER BY seq) AS o";
+         RETURNING seq, grp, sent_ms, stored, receive_count, first_receive_ms) \
+     INSERT INTO ferry_sqs_messages \
+         (queue, seq, grp, sent_ms, visible_at_ms, stored, source_arn, receive_count, first_receive_ms) \
+     SELECT $3::text, nextval('ferry_sqs_seq'), grp, sent_ms, $4::bigint, stored, $5::text, receive_count, \
+         first_receive_ms FROM (SELECT * FROM moved ORDER BY seq) AS o";
 
 fn db(e: tokio_postgres::Error) -> SqsError {
     // A queue deleted while a message was being added to it.

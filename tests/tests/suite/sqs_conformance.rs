@@ -279,3 +279,29 @@ print(json.dumps(out))
     assert_eq!(out["fresh"], "ok", "{out}");
     assert_eq!(out["left"], "0", "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_moved_to_its_dead_letter_queue_keeps_its_receive_count() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+q = sqs.create_queue(QueueName=name, Attributes={
+    "RedrivePolicy": json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": 2})})["QueueUrl"]
+sqs.send_message(QueueUrl=q, MessageBody="poison")
+for _ in range(2):
+    h = sqs.receive_message(QueueUrl=q)["Messages"][0]["ReceiptHandle"]
+    sqs.change_message_visibility(QueueUrl=q, ReceiptHandle=h, VisibilityTimeout=0)
+left = sqs.receive_message(QueueUrl=q).get("Messages", [])
+moved = sqs.receive_message(QueueUrl=dlq, MessageSystemAttributeNames=["ApproximateReceiveCount"],
+                            WaitTimeSeconds=1)["Messages"][0]
+print(json.dumps({"left": len(left), "count": moved["Attributes"]["ApproximateReceiveCount"]}))
+"#,
+        &url,
+        &unique("dlqcount"),
+    )
+    .await;
+    assert_eq!(out["left"], 0, "the third receive moved it: {out}");
+    assert_eq!(out["count"], "3", "two receives in the queue, one in the dead-letter queue: {out}");
+}
