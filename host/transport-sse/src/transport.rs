@@ -28,8 +28,17 @@ impl TypedTransport for Sse {
         config.check()
     }
 
-    fn check_sender(&self, _: &str, config: &SseSenderConfig) -> Result<(), KeyProblem> {
-        config.check()
+    fn check_sender(&self, name: &str, config: &SseSenderConfig) -> Result<(), KeyProblem> {
+        config.check()?;
+        // Without `stream`, the sender's name is its stream's: it must be
+        // one path segment for a client to ask for it.
+        if config.stream.is_none() && !crate::config::stream_name_ok(name) {
+            return Err(KeyProblem::new(
+                "stream",
+                format!("is needed: the sender's name {name:?} is no stream name (it {})", crate::config::STREAM_RULE),
+            ));
+        }
+        Ok(())
     }
 
     fn sender_claims(&self, _: &str, config: &SseSenderConfig, _: &str) -> Vec<Claim> {
@@ -138,5 +147,19 @@ impl TypedTransport for Sse {
 
     fn outage_note(&self) -> &'static str {
         "none: a send is accepted once the event is in the stream's replay buffer, whether or not a client is connected"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sender_whose_name_is_no_stream_name_must_name_its_stream() {
+        let bare: SseSenderConfig = toml::from_str("listen = \"127.0.0.1:0\"").expect("config");
+        assert!(Sse.check_sender("feed", &bare).is_ok());
+        assert_eq!(Sse.check_sender("my feed/x", &bare).map_err(|p| p.key), Err("stream".to_owned()));
+        let named: SseSenderConfig = toml::from_str("listen = \"127.0.0.1:0\"\nstream = \"feed\"").expect("config");
+        assert!(Sse.check_sender("my feed/x", &named).is_ok());
     }
 }
