@@ -74,6 +74,15 @@ impl Listeners {
     }
 }
 
+/// `ferry validate --connect` for a listener: binds `listen` and lets it go
+/// again (port 0 binds a port the system picks, and says which).
+pub async fn probe(listen: &str) -> Result<String, crate::TransportError> {
+    match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => Ok(format!("can listen on {}", l.local_addr().map(|a| a.to_string()).unwrap_or_default())),
+        Err(e) => Err(crate::TransportError::transient(format!("cannot listen on {listen}: {e}"))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

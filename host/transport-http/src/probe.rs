@@ -1,17 +1,9 @@
-//! `ferry probe` for HTTP: can the receiver listen, can the sender reach
-//! its target.
+//! `ferry probe` for HTTP: can the sender reach its target (whether a
+//! receiver can listen is [`ferry_core::listeners::probe`]).
 
 use std::time::Duration;
 
 use ferry_core::TransportError;
-
-/// Binds `listen` and lets it go again.
-pub async fn listen(listen: &str) -> Result<String, TransportError> {
-    match tokio::net::TcpListener::bind(listen).await {
-        Ok(l) => Ok(format!("can listen on {}", l.local_addr().map(|a| a.to_string()).unwrap_or_default())),
-        Err(e) => Err(TransportError::transient(format!("cannot listen on {listen}: {e}"))),
-    }
-}
 
 /// Opens a TCP connection to the host and port of `url` (a template's
 /// `{header}`s cannot be filled here, so such a URL is only parsed).

@@ -64,7 +64,7 @@ impl TypedTransport for Http {
     }
 
     async fn probe_receiver(&self, _: &str, config: &HttpReceiverConfig) -> Result<String, TransportError> {
-        probe::listen(&config.listen).await
+        ferry_core::listeners::probe(&config.listen).await
     }
 
     async fn probe_sender(&self, _: &str, config: &HttpSenderConfig) -> Result<String, TransportError> {

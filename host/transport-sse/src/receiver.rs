@@ -189,9 +189,9 @@ impl SseReceiver {
     }
 
     /// The position file's id, if there is a file with one.
-    fn kept_position(&self) -> Option<String> {
+    async fn kept_position(&self) -> Option<String> {
         let path = self.config.position_file.as_deref()?;
-        match std::fs::read_to_string(path) {
+        match tokio::fs::read_to_string(path).await {
             Ok(text) => Some(text.trim().to_owned()).filter(|id| !id.is_empty() && !id.contains('\0')),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => {
@@ -351,7 +351,7 @@ impl Receiver for SseReceiver {
             .map_err(|e| TransportError::permanent(format!("the HTTP client: {e}")))?;
         let (again_tx, mut again_rx) = mpsc::unbounded_channel::<Again>();
         let shared = Arc::new(Shared { position: Mutex::default(), moved: Notify::new(), again: again_tx });
-        let mut last_read = self.kept_position().or_else(|| self.config.last_event_id.clone());
+        let mut last_read = self.kept_position().await.or_else(|| self.config.last_event_id.clone());
         let mut seen = Seen::new(self.config.dedup_events);
         let backoff = Backoff::reconnect(self.config.reconnect_initial_ms, self.config.reconnect_max_ms);
         // Ends the side tasks when the reader ends: on shutdown, or when the

@@ -88,14 +88,7 @@ impl TypedTransport for Sse {
     }
 
     async fn probe_sender(&self, _: &str, config: &SseSenderConfig) -> Result<String, TransportError> {
-        let addr = config.address().map_err(|p| TransportError::permanent(p.to_string()))?;
-        if addr.port() == 0 {
-            return Ok("listens on a port the system picks".into());
-        }
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(_) => Ok(format!("{addr} is free to listen on")),
-            Err(e) => Err(TransportError::transient(format!("cannot listen on {addr}: {e}"))),
-        }
+        ferry_core::listeners::probe(&config.listen).await
     }
 
     fn fixture_receive(&self, config: &SseReceiverConfig, input: Value, now: Timestamp) -> Result<Admitted, String> {
