@@ -396,6 +396,37 @@ async fn redis_stream_producers_cannot_forge_reserved_headers() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn sse_servers_cannot_forge_reserved_headers() {
+    use std::io::{Read, Write};
+    let f = Forgery::start().await;
+    // A stream whose one event carries every reserved header in its
+    // wire-format document; each connection gets it (a reconnection's
+    // repeat is left out by its id) and stays open until ferry hangs up.
+    let listener = std::net::TcpListener::bind(ANY_PORT).expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let event = format!("id: {}\ndata: {}\n\n", unique("sse-id"), f.document());
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let event = event.clone();
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head);
+                let _ = stream.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n");
+                let _ = stream.write_all(event.as_bytes());
+                while stream.read(&mut head).is_ok_and(|n| n > 0) {}
+            });
+        }
+    });
+    let receiver = format!("type = \"sse\"\nurl = \"http://{addr}/stream\"\nreconnect_initial_ms = 50");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&f.config(&receiver, ""));
+    let daemon = f.daemon(&ws).await;
+    // The 503 is a release: the message comes again from ferry's memory.
+    f.check(&ws, daemon, "SSE, JSON wire format").await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn kafka_cannot_forge_reserved_headers() {
     let f = Forgery::start().await;
     let broker = PrivateKafka::start().await;

@@ -205,6 +205,9 @@ async fn a_daemon_follows_another_daemons_stream_and_resumes_after_a_restart() {
                 &[("mqtt.message-id", &format!("c-{n}")), ("gobridge.subject", "chain.subject"), ("kind", "temp")],
             )
             .await;
+        // One at a time into the stream, so its last event is c-2 (the
+        // serving route sends two at once and could write them swapped).
+        server.wait_for_total("ferry_messages_acked_total", "route=\"serve\"", n as f64, WAIT);
     }
     let mut got = sub.collect(2).await;
     // The route sends two at a time: order is not promised.
@@ -252,7 +255,8 @@ async fn an_endless_line_drops_the_connection_and_the_next_one_is_read() {
                 while stream.write_all(&chunk).is_ok() {}
             } else {
                 let _ = stream.write_all(b"id: good-1\ndata: fine\n\n");
-                std::thread::sleep(Duration::from_secs(30));
+                // Open until the daemon hangs up (a read that ends).
+                while stream.read(&mut head).is_ok_and(|n| n > 0) {}
             }
         }
     });
