@@ -2,7 +2,7 @@
 //! 1.0 receiving links (settled by the route's outcome) and sending links
 //! to one target address, e.g. RabbitMQ's `rabbitmq_amqp1_0` plugin.
 
-use ferry_config::TlsConfig;
+use ferry_config::{Secret, TlsConfig};
 use ferry_core::transport::KeyProblem;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,90 @@ fn default_send_timeout_ms() -> u64 {
 }
 fn default_max_message_bytes() -> usize {
     16 * 1024 * 1024
+}
+fn default_token_lifetime_s() -> u64 {
+    3600
+}
+fn default_lock_renew_ms() -> u64 {
+    10_000
+}
+
+/// The broker a link talks to, where it needs more than plain AMQP 1.0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Amqp10Profile {
+    /// Any AMQP 1.0 broker (RabbitMQ, ActiveMQ Artemis, Qpid): SASL PLAIN
+    /// from the URL's credentials, or none.
+    #[default]
+    Generic,
+    /// Azure Service Bus: SASL ANONYMOUS and a SAS token put on the `$cbs`
+    /// node (renewed before it expires); the receiver renews the locks of
+    /// held messages on the entity's `$management` node, can read one
+    /// session, and dead-letters into the entity's dead-letter queue; the
+    /// sender turns the ordering key into the session id.
+    AzureServiceBus,
+}
+
+/// The Service Bus keys both sides share.
+#[derive(Debug, Clone, Copy)]
+pub struct ServiceBusKeys<'a> {
+    pub profile: Amqp10Profile,
+    pub url: &'a str,
+    pub address: &'a str,
+    pub sas_key_name: Option<&'a str>,
+    pub sas_key: Option<&'a Secret>,
+    pub token_lifetime_s: u64,
+}
+
+impl ServiceBusKeys<'_> {
+    /// A Service Bus link needs a key name and key and takes no URL
+    /// credentials (its SASL is ANONYMOUS); the SAS keys mean nothing to
+    /// another broker.
+    fn check(&self) -> Result<(), KeyProblem> {
+        match self.profile {
+            Amqp10Profile::Generic => {
+                if self.sas_key_name.is_some() {
+                    return Err(KeyProblem::new("sas_key_name", "is only for profile = \"azure_service_bus\""));
+                }
+                if self.sas_key.is_some() {
+                    return Err(KeyProblem::new("sas_key", "is only for profile = \"azure_service_bus\""));
+                }
+                Ok(())
+            }
+            Amqp10Profile::AzureServiceBus => {
+                if self.sas_key_name.is_none_or(str::is_empty) {
+                    return Err(KeyProblem::new("sas_key_name", "is needed with profile = \"azure_service_bus\""));
+                }
+                if self.sas_key.is_none_or(Secret::is_empty) {
+                    return Err(KeyProblem::new("sas_key", "is needed with profile = \"azure_service_bus\""));
+                }
+                let url = crate::connection::parse_url(self.url).map_err(|e| KeyProblem::new("url", e))?;
+                if !url.username().is_empty() || url.password().is_some() {
+                    return Err(KeyProblem::new(
+                        "url",
+                        "takes no credentials with profile = \"azure_service_bus\" (the SAS key authenticates)",
+                    ));
+                }
+                if self.address.trim_start_matches('/').is_empty() {
+                    return Err(KeyProblem::new("address", "must name the queue, topic or subscription"));
+                }
+                KeyProblem::at_least_one("token_lifetime_s", self.token_lifetime_s)
+            }
+        }
+    }
+
+    /// The SAS credentials a Service Bus link puts on `$cbs`; `None` for
+    /// other brokers.
+    pub fn sas(&self) -> Option<crate::service_bus::Sas> {
+        match (self.profile, self.sas_key_name, self.sas_key) {
+            (Amqp10Profile::AzureServiceBus, Some(key_name), Some(key)) => Some(crate::service_bus::Sas {
+                key_name: key_name.to_owned(),
+                key: key.clone(),
+                lifetime: std::time::Duration::from_secs(self.token_lifetime_s),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// How an AMQP 1.0 receiver gives a message back for a retry.
@@ -68,6 +152,31 @@ pub struct Amqp10ReceiverConfig {
     /// Default 16 MiB.
     #[serde(default = "default_max_message_bytes")]
     pub max_message_bytes: usize,
+    /// `generic` (default) or `azure_service_bus` (see the book's AMQP
+    /// 1.0 page).
+    #[serde(default)]
+    pub profile: Amqp10Profile,
+    /// Service Bus: the shared access policy's name.
+    #[serde(default)]
+    pub sas_key_name: Option<String>,
+    /// Service Bus: the shared access policy's key (as the portal shows
+    /// it), which signs the SAS tokens.
+    #[serde(default)]
+    pub sas_key: Option<Secret>,
+    /// Service Bus: how long each SAS token is valid, in seconds; a new one
+    /// is put when a fifth of that is left. Default 3600.
+    #[serde(default = "default_token_lifetime_s")]
+    pub token_lifetime_s: u64,
+    /// Service Bus: how often the locks of held messages are renewed, in
+    /// milliseconds; keep it well under the entity's lock duration.
+    /// Default 10000.
+    #[serde(default = "default_lock_renew_ms")]
+    pub lock_renew_ms: u64,
+    /// Service Bus: read one session of a session-enabled entity, by its
+    /// id, or `"*"` for the next session the broker offers. Default: no
+    /// session filter.
+    #[serde(default)]
+    pub session: Option<String>,
     /// First reconnect delay in milliseconds; each further one doubles,
     /// with ±30% jitter, up to `reconnect_max_ms`. Default 500.
     #[serde(default = "default_reconnect_initial_ms")]
@@ -103,6 +212,21 @@ pub struct Amqp10SenderConfig {
     /// Default 10000.
     #[serde(default = "default_send_timeout_ms")]
     pub send_timeout_ms: u64,
+    /// `generic` (default) or `azure_service_bus` (see the book's AMQP
+    /// 1.0 page).
+    #[serde(default)]
+    pub profile: Amqp10Profile,
+    /// Service Bus: the shared access policy's name.
+    #[serde(default)]
+    pub sas_key_name: Option<String>,
+    /// Service Bus: the shared access policy's key (as the portal shows
+    /// it), which signs the SAS tokens.
+    #[serde(default)]
+    pub sas_key: Option<Secret>,
+    /// Service Bus: how long each SAS token is valid, in seconds; a new one
+    /// is put when a fifth of that is left. Default 3600.
+    #[serde(default = "default_token_lifetime_s")]
+    pub token_lifetime_s: u64,
     /// First reconnect delay in milliseconds; each further one doubles,
     /// with ±30% jitter, up to `reconnect_max_ms`. Default 500.
     #[serde(default = "default_reconnect_initial_ms")]
@@ -128,7 +252,29 @@ impl Amqp10ReceiverConfig {
             return Err(KeyProblem::new("address", "must name the link source"));
         }
         KeyProblem::at_least_one("credit", u64::from(self.credit))?;
-        KeyProblem::at_least_one("max_message_bytes", self.max_message_bytes as u64)
+        KeyProblem::at_least_one("max_message_bytes", self.max_message_bytes as u64)?;
+        self.service_bus().check()?;
+        if self.profile == Amqp10Profile::AzureServiceBus {
+            KeyProblem::at_least_one("lock_renew_ms", self.lock_renew_ms)?;
+        } else if self.session.is_some() {
+            return Err(KeyProblem::new("session", "is only for profile = \"azure_service_bus\""));
+        }
+        if self.session.as_deref().is_some_and(str::is_empty) {
+            return Err(KeyProblem::new("session", "must be a session id, or \"*\" for any session"));
+        }
+        Ok(())
+    }
+
+    /// The Service Bus keys.
+    pub fn service_bus(&self) -> ServiceBusKeys<'_> {
+        ServiceBusKeys {
+            profile: self.profile,
+            url: &self.url,
+            address: &self.address,
+            sas_key_name: self.sas_key_name.as_deref(),
+            sas_key: self.sas_key.as_ref(),
+            token_lifetime_s: self.token_lifetime_s,
+        }
     }
 }
 
@@ -137,7 +283,20 @@ impl Amqp10SenderConfig {
     pub fn check(&self) -> Result<(), KeyProblem> {
         check_url(&self.url, self.tls.as_ref())?;
         KeyProblem::reconnect(self.reconnect_initial_ms, self.reconnect_max_ms)?;
-        KeyProblem::at_least_one("send_timeout_ms", self.send_timeout_ms)
+        KeyProblem::at_least_one("send_timeout_ms", self.send_timeout_ms)?;
+        self.service_bus().check()
+    }
+
+    /// The Service Bus keys.
+    pub fn service_bus(&self) -> ServiceBusKeys<'_> {
+        ServiceBusKeys {
+            profile: self.profile,
+            url: &self.url,
+            address: &self.address,
+            sas_key_name: self.sas_key_name.as_deref(),
+            sas_key: self.sas_key.as_ref(),
+            token_lifetime_s: self.token_lifetime_s,
+        }
     }
 }
 
@@ -189,5 +348,35 @@ mod tests {
         ] {
             assert_eq!(bad.err().as_deref(), Some(key), "{key}");
         }
+    }
+
+    #[test]
+    fn the_service_bus_profile_needs_its_keys_and_no_url_credentials() {
+        let bus =
+            "url = \"amqps://ns.servicebus.windows.net\"\naddress = \"orders\"\nprofile = \"azure_service_bus\"\n";
+        let keys = "sas_key_name = \"policy\"\nsas_key = \"k\"\n";
+        let r = read(&format!("{bus}{keys}session = \"*\""), Amqp10ReceiverConfig::check).expect("valid");
+        assert_eq!((r.profile, r.token_lifetime_s, r.lock_renew_ms), (Amqp10Profile::AzureServiceBus, 3600, 10_000));
+        let sas = r.service_bus().sas().expect("SAS credentials");
+        assert_eq!((sas.key_name.as_str(), sas.key.expose()), ("policy", "k"));
+        read(&format!("{bus}{keys}"), Amqp10SenderConfig::check).expect("valid sender");
+        for (text, key) in [
+            (bus.to_owned(), "sas_key_name"),
+            (format!("{bus}sas_key_name = \"policy\""), "sas_key"),
+            (format!("{bus}{keys}").replace("amqps://ns", "amqps://u:p@ns"), "url"),
+            (format!("{bus}{keys}token_lifetime_s = 0"), "token_lifetime_s"),
+            (format!("{bus}{keys}lock_renew_ms = 0"), "lock_renew_ms"),
+            (format!("{bus}{keys}session = \"\""), "session"),
+            (format!("{RECEIVER}{keys}"), "sas_key_name"),
+            (format!("{RECEIVER}session = \"s\""), "session"),
+        ] {
+            assert_eq!(read(&text, Amqp10ReceiverConfig::check).err().as_deref(), Some(key), "{text}");
+        }
+        assert!(read(&format!("{SENDER}sas_key = \"k\""), Amqp10SenderConfig::check).is_err());
+        assert!(
+            Amqp10ReceiverConfig::service_bus(&read(RECEIVER, Amqp10ReceiverConfig::check).expect("valid"))
+                .sas()
+                .is_none()
+        );
     }
 }

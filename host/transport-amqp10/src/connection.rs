@@ -21,6 +21,18 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Link {
     pub connection: ConnectionHandle<()>,
     pub session: SessionHandle<()>,
+    /// Service Bus: the task renewing the connection's SAS token.
+    pub token: Option<crate::service_bus::TokenRenewal>,
+}
+
+/// Service Bus: the SAS credentials and the entity the token is for.
+#[derive(Clone, Copy)]
+pub struct Claims<'a> {
+    pub sas: &'a crate::service_bus::Sas,
+    pub entity: &'a str,
+    /// Where tokens put and refused are counted, under the part's name.
+    pub metrics: &'a ferry_core::metrics::Metrics,
+    pub part: &'a str,
 }
 
 /// Parses an `amqp[s]://[user:password@]host[:port]` URL as the connection
@@ -44,16 +56,25 @@ pub fn parse_url(raw: &str) -> Result<url::Url, String> {
     Ok(url)
 }
 
-/// Opens a connection (credentials from the URL, SASL PLAIN) and begins a
+/// Opens a connection (credentials from the URL, SASL PLAIN; SASL
+/// ANONYMOUS and a token put on `$cbs` with `claims`) and begins a
 /// session. `amqps://` starts with TLS (no AMQP TLS upgrade header, as
 /// RabbitMQ's TLS listener expects): the broker is verified against
 /// `tls.ca_file`, else the system's CA bundle, and `cert_file`/`key_file`
 /// authenticate the client. Unreadable TLS files are permanent errors (the
 /// config must change); every other failure is transient.
-pub async fn open(url: &str, container_id: &str, tls: Option<&TlsConfig>) -> Result<Link, TransportError> {
+pub async fn open(
+    url: &str,
+    container_id: &str,
+    tls: Option<&TlsConfig>,
+    claims: Option<Claims<'_>>,
+) -> Result<Link, TransportError> {
     let parsed = parse_url(url).map_err(|e| TransportError::permanent(format!("url: {e}")))?;
     let attempt = async {
-        let builder = Connection::builder().container_id(container_id);
+        let mut builder = Connection::builder().container_id(container_id);
+        if claims.is_some() {
+            builder = builder.sasl_profile(fe2o3_amqp::sasl_profile::SaslProfile::Anonymous);
+        }
         let opened = if parsed.scheme() == "amqps" {
             let host = tls_host(url)?;
             builder
@@ -66,13 +87,28 @@ pub async fn open(url: &str, container_id: &str, tls: Option<&TlsConfig>) -> Res
             builder.open(url).await
         };
         let mut connection = opened.map_err(|e| TransportError::transient(format!("connect: {e}")))?;
-        match Session::begin(&mut connection).await {
-            Ok(session) => Ok(Link { connection, session }),
+        let mut session = match Session::begin(&mut connection).await {
+            Ok(session) => session,
             Err(e) => {
                 let _ = connection.close().await;
-                Err(TransportError::transient(format!("begin session: {e}")))
+                return Err(TransportError::transient(format!("begin session: {e}")));
             }
-        }
+        };
+        let token = match claims {
+            None => None,
+            Some(claims) => {
+                let audience = crate::service_bus::audience(url, claims.entity);
+                match crate::service_bus::authorize(&mut session, claims, &audience).await {
+                    Ok(renewal) => Some(renewal),
+                    Err(e) => {
+                        let _ = session.end().await;
+                        let _ = connection.close().await;
+                        return Err(e);
+                    }
+                }
+            }
+        };
+        Ok(Link { connection, session, token })
     };
     tokio::time::timeout(CONNECT_TIMEOUT, attempt)
         .await
@@ -120,6 +156,7 @@ impl Link {
     /// Ends the session and closes the connection, bounded by
     /// [`CLOSE_TIMEOUT`].
     pub async fn close(mut self) {
+        self.token.take();
         let _ = tokio::time::timeout(CLOSE_TIMEOUT, async {
             let _ = self.session.end().await;
             let _ = self.connection.close().await;
@@ -129,9 +166,10 @@ impl Link {
 }
 
 /// `ferry validate --connect`: opens a connection and a session under a
-/// container id of its own, then closes them.
-pub async fn probe(url: &str, tls: Option<&TlsConfig>) -> Result<(), TransportError> {
+/// container id of its own (for Service Bus, puts a token too), then
+/// closes them.
+pub async fn probe(url: &str, tls: Option<&TlsConfig>, claims: Option<Claims<'_>>) -> Result<(), TransportError> {
     let container = format!("ferry-probe-{}", std::process::id());
-    open(url, &container, tls).await?.close().await;
+    open(url, &container, tls, claims).await?.close().await;
     Ok(())
 }

@@ -1,15 +1,17 @@
 //! Envelope -> AMQP 1.0 message: the rules of seed 000 ("AMQP 1.0 out of the
 //! envelope").
 
-use fe2o3_amqp::types::messaging::{ApplicationProperties, Data, Header, Message, MessageId, Properties};
+use fe2o3_amqp::types::messaging::{
+    ApplicationProperties, Data, Header, Message, MessageAnnotations, MessageId, Properties,
+};
 use fe2o3_amqp::types::primitives::{Binary, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTime};
 use ferry_core::TransportError;
 use ferry_envelope::{Envelope, HeaderValue, names};
 
-use crate::config::Amqp10SenderConfig;
+use crate::config::{Amqp10Profile, Amqp10SenderConfig};
 use crate::ingress::{
-    CONTENT_ENCODING, CONTENT_TYPE, CORRELATION_ID, CREATION_TIME, GROUP_ID, GROUP_SEQUENCE, MESSAGE_ID, PREFIX,
-    REPLY_TO, REPLY_TO_GROUP_ID, TO,
+    CONTENT_ENCODING, CONTENT_TYPE, CORRELATION_ID, CREATION_TIME, GROUP_ID, GROUP_SEQUENCE, MESSAGE_ID, PARTITION_KEY,
+    PREFIX, REPLY_TO, REPLY_TO_GROUP_ID, SCHEDULED_ENQUEUE_TIME, TO,
 };
 
 /// A message id from a header: text, a non-negative number, or bytes.
@@ -50,8 +52,36 @@ pub fn check_address(config: &Amqp10SenderConfig, address: &str) -> Result<(), T
     Ok(())
 }
 
-/// Builds the message for `envelope`. `durable` is the sender's setting.
-pub fn to_message(envelope: &Envelope, durable: bool) -> Result<Message<Data>, TransportError> {
+/// The message annotations a sender writes: `amqp10.partition-key` as
+/// `x-opt-partition-key` and a time in `amqp10.scheduled-enqueue-time` as
+/// `x-opt-scheduled-enqueue-time` (Service Bus enqueues the message then).
+/// With the Service Bus profile the ordering key is the partition key when
+/// none is set, as Service Bus wants it equal to the session id.
+fn annotations(envelope: &Envelope, ordering_key: Option<&str>) -> Option<MessageAnnotations> {
+    let mut builder = MessageAnnotations::builder();
+    let mut any = false;
+    if let Some(key) = envelope.text_header(PARTITION_KEY).or(ordering_key) {
+        builder = builder.insert(Symbol::from("x-opt-partition-key"), key.to_owned());
+        any = true;
+    }
+    if let Some(HeaderValue::Time(t)) = envelope.headers.get(SCHEDULED_ENQUEUE_TIME) {
+        builder =
+            builder.insert(Symbol::from("x-opt-scheduled-enqueue-time"), AmqpTime::from_milliseconds(t.as_millis()));
+        any = true;
+    }
+    any.then(|| builder.build())
+}
+
+/// Builds the message for `envelope`. `durable` is the sender's setting;
+/// with the Service Bus `profile`, the ordering key (`x-bridge.ordering-key`)
+/// becomes the session id (`group-id`) unless `amqp10.group-id` is set.
+pub fn to_message(envelope: &Envelope, durable: bool, profile: Amqp10Profile) -> Result<Message<Data>, TransportError> {
+    let ordering_key = match profile {
+        Amqp10Profile::AzureServiceBus => {
+            envelope.derived_header(names::ORDERING_KEY).and_then(HeaderValue::as_text).filter(|k| !k.is_empty())
+        }
+        Amqp10Profile::Generic => None,
+    };
     let message_id =
         envelope.headers.get(MESSAGE_ID).and_then(id_from).unwrap_or_else(|| MessageId::String(envelope.id.clone()));
     let correlation_id = envelope
@@ -80,7 +110,7 @@ pub fn to_message(envelope: &Envelope, durable: bool) -> Result<Message<Data>, T
         content_encoding: text(envelope, CONTENT_ENCODING).map(Symbol::from),
         absolute_expiry_time: envelope.expires_at.map(|t| AmqpTime::from_milliseconds(t.as_millis())),
         creation_time: Some(AmqpTime::from_milliseconds(creation_time.as_millis())),
-        group_id: text(envelope, GROUP_ID),
+        group_id: text(envelope, GROUP_ID).or_else(|| ordering_key.map(str::to_owned)),
         group_sequence,
         reply_to_group_id: text(envelope, REPLY_TO_GROUP_ID),
     };
@@ -94,7 +124,7 @@ pub fn to_message(envelope: &Envelope, durable: bool) -> Result<Message<Data>, T
     Ok(Message {
         header: Some(Header { durable, ..Default::default() }),
         delivery_annotations: None,
-        message_annotations: None,
+        message_annotations: annotations(envelope, ordering_key),
         properties: Some(properties),
         application_properties: (!app.is_empty()).then_some(ApplicationProperties(app)),
         body: Data(Binary::from(envelope.payload().to_vec())),
@@ -128,7 +158,7 @@ mod tests {
         e.set_header("at", HeaderValue::Time(Timestamp(77)));
         e.set_header(names::ROUTE_ID, "private");
         e.set_header(names::TENANT_ID, "acme");
-        let m = to_message(&e, true).expect("maps");
+        let m = to_message(&e, true, Amqp10Profile::Generic).expect("maps");
         let p = m.properties.as_ref().expect("properties");
         assert_eq!(p.message_id, Some(MessageId::String("env-id".into())));
         assert_eq!(p.subject.as_deref(), Some("order.created"));
@@ -167,12 +197,42 @@ mod tests {
         let mut e = Envelope::new("env-id", &b""[..]);
         e.set_header(MESSAGE_ID, HeaderValue::Integer(12));
         e.set_header(names::CORRELATION_ID, "corr");
-        let m = to_message(&e, false).expect("maps");
+        let m = to_message(&e, false, Amqp10Profile::Generic).expect("maps");
         let p = m.properties.as_ref().expect("properties");
         assert_eq!(p.message_id, Some(MessageId::Ulong(12)));
         assert_eq!(p.correlation_id, Some(MessageId::String("corr".into())));
         assert!(m.header.as_ref().is_some_and(|h| !h.durable));
         e.set_header(GROUP_SEQUENCE, HeaderValue::Integer(-1));
-        assert!(!to_message(&e, true).expect_err("negative").is_transient());
+        assert!(!to_message(&e, true, Amqp10Profile::Generic).expect_err("negative").is_transient());
+    }
+
+    #[test]
+    fn service_bus_sends_the_ordering_key_as_session_and_partition_key() {
+        let mut e = Envelope::new("env-id", &b"x"[..]);
+        e.derive_header(names::ORDERING_KEY, "customer-7");
+        e.set_header(SCHEDULED_ENQUEUE_TIME, HeaderValue::Time(Timestamp(1_800_000_000_000)));
+        let m = to_message(&e, true, Amqp10Profile::AzureServiceBus).expect("maps");
+        assert_eq!(m.properties.as_ref().and_then(|p| p.group_id.as_deref()), Some("customer-7"));
+        let annotations = m.message_annotations.as_ref().expect("annotations");
+        let get = |key: &str| {
+            annotations.0.iter().find_map(|(k, v)| {
+                matches!(k, fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s) if s.0 == key).then_some(v)
+            })
+        };
+        assert_eq!(get("x-opt-partition-key"), Some(&Value::String("customer-7".into())));
+        assert_eq!(
+            get("x-opt-scheduled-enqueue-time"),
+            Some(&Value::Timestamp(AmqpTime::from_milliseconds(1_800_000_000_000)))
+        );
+        // A group id set on purpose wins; other brokers get no session.
+        e.set_header(GROUP_ID, "g");
+        let m = to_message(&e, true, Amqp10Profile::AzureServiceBus).expect("maps");
+        assert_eq!(m.properties.as_ref().and_then(|p| p.group_id.as_deref()), Some("g"));
+        let m = to_message(&e, true, Amqp10Profile::Generic).expect("maps");
+        assert_eq!(m.properties.as_ref().and_then(|p| p.group_id.as_deref()), Some("g"));
+        e.headers.remove(GROUP_ID);
+        let m = to_message(&e, true, Amqp10Profile::Generic).expect("maps");
+        assert_eq!(m.properties.as_ref().and_then(|p| p.group_id.clone()), None);
+        assert!(m.message_annotations.is_some(), "the scheduled time is sent to any broker");
     }
 }

@@ -38,6 +38,11 @@ struct Input {
     properties: PropertiesInput,
     #[serde(default)]
     application_properties: BTreeMap<String, Toml>,
+    /// Message annotations (`x-opt-enqueued-time = 1700000000000`): text,
+    /// or a number, which is a time for the annotations ferry reads as
+    /// times.
+    #[serde(default)]
+    message_annotations: BTreeMap<String, Toml>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -126,10 +131,23 @@ pub fn receive(input: Toml, config: &Amqp10ReceiverConfig, now: Timestamp) -> Re
         let value = wire::header_of(name, value).map_err(|e| format!("amqp10 application_properties: {e}"))?;
         app.insert(name.clone(), simple(&value));
     }
+    let mut annotations = fe2o3_amqp::types::messaging::MessageAnnotations::builder();
+    for (name, value) in &input.message_annotations {
+        let is_time = crate::ingress::ANNOTATIONS
+            .iter()
+            .any(|(annotation, header)| annotation == name && (header.ends_with("time") || header.ends_with("until")));
+        let value = match value {
+            Toml::String(s) => Value::String(s.clone()),
+            Toml::Integer(n) if is_time => Value::Timestamp(AmqpTime::from_milliseconds(*n)),
+            Toml::Integer(n) => Value::Long(*n),
+            other => return Err(format!("amqp10 message_annotations: {name} = {other} is not text or a number")),
+        };
+        annotations = annotations.insert(Symbol::from(name.as_str()), value);
+    }
     let message = Message {
         header: Some(header),
         delivery_annotations: None,
-        message_annotations: None,
+        message_annotations: (!input.message_annotations.is_empty()).then(|| annotations.build()),
         properties: Some(properties),
         application_properties: (!app.is_empty()).then_some(ApplicationProperties(app)),
         body,
@@ -149,7 +167,7 @@ pub fn receive(input: Toml, config: &Amqp10ReceiverConfig, now: Timestamp) -> Re
 /// can) and `payload`.
 pub fn send(config: &Amqp10SenderConfig, msg: &OutboundMessage) -> Result<View, TransportError> {
     check_address(config, &msg.address)?;
-    let m = to_message(&msg.envelope, config.durable)?;
+    let m = to_message(&msg.envelope, config.durable, config.profile)?;
     let mut v = View::new();
     v.insert("address".into(), json!(config.address));
     let mut header = View::new();
@@ -182,6 +200,25 @@ pub fn send(config: &Amqp10SenderConfig, msg: &OutboundMessage) -> Result<View, 
         .map(|a| a.0.iter().map(|(k, value)| (k.clone(), simple_json(value))).collect())
         .unwrap_or_default();
     v.insert("application_properties".into(), app.into());
+    if let Some(annotations) = &m.message_annotations {
+        let shown: View = annotations
+            .0
+            .iter()
+            .map(|(k, value)| {
+                let key = match k {
+                    fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(s) => s.0.clone(),
+                    fe2o3_amqp::types::messaging::annotations::OwnedKey::Ulong(n) => n.to_string(),
+                };
+                let value = match value {
+                    Value::String(s) => json!(s),
+                    Value::Timestamp(t) => json!(t.milliseconds()),
+                    other => json!(format!("{other:?}")),
+                };
+                (key, value)
+            })
+            .collect();
+        v.insert("message_annotations".into(), shown.into());
+    }
     wire::put_payload(&mut v, m.body.0.as_slice());
     Ok(v)
 }

@@ -21,6 +21,21 @@ pub const REPLY_TO_GROUP_ID: &str = "amqp10.reply-to-group-id";
 pub const CREATION_TIME: &str = "amqp10.creation-time";
 pub const ABSOLUTE_EXPIRY_TIME: &str = "amqp10.absolute-expiry-time";
 pub const DELIVERY_COUNT: &str = "amqp10.delivery-count";
+/// Service Bus message annotations (any broker that sends them).
+pub const ENQUEUED_TIME: &str = "amqp10.enqueued-time";
+pub const SEQUENCE_NUMBER: &str = "amqp10.sequence-number";
+pub const PARTITION_KEY: &str = "amqp10.partition-key";
+pub const SCHEDULED_ENQUEUE_TIME: &str = "amqp10.scheduled-enqueue-time";
+pub const LOCKED_UNTIL: &str = "amqp10.locked-until";
+
+/// The message annotations read into headers: the annotation, its header.
+pub const ANNOTATIONS: [(&str, &str); 5] = [
+    ("x-opt-enqueued-time", ENQUEUED_TIME),
+    ("x-opt-sequence-number", SEQUENCE_NUMBER),
+    ("x-opt-partition-key", PARTITION_KEY),
+    ("x-opt-scheduled-enqueue-time", SCHEDULED_ENQUEUE_TIME),
+    ("x-opt-locked-until", LOCKED_UNTIL),
+];
 
 /// Why a message cannot become an envelope. It is rejected at the broker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,6 +176,23 @@ pub fn to_envelope(message: &Message<Body<Value>>, max_bytes: usize, now: Timest
                 Some(v) => {
                     envelope.headers.insert(name.clone(), v);
                 }
+                None => dropped_headers += 1,
+            }
+        }
+    }
+
+    if let Some(annotations) = &message.message_annotations {
+        for (key, value) in annotations.0.iter() {
+            let fe2o3_amqp::types::messaging::annotations::OwnedKey::Symbol(key) = key else { continue };
+            let Some((_, header)) = ANNOTATIONS.iter().find(|(name, _)| *name == key.0) else { continue };
+            let value = match value {
+                Value::Timestamp(t) => Some(HeaderValue::Time(Timestamp(t.milliseconds()))),
+                Value::Long(n) => Some(HeaderValue::Integer(*n)),
+                Value::String(s) => Some(HeaderValue::Text(s.clone())),
+                _ => None,
+            };
+            match value {
+                Some(value) => envelope.set_header(*header, value),
                 None => dropped_headers += 1,
             }
         }
@@ -348,5 +380,29 @@ mod tests {
         assert!(matches!(to_envelope(&m, 1024, Timestamp(0)), Err(Poison::UnsupportedBody(_))));
         let m = message(None, &[], Body::Data(vec![Data(Binary::from(vec![0u8; 10]))].into()));
         assert_eq!(to_envelope(&m, 9, Timestamp(0)).expect_err("too large"), Poison::TooLarge(10));
+    }
+
+    #[test]
+    fn service_bus_annotations_become_headers() {
+        use fe2o3_amqp::types::messaging::MessageAnnotations;
+        let mut m = message(None, &[], Body::Value(AmqpValue(Value::String("t".into()))));
+        m.message_annotations = Some(
+            MessageAnnotations::builder()
+                .insert(Symbol::from("x-opt-enqueued-time"), AmqpTime::from_milliseconds(1_000))
+                .insert(Symbol::from("x-opt-sequence-number"), Value::Long(77))
+                .insert(Symbol::from("x-opt-partition-key"), Value::String("p1".into()))
+                .insert(Symbol::from("x-opt-scheduled-enqueue-time"), AmqpTime::from_milliseconds(2_000))
+                .insert(Symbol::from("x-opt-locked-until"), AmqpTime::from_milliseconds(3_000))
+                .insert(Symbol::from("x-opt-other"), Value::Long(1))
+                .insert(Symbol::from("x-opt-sequence-number-bad"), Value::Long(1))
+                .build(),
+        );
+        let e = to_envelope(&m, 1024, Timestamp(5)).expect("converts").envelope;
+        assert_eq!(e.headers.get(ENQUEUED_TIME), Some(&HeaderValue::Time(Timestamp(1_000))));
+        assert_eq!(e.headers.get(SEQUENCE_NUMBER), Some(&HeaderValue::Integer(77)));
+        assert_eq!(e.text_header(PARTITION_KEY), Some("p1"));
+        assert_eq!(e.headers.get(SCHEDULED_ENQUEUE_TIME), Some(&HeaderValue::Time(Timestamp(2_000))));
+        assert_eq!(e.headers.get(LOCKED_UNTIL), Some(&HeaderValue::Time(Timestamp(3_000))));
+        assert_eq!(e.headers.keys().filter(|k| k.starts_with("x-opt")).count(), 0, "other annotations stay out");
     }
 }

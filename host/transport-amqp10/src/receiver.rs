@@ -15,8 +15,16 @@
 //! a lost connection the broker requeues what was unsettled; a handle from
 //! the old connection then fails its settlement as transient, and the route
 //! leaves the message to that redelivery.
+//!
+//! With the Service Bus profile the connection puts a SAS token first, a
+//! failure for good is `rejected` with `com.microsoft:dead-letter` (the
+//! entity's dead-letter queue takes it, with ferry's reason), and a task
+//! renews the locks of every message ferry holds each `lock_renew_ms`; a
+//! renewal that gets no answer ends the connection, so what is held comes
+//! back on the next one rather than after a lock silently lost.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -36,8 +44,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::config::{Amqp10ReceiverConfig, Amqp10RetryOutcome};
-use crate::connection::{Link, open};
+use crate::connection::{Claims, Link, open};
 use crate::ingress::to_envelope;
+use crate::service_bus::{LockRenewer, Sas};
+
+/// Service Bus: the lock of each held delivery, by delivery id.
+type Held = Arc<Mutex<HashMap<u32, crate::service_bus::Lock>>>;
 
 /// The condition of a rejection for a message that failed for good.
 pub const UNDELIVERABLE: &str = "ferry:undeliverable";
@@ -51,6 +63,8 @@ pub struct Amqp10Receiver {
     config: Amqp10ReceiverConfig,
     metrics: Metrics,
     ledger: Arc<RedeliveryLedger>,
+    /// Service Bus: the SAS credentials.
+    sas: Option<Sas>,
 }
 
 /// How the route settled a delivery.
@@ -77,7 +91,8 @@ enum LinkEnd {
 
 impl Amqp10Receiver {
     pub fn new(name: &str, config: Amqp10ReceiverConfig, metrics: Metrics) -> Self {
-        Self { name: name.to_owned(), config, metrics, ledger: Arc::default() }
+        let sas = config.service_bus().sas();
+        Self { name: name.to_owned(), config, metrics, ledger: Arc::default(), sas }
     }
 
     fn labels(&self) -> ferry_core::metrics::Labels {
@@ -85,9 +100,16 @@ impl Amqp10Receiver {
     }
 
     async fn attach(&self, link: &mut Link) -> Result<LinkReceiver, TransportError> {
+        let mut source = fe2o3_amqp::types::messaging::Source::builder().address(self.config.address.as_str());
+        if let Some(session) = &self.config.session {
+            source = source.add_to_filter(
+                Symbol::from(crate::service_bus::SESSION_FILTER),
+                crate::service_bus::session_filter(session),
+            );
+        }
         let attach = LinkReceiver::builder()
             .name(format!("ferry-{}-{}", self.name, uuid::Uuid::new_v4()))
-            .source(self.config.address.as_str())
+            .source(source.build())
             .credit_mode(fe2o3_amqp::link::receiver::CreditMode::Manual)
             .auto_accept(false)
             .attach(&mut link.session);
@@ -109,7 +131,14 @@ impl Amqp10Receiver {
     /// credit replies then inflate the count, the next grant lets the broker
     /// send more than the link allows, and the link fails. Granting only
     /// when nothing is in flight keeps both counts equal.
-    async fn serve(&self, link: &mut LinkReceiver, sink: &DeliverySink, shutdown: &CancellationToken) -> LinkEnd {
+    async fn serve(
+        &self,
+        link: &mut LinkReceiver,
+        sink: &DeliverySink,
+        shutdown: &CancellationToken,
+        held: Option<&Held>,
+        renewal_lost: &CancellationToken,
+    ) -> LinkEnd {
         let credit = self.config.credit;
         let (tx, mut commands) = mpsc::channel::<Command>(credit as usize * 2 + 16);
         // A delivery read from the link that the route has not taken yet.
@@ -127,6 +156,9 @@ impl Amqp10Receiver {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => return LinkEnd::Shutdown,
+                _ = renewal_lost.cancelled() => {
+                    return LinkEnd::Lost("lock renewal got no answer from $management".into());
+                }
                 Some(cmd) = commands.recv() => {
                     // Everything settled meanwhile goes out together: the
                     // accepts as one disposition per run of consecutive
@@ -138,6 +170,12 @@ impl Amqp10Receiver {
                         batch.push(more);
                     }
                     unsettled = unsettled.saturating_sub(batch.len() as u32);
+                    if let Some(held) = held {
+                        let mut held = held.lock().expect("held locks");
+                        for cmd in &batch {
+                            held.remove(&cmd.info.delivery_id());
+                        }
+                    }
                     self.settle_batch(link, batch).await;
                 }
                 permit = sink.reserve(), if pending.is_some() => match (permit, pending.take()) {
@@ -148,9 +186,15 @@ impl Amqp10Receiver {
                     granted -= 1;
                     match received {
                         Ok(delivery) => {
+                            let id = *delivery.delivery_id();
+                            let lock = held.map(|_| crate::service_bus::Lock::of(&delivery, self.config.session.is_some()));
                             pending = self.on_delivery(link, delivery, &tx).await;
                             if pending.is_some() {
                                 unsettled += 1;
+                                // A message rejected at once holds no lock.
+                                if let (Some(held), Some(lock)) = (held, lock) {
+                                    held.lock().expect("held locks").insert(id, lock);
+                                }
                             }
                         }
                         Err(RecvError::MessageDecode(e)) => {
@@ -240,8 +284,12 @@ impl Amqp10Receiver {
                     Amqp10RetryOutcome::Released => link.release(cmd.info).await,
                 },
                 Settlement::Reject(reason) => {
-                    let condition = ErrorCondition::Custom(Symbol::from(UNDELIVERABLE));
-                    link.reject(cmd.info, AmqpErrorBody::new(condition, Some(reason), None)).await
+                    let error = if self.sas.is_some() {
+                        crate::service_bus::dead_letter(UNDELIVERABLE, &reason)
+                    } else {
+                        AmqpErrorBody::new(ErrorCondition::Custom(Symbol::from(UNDELIVERABLE)), Some(reason), None)
+                    };
+                    link.reject(cmd.info, error).await
                 }
             };
             let _ = cmd.reply.send(result.map_err(|e| e.to_string()));
@@ -266,10 +314,34 @@ impl Receiver for Amqp10Receiver {
         let url = ferry_core::redact::url(&self.config.url);
         while !shutdown.is_cancelled() {
             let attempt = async {
-                let mut link = open(&self.config.url, &format!("ferry-{receiver}"), self.config.tls.as_ref()).await?;
-                match self.attach(&mut link).await {
-                    Ok(r) => Ok((link, r)),
+                let claims = self.sas.as_ref().map(|sas| Claims {
+                    sas,
+                    entity: &self.config.address,
+                    metrics: &self.metrics,
+                    part: receiver,
+                });
+                let mut link =
+                    open(&self.config.url, &format!("ferry-{receiver}"), self.config.tls.as_ref(), claims).await?;
+                let attached = match self.attach(&mut link).await {
+                    Ok(r) => r,
                     Err(e) => {
+                        link.close().await;
+                        return Err(e);
+                    }
+                };
+                if self.sas.is_none() {
+                    return Ok((link, attached, None));
+                }
+                let renewer = tokio::time::timeout(
+                    crate::connection::CONNECT_TIMEOUT,
+                    LockRenewer::attach(&mut link.session, &self.config.address, attached.name()),
+                )
+                .await
+                .unwrap_or_else(|_| Err(TransportError::transient("attach to $management: timed out")));
+                match renewer {
+                    Ok(renewer) => Ok((link, attached, Some(renewer))),
+                    Err(e) => {
+                        let _ = tokio::time::timeout(crate::connection::CLOSE_TIMEOUT, attached.detach()).await;
                         link.close().await;
                         Err(e)
                     }
@@ -280,12 +352,26 @@ impl Receiver for Amqp10Receiver {
                 r = attempt => r,
             };
             let end = match connected {
-                Ok((link, mut receiver_link)) => {
+                Ok((link, mut receiver_link, renewer)) => {
                     failures = 0;
                     info!(receiver, %url, address = %self.config.address, "connected");
                     self.metrics.connections.get_or_create(&labels).inc();
                     self.metrics.connected.get_or_create(&labels).set(1);
-                    let end = self.serve(&mut receiver_link, &sink, &shutdown).await;
+                    let held: Option<Held> = renewer.is_some().then(Held::default);
+                    let renewal_lost = CancellationToken::new();
+                    let stop_renewing = CancellationToken::new();
+                    if let (Some(renewer), Some(held)) = (renewer, &held) {
+                        tokio::spawn(renew_locks(
+                            renewer,
+                            held.clone(),
+                            Duration::from_millis(self.config.lock_renew_ms),
+                            (self.metrics.clone(), receiver.to_owned()),
+                            renewal_lost.clone(),
+                            stop_renewing.clone(),
+                        ));
+                    }
+                    let _stop_renewing = stop_renewing.drop_guard();
+                    let end = self.serve(&mut receiver_link, &sink, &shutdown, held.as_ref(), &renewal_lost).await;
                     self.metrics.connected.get_or_create(&labels).set(0);
                     if !matches!(end, LinkEnd::Lost(_)) {
                         let _ = tokio::time::timeout(crate::connection::CLOSE_TIMEOUT, receiver_link.detach()).await;
@@ -318,6 +404,54 @@ impl Receiver for Amqp10Receiver {
         }
         Ok(())
     }
+}
+
+/// Service Bus: renews the locks of the held deliveries every `every`
+/// until `stop`. A request that fails is counted and tried again at the
+/// next tick; one with no answer within the connect timeout cancels
+/// `lost` (the management link cannot be trusted to answer in order any
+/// more), and the connection is replaced.
+async fn renew_locks(
+    mut renewer: LockRenewer,
+    held: Held,
+    every: Duration,
+    (metrics, receiver): (Metrics, String),
+    lost: CancellationToken,
+    stop: CancellationToken,
+) {
+    let count = |outcome: &str, n: usize| {
+        metrics
+            .counter_family(&crate::LOCK_RENEWALS)
+            .get_or_create(&ferry_core::metrics::labels(&[("receiver", &receiver), ("outcome", outcome)]))
+            .inc_by(n as u64);
+    };
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let locks: Vec<crate::service_bus::Lock> = held.lock().expect("held locks").values().cloned().collect();
+        if locks.is_empty() {
+            continue;
+        }
+        match tokio::time::timeout(crate::connection::CONNECT_TIMEOUT, renewer.renew(&locks)).await {
+            Ok(Ok(())) => {
+                debug!(receiver, locks = locks.len(), "locks renewed");
+                count("renewed", locks.len());
+            }
+            Ok(Err(e)) => {
+                warn!(receiver, error = %e, locks = locks.len(), "lock renewal failed; a lost lock brings the message back");
+                count("failed", locks.len());
+            }
+            Err(_) => {
+                warn!(receiver, locks = locks.len(), "lock renewal got no answer; reconnecting");
+                count("failed", locks.len());
+                lost.cancel();
+                break;
+            }
+        }
+    }
+    let _ = tokio::time::timeout(crate::connection::CLOSE_TIMEOUT, renewer.close()).await;
 }
 
 /// Settles one delivery through the link task of its connection.

@@ -22,8 +22,9 @@ use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_core::supervisor::{BoxFuture, Identity, SupervisedLink, Supervisor};
 
 use crate::config::Amqp10SenderConfig;
-use crate::connection::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Link, open};
+use crate::connection::{CLOSE_TIMEOUT, CONNECT_TIMEOUT, Claims, Link, open};
 use crate::egress::{check_address, to_message};
+use crate::service_bus::Sas;
 
 /// An AMQP 1.0 sending link shared by every binding that names it.
 pub struct Amqp10Sender {
@@ -59,25 +60,43 @@ impl Amqp10Sender {
             describe: format!("{} address {}", ferry_core::redact::url(&config.url), config.address),
         };
         let backoff = Backoff::reconnect(config.reconnect_initial_ms, config.reconnect_max_ms);
-        let (url, address, container) = (config.url.clone(), config.address.clone(), format!("ferry-{name}"));
-        let tls = config.tls.clone();
+        let target = Arc::new(Target {
+            url: config.url.clone(),
+            address: config.address.clone(),
+            container: format!("ferry-{name}"),
+            tls: config.tls.clone(),
+            sas: config.service_bus().sas(),
+            metrics: metrics.clone(),
+            name: name.to_owned(),
+        });
         let connect = move || -> BoxFuture<'static, Result<SendingLink, TransportError>> {
-            let (url, address, container, tls) = (url.clone(), address.clone(), container.clone(), tls.clone());
-            Box::pin(async move { connect(&url, &address, &container, tls.as_ref()).await })
+            let target = target.clone();
+            Box::pin(async move { connect(&target).await })
         };
         let supervisor = Supervisor::start(identity, backoff, metrics, connect);
         Arc::new(Self { config, supervisor })
     }
 }
 
-async fn connect(
-    url: &str,
-    address: &str,
-    container: &str,
-    tls: Option<&TlsConfig>,
-) -> Result<SendingLink, TransportError> {
-    let mut link = open(url, container, tls).await?;
-    let attach = LinkSender::attach(&mut link.session, format!("{container}-{}", uuid::Uuid::new_v4()), address);
+/// Where a sender connects, and how.
+struct Target {
+    url: String,
+    address: String,
+    container: String,
+    tls: Option<TlsConfig>,
+    /// Service Bus: the SAS credentials.
+    sas: Option<Sas>,
+    metrics: Metrics,
+    name: String,
+}
+
+async fn connect(target: &Target) -> Result<SendingLink, TransportError> {
+    let Target { url, address, container, tls, .. } = target;
+    let claims =
+        target.sas.as_ref().map(|sas| Claims { sas, entity: address, metrics: &target.metrics, part: &target.name });
+    let mut link = open(url, container, tls.as_ref(), claims).await?;
+    let attach =
+        LinkSender::attach(&mut link.session, format!("{container}-{}", uuid::Uuid::new_v4()), address.as_str());
     match tokio::time::timeout(CONNECT_TIMEOUT, attach).await {
         Ok(Ok(sender)) => Ok(SendingLink { link, sender }),
         other => {
@@ -125,7 +144,7 @@ fn outcome_result(outcome: Outcome) -> Result<(), TransportError> {
 impl Sender for Amqp10Sender {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
         check_address(&self.config, &msg.address)?;
-        let message = to_message(&msg.envelope, self.config.durable)?;
+        let message = to_message(&msg.envelope, self.config.durable, self.config.profile)?;
         let (generation, delivery) = {
             let mut guard = self.supervisor.active().await;
             let Some(active) = guard.as_mut() else {

@@ -14,11 +14,26 @@ use ferry_core::wire::toml_value::Value;
 use ferry_core::wire::{Admitted, View};
 use ferry_envelope::Timestamp;
 
-use crate::config::{Amqp10ReceiverConfig, Amqp10SenderConfig};
+use crate::config::{Amqp10ReceiverConfig, Amqp10SenderConfig, ServiceBusKeys};
 use crate::{Amqp10Receiver, Amqp10Sender, connection, fixture};
 
 /// AMQP 1.0 (`type = "amqp10"`).
 pub struct Amqp10;
+
+/// `ferry validate --connect`: connects (for Service Bus, puts a token for
+/// the entity too).
+async fn probe(
+    name: &str,
+    keys: ServiceBusKeys<'_>,
+    tls: Option<&ferry_config::TlsConfig>,
+) -> Result<String, TransportError> {
+    let sas = keys.sas();
+    let metrics = ferry_core::metrics::Metrics::new();
+    let claims =
+        sas.as_ref().map(|sas| connection::Claims { sas, entity: keys.address, metrics: &metrics, part: name });
+    connection::probe(keys.url, tls, claims).await?;
+    Ok(if sas.is_some() { "connected; $cbs took the SAS token" } else { "connected" }.to_owned())
+}
 
 #[async_trait]
 impl TypedTransport for Amqp10 {
@@ -47,12 +62,20 @@ impl TypedTransport for Amqp10 {
         Ok(Amqp10Sender::start(name, config.clone(), parts.metrics.clone()))
     }
 
-    async fn probe_receiver(&self, _: &str, config: &Amqp10ReceiverConfig) -> Result<String, TransportError> {
-        connection::probe(&config.url, config.tls.as_ref()).await.map(|()| "connected".to_owned())
+    async fn probe_receiver(&self, name: &str, config: &Amqp10ReceiverConfig) -> Result<String, TransportError> {
+        probe(name, config.service_bus(), config.tls.as_ref()).await
     }
 
-    async fn probe_sender(&self, _: &str, config: &Amqp10SenderConfig) -> Result<String, TransportError> {
-        connection::probe(&config.url, config.tls.as_ref()).await.map(|()| "connected".to_owned())
+    async fn probe_sender(&self, name: &str, config: &Amqp10SenderConfig) -> Result<String, TransportError> {
+        probe(name, config.service_bus(), config.tls.as_ref()).await
+    }
+
+    fn receiver_secrets(&self, config: &Amqp10ReceiverConfig) -> Vec<String> {
+        config.sas_key.iter().map(|k| k.expose().to_owned()).collect()
+    }
+
+    fn sender_secrets(&self, config: &Amqp10SenderConfig) -> Vec<String> {
+        config.sas_key.iter().map(|k| k.expose().to_owned()).collect()
     }
 
     fn fixture_receive(&self, config: &Amqp10ReceiverConfig, input: Value, now: Timestamp) -> Result<Admitted, String> {
@@ -85,6 +108,7 @@ impl TypedTransport for Amqp10 {
                 ]),
             ),
             ("application_properties".into(), table(&typed_headers())),
+            ("message_annotations".into(), table(&[("x-opt-partition-key".into(), text("probe-partition-7f3a"))])),
         ]);
         let mut features = vec![
             feature("identity (message-id)", Find::Value(ID)),
@@ -94,6 +118,7 @@ impl TypedTransport for Amqp10 {
             feature("reply-to", Find::Value(REPLY_TO)),
             feature("to", Find::Value("probe-to-7f3a")),
             feature("group id", Find::Value("probe-group-7f3a")),
+            feature("partition key (x-opt-partition-key)", Find::Value("probe-partition-7f3a")),
             feature("expiry (ttl)", Find::Expiry),
         ];
         features.extend(typed_features().into_iter().map(|mut f| {

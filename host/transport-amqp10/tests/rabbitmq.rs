@@ -10,8 +10,8 @@ use ferry_core::ports::{OutboundMessage, Sender};
 use ferry_envelope::{Envelope, HeaderValue, Timestamp};
 use ferry_tests::rabbit::{Amqp10Client, Rabbit, URL10};
 use ferry_tests::receiver::RunningReceiver;
+use ferry_transport_amqp10::{Amqp10Profile, Amqp10ReceiverConfig, Amqp10RetryOutcome, Amqp10SenderConfig};
 use ferry_transport_amqp10::{Amqp10Receiver, Amqp10Sender};
-use ferry_transport_amqp10::{Amqp10ReceiverConfig, Amqp10RetryOutcome, Amqp10SenderConfig};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -25,6 +25,12 @@ fn receiver_config(queue: &str) -> Amqp10ReceiverConfig {
         max_message_bytes: 1024,
         reconnect_initial_ms: 100,
         reconnect_max_ms: 1000,
+        profile: Amqp10Profile::Generic,
+        sas_key_name: None,
+        sas_key: None,
+        token_lifetime_s: 3600,
+        lock_renew_ms: 10_000,
+        session: None,
     }
 }
 
@@ -145,6 +151,10 @@ async fn sender_maps_the_envelope_and_refuses_a_different_address() {
             send_timeout_ms: 5000,
             reconnect_initial_ms: 100,
             reconnect_max_ms: 1000,
+            profile: Amqp10Profile::Generic,
+            sas_key_name: None,
+            sas_key: None,
+            token_lifetime_s: 3600,
         },
         Metrics::new(),
     );

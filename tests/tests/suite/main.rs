@@ -35,6 +35,7 @@ mod reload;
 mod route_rules;
 mod scaffold;
 mod scale_out;
+mod service_bus;
 mod shadow;
 mod simplemq;
 mod sqs;
