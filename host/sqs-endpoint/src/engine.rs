@@ -86,6 +86,11 @@ struct Queue {
     dedup: HashMap<String, DedupEntry>,
     notify: Arc<Notify>,
     purged_ms: Option<i64>,
+    /// FIFO: when each message group was last served, on the queue's
+    /// receive clock (not kept across restarts: every group starts as
+    /// never served).
+    served: HashMap<String, i64>,
+    receives: i64,
 }
 
 impl Queue {
@@ -124,6 +129,23 @@ fn internal(e: StoreError) -> SqsError {
     SqsError::internal(e)
 }
 
+/// Hands out message `seq` of queue `name`: a new receipt, its receive
+/// count and first receive, invisible for `visibility` seconds.
+fn deliver(name: &str, seq: u64, m: &mut Message, now: i64, visibility: i64, change: &mut RecordChange) -> Received {
+    let nonce = format!("{:016x}", rand::random::<u64>());
+    m.delivery.receive_count += 1;
+    m.delivery.first_receive_ms.get_or_insert(now);
+    m.delivery.visible_at_ms = now + visibility * 1000;
+    m.delivery.receipt = Some(nonce.clone());
+    change.put(DELIVERIES, message_key(name, seq), encode(&m.delivery));
+    Received {
+        stored: m.stored.clone(),
+        receipt_handle: receipt_handle(name, seq, &nonce),
+        receive_count: m.delivery.receive_count,
+        first_receive_ms: m.delivery.first_receive_ms.unwrap_or(now),
+    }
+}
+
 impl Local {
     /// Loads every queue from the store.
     pub async fn open(store: Arc<dyn RecordStore>, identity: Identity, clock: Clock) -> Result<Self, StoreError> {
@@ -138,6 +160,8 @@ impl Local {
                     dedup: HashMap::new(),
                     notify: Arc::new(Notify::new()),
                     purged_ms: None,
+                    served: HashMap::new(),
+                    receives: 0,
                 },
             );
         }
@@ -218,6 +242,8 @@ impl Local {
                     dedup: HashMap::new(),
                     notify: Arc::new(Notify::new()),
                     purged_ms: None,
+                    served: HashMap::new(),
+                    receives: 0,
                 },
             );
             meta
@@ -468,6 +494,8 @@ impl Local {
         let mut dead = Vec::new();
         let mut blocked: HashSet<String> = HashSet::new();
         let mut next_ms: Option<i64> = None;
+        // FIFO: the messages the receive may take, by group, in send order.
+        let mut candidates: Vec<(String, u64)> = Vec::new();
         for (seq, m) in &mut queue.messages {
             // A full receive returns at once: no need to look further.
             if got.len() >= options.max {
@@ -501,18 +529,24 @@ impl Local {
                 }
                 continue;
             }
-            let nonce = format!("{:016x}", rand::random::<u64>());
-            m.delivery.receive_count += 1;
-            m.delivery.first_receive_ms.get_or_insert(now);
-            m.delivery.visible_at_ms = now + visibility * 1000;
-            m.delivery.receipt = Some(nonce.clone());
-            change.put(DELIVERIES, message_key(name, *seq), encode(&m.delivery));
-            got.push(Received {
-                stored: m.stored.clone(),
-                receipt_handle: receipt_handle(name, *seq, &nonce),
-                receive_count: m.delivery.receive_count,
-                first_receive_ms: m.delivery.first_receive_ms.unwrap_or(now),
-            });
+            match group {
+                // A FIFO receive chooses among every group's head run.
+                Some(g) => candidates.push((g, *seq)),
+                None => got.push(deliver(name, *seq, m, now, visibility, &mut change)),
+            }
+        }
+        if fifo {
+            let pairs: Vec<(&str, u64)> = candidates.iter().map(|(g, seq)| (g.as_str(), *seq)).collect();
+            let chosen = crate::model::fifo_order(&pairs, |g| queue.served.get(g).copied(), options.max);
+            queue.receives += 1;
+            for seq in chosen {
+                if let Some(m) = queue.messages.get_mut(&seq) {
+                    if let Some(g) = &m.stored.group {
+                        queue.served.insert(g.clone(), queue.receives);
+                    }
+                    got.push(deliver(name, seq, m, now, visibility, &mut change));
+                }
+            }
         }
         for seq in expired {
             queue.messages.remove(&seq);

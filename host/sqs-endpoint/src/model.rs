@@ -431,9 +431,53 @@ pub fn is_internal(name: &str) -> bool {
     name.contains(':')
 }
 
+/// The order a FIFO receive hands out messages in, as SQS does: one
+/// message group at a time (a group's messages together, in send order),
+/// groups never served first, then the one served least recently; groups
+/// alike in that keep the order of their first message. `candidates` are
+/// the messages a receive may take (each group's run from its head, in
+/// send order), `served` each group's last receive (a clock that only
+/// grows; `None` never). Returns at most `max` of the candidates' keys.
+pub fn fifo_order<K: Copy>(candidates: &[(&str, K)], served: impl Fn(&str) -> Option<i64>, max: usize) -> Vec<K> {
+    let mut groups: Vec<(&str, Option<i64>, usize)> = Vec::new();
+    for (i, (group, _)) in candidates.iter().enumerate() {
+        if !groups.iter().any(|(g, _, _)| g == group) {
+            groups.push((group, served(group), i));
+        }
+    }
+    // `None` sorts before any time: never served comes first.
+    groups.sort_by_key(|(_, served, first)| (*served, *first));
+    let mut out = Vec::new();
+    for (group, _, _) in groups {
+        for (_, key) in candidates.iter().filter(|(g, _)| *g == group) {
+            if out.len() >= max {
+                return out;
+            }
+            out.push(*key);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fifo_receive_serves_a_group_at_a_time_least_recently_served_first() {
+        let candidates = [("g1", 1), ("g2", 2), ("g1", 3), ("g3", 4), ("g1", 5), ("g2", 6)];
+        // Never served: in the order of their first message, whole.
+        assert_eq!(fifo_order(&candidates, |_| None, 10), vec![1, 3, 5, 2, 6, 4]);
+        assert_eq!(fifo_order(&candidates, |_| None, 4), vec![1, 3, 5, 2]);
+        // g1 served at 7 and g2 at 3: g3 (never) first, then g2, then g1.
+        let served = |g: &str| match g {
+            "g1" => Some(7),
+            "g2" => Some(3),
+            _ => None,
+        };
+        assert_eq!(fifo_order(&candidates, served, 10), vec![4, 2, 6, 1, 3, 5]);
+        assert!(fifo_order::<i64>(&[], |_| None, 10).is_empty());
+    }
 
     #[test]
     fn attributes_of_the_wrong_shape_are_refused_not_dropped() {

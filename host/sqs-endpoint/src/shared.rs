@@ -408,6 +408,47 @@ impl Shared {
         }
     }
 
+    /// FIFO: chooses up to `max` of the `candidates` (group, seq) a group
+    /// at a time, least recently served first ([`crate::model::fifo_order`]),
+    /// and records the groups chosen as served now. Under the queue's lock.
+    async fn serve_groups(
+        &self,
+        txn: &tokio_postgres::Transaction<'_>,
+        name: &str,
+        candidates: &[(&str, i64)],
+        max: usize,
+    ) -> Result<Vec<i64>, SqsError> {
+        if candidates.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut groups: Vec<&str> = candidates.iter().map(|(g, _)| *g).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let served: HashMap<String, i64> = txn
+            .query("SELECT grp, served FROM ferry_sqs_groups WHERE queue = $1 AND grp = ANY($2)", &[&name, &groups])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let chosen = crate::model::fifo_order(candidates, |g| served.get(g).copied(), max);
+        let mut taken: Vec<&str> = candidates.iter().filter(|(_, seq)| chosen.contains(seq)).map(|(g, _)| *g).collect();
+        taken.sort_unstable();
+        taken.dedup();
+        if !taken.is_empty() {
+            // One receive serves its groups at one moment of the clock.
+            txn.execute(
+                "INSERT INTO ferry_sqs_groups (queue, grp, served) \
+                 SELECT $1::text, g, s FROM unnest($2::text[]) AS t(g), (SELECT nextval('ferry_sqs_seq') AS s) AS now \
+                 ON CONFLICT (queue, grp) DO UPDATE SET served = EXCLUDED.served",
+                &[&name, &taken],
+            )
+            .await
+            .map_err(db)?;
+        }
+        Ok(chosen)
+    }
+
     /// One pass over a queue, in one transaction: the messages taken, when
     /// the next one becomes visible, and the queue's own long-poll wait
     /// (ReceiveMessageWaitTimeSeconds, read with the rest of its
@@ -433,6 +474,8 @@ impl Shared {
         };
         let nonce = format!("{:016x}", rand::random::<u64>());
         let max = options.max as i64;
+        // FIFO: the order the receive chose (a group at a time).
+        let mut order: Vec<i64> = Vec::new();
         let (rows, next_ms) = if fifo {
             txn.execute(LOCK, &[&name]).await.map_err(db)?;
             let heads: Vec<Head> = txn
@@ -452,7 +495,8 @@ impl Shared {
                     sent_ms: r.get(4),
                 })
                 .collect();
-            let (chosen, expired, dead, next_ms) = scan_fifo(&heads, now, cut, redrive.as_ref(), options.max);
+            let (candidates, expired, dead, next_ms) = scan_fifo(&heads, now, cut, redrive.as_ref());
+            let chosen = self.serve_groups(&txn, name, &candidates, options.max).await?;
             if !expired.is_empty() {
                 txn.execute("DELETE FROM ferry_sqs_messages WHERE queue = $1 AND seq = ANY($2)", &[&name, &expired])
                     .await
@@ -462,6 +506,7 @@ impl Shared {
                 self.move_dead(&txn, name, &dead, policy, now).await?;
             }
             let rows = txn.query(TAKE, &[&name, &now, &until, &nonce, &chosen]).await.map_err(db)?;
+            order = chosen;
             (rows, next_ms)
         } else {
             let max_count = match &redrive {
@@ -513,7 +558,9 @@ impl Shared {
                 ))
             })
             .collect::<Result<Vec<_>, SqsError>>()?;
-        got.sort_by_key(|(seq, _)| *seq);
+        got.sort_by_key(
+            |(seq, _)| if fifo { order.iter().position(|s| s == seq).unwrap_or(usize::MAX) } else { *seq as usize },
+        );
         Ok((got.into_iter().map(|(_, r)| r).collect(), next_ms, queue_wait))
     }
 
@@ -646,20 +693,16 @@ impl Shared {
 /// dead (for the dead-letter queue), and when the next message becomes
 /// visible.
 #[allow(clippy::type_complexity)]
-fn scan_fifo(
-    heads: &[Head],
+fn scan_fifo<'h>(
+    heads: &'h [Head],
     now: i64,
     cut: i64,
     redrive: Option<&RedrivePolicy>,
-    max: usize,
-) -> (Vec<i64>, Vec<i64>, Vec<i64>, Option<i64>) {
+) -> (Vec<(&'h str, i64)>, Vec<i64>, Vec<i64>, Option<i64>) {
     let (mut chosen, mut expired, mut dead) = (Vec::new(), Vec::new(), Vec::new());
     let mut held: HashSet<&str> = HashSet::new();
     let mut next_ms: Option<i64> = None;
     for m in heads {
-        if chosen.len() >= max {
-            break;
-        }
         if m.sent_ms <= cut {
             expired.push(m.seq);
             continue;
@@ -681,7 +724,9 @@ fn scan_fifo(
         // Later messages of its group may come in the same receive, after
         // it (as SQS hands them out); the next receive finds the group
         // held by them.
-        chosen.push(m.seq);
+        if let Some(g) = group {
+            chosen.push((g, m.seq));
+        }
     }
     (chosen, expired, dead, next_ms)
 }
@@ -698,7 +743,8 @@ mod tests {
     fn a_fifo_scan_keeps_group_order_and_skips_held_groups() {
         let heads =
             [head(1, "a", 0, 0), head(2, "a", 0, 0), head(3, "b", 50, 1), head(4, "b", 0, 0), head(5, "c", 0, 0)];
-        let (chosen, expired, dead, next) = scan_fifo(&heads, 10, 0, None, 10);
+        let (chosen, expired, dead, next) = scan_fifo(&heads, 10, 0, None);
+        let chosen: Vec<i64> = chosen.iter().map(|(_, seq)| *seq).collect();
         assert_eq!(chosen, vec![1, 2, 5]);
         assert!(expired.is_empty() && dead.is_empty());
         assert_eq!(next, Some(50));
@@ -706,9 +752,10 @@ mod tests {
         // and holds its group.
         let policy = RedrivePolicy { target_name: "dlq".into(), max_receive_count: 2 };
         let heads = [head(1, "a", 0, 2), head(2, "a", 0, 0), head(3, "b", 0, 0)];
-        let (chosen, _, dead, _) = scan_fifo(&heads, 10, 0, Some(&policy), 10);
+        let (chosen, _, dead, _) = scan_fifo(&heads, 10, 0, Some(&policy));
+        let chosen: Vec<i64> = chosen.iter().map(|(_, seq)| *seq).collect();
         assert_eq!((chosen, dead), (vec![3], vec![1]));
-        let (_, expired, _, _) = scan_fifo(&heads, 10, 5_000, None, 10);
+        let (_, expired, _, _) = scan_fifo(&heads, 10, 5_000, None);
         assert_eq!(expired, vec![1, 2, 3]);
     }
 }

@@ -304,23 +304,29 @@ async fn fifo_keeps_group_order_blocks_groups_in_flight_and_deduplicates() {
     let again = fifo_send(&ep, &url, "a1", Some("a"), Some("a1")).await.expect("dup");
     assert_eq!(again.sequence_number(), Some(sequences[0].as_str()));
 
+    // A receive fills its batch one group at a time, in order.
     let got = ep.client.receive_message().queue_url(&url).max_number_of_messages(2).send().await.expect("r");
     let bodies: Vec<_> = got.messages().iter().filter_map(|m| m.body()).collect();
-    assert_eq!(bodies, ["a1", "b1"]);
+    assert_eq!(bodies, ["a1", "a2"]);
+    // Group a is in flight; b, never served, comes whole.
+    let b = ep.client.receive_message().queue_url(&url).max_number_of_messages(10).send().await.expect("r");
+    let bodies: Vec<_> = b.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["b1", "b2"]);
     // Both groups are in flight: nothing more until they are deleted.
     let none = ep.client.receive_message().queue_url(&url).max_number_of_messages(10).send().await.expect("r");
     assert!(none.messages().is_empty(), "{:?}", none.messages());
-    let a1 = &got.messages()[0];
-    ep.client
-        .delete_message()
-        .queue_url(&url)
-        .receipt_handle(a1.receipt_handle().expect("h"))
-        .send()
-        .await
-        .expect("del");
+    for m in got.messages() {
+        ep.client
+            .delete_message()
+            .queue_url(&url)
+            .receipt_handle(m.receipt_handle().expect("h"))
+            .send()
+            .await
+            .expect("del");
+    }
     let got = ep.client.receive_message().queue_url(&url).max_number_of_messages(10).send().await.expect("r");
     let bodies: Vec<_> = got.messages().iter().filter_map(|m| m.body()).collect();
-    assert_eq!(bodies, ["a2", "a3"], "group a, in order; group b still in flight");
+    assert_eq!(bodies, ["a3"], "group a goes on where it left off; group b still in flight");
     // Deleted messages stay covered by the deduplication window.
     let dup = fifo_send(&ep, &url, "a1", Some("a"), Some("a1")).await.expect("dup");
     assert_eq!(dup.sequence_number(), Some(sequences[0].as_str()));
@@ -804,4 +810,29 @@ async fn a_missing_dead_letter_queue_keeps_messages_where_they_are() {
         assert_eq!(got.messages().len(), 1, "receive {round}: the message is still there");
     }
     ep.stop().await;
+}
+
+/// SQS serves the message group served least recently first: a group whose
+/// message came back (its visibility ran out) waits behind a group never
+/// served.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fifo_receive_serves_the_group_served_least_recently_first() {
+    let ep = Endpoint::start().await;
+    let url = ep.create(&format!("{}.fifo", unique("served")), &[("FifoQueue", "true")]).await;
+    for (group, body) in [("g1", "g1-m1"), ("g2", "g2-m1")] {
+        fifo_send(&ep, &url, body, Some(group), Some(body)).await.expect("sent");
+    }
+    let first = ep.client.receive_message().queue_url(&url).max_number_of_messages(1).send().await.expect("r");
+    assert_eq!(first.messages()[0].body(), Some("g1-m1"));
+    ep.client
+        .change_message_visibility()
+        .queue_url(&url)
+        .receipt_handle(first.messages()[0].receipt_handle().expect("h"))
+        .visibility_timeout(0)
+        .send()
+        .await
+        .expect("visible again");
+    let got = ep.client.receive_message().queue_url(&url).max_number_of_messages(10).send().await.expect("r");
+    let bodies: Vec<_> = got.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["g2-m1", "g1-m1"], "g2 was never served, g1 was");
 }

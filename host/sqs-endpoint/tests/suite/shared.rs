@@ -190,6 +190,44 @@ async fn fifo_order_groups_and_deduplication_hold_across_endpoints() {
     finish(db, a, b).await;
 }
 
+/// The group served least recently goes first, whichever endpoint served
+/// it: a group whose message came back waits behind one never served.
+#[tokio::test(flavor = "multi_thread")]
+async fn fifo_groups_are_served_least_recently_first_across_endpoints() {
+    let (db, a, b) = pair().await;
+    let name = format!("{}.fifo", unique("served"));
+    let url_a = a.create(&name, &[("FifoQueue", "true")]).await;
+    let url_b = on(&b, &url_a);
+    for (group, body) in [("g1", "g1-m1"), ("g1", "g1-m2"), ("g2", "g2-m1"), ("g3", "g3-m1")] {
+        a.client
+            .send_message()
+            .queue_url(&url_a)
+            .message_body(body)
+            .message_group_id(group)
+            .message_deduplication_id(body)
+            .send()
+            .await
+            .expect("sent");
+    }
+    let first = a.client.receive_message().queue_url(&url_a).max_number_of_messages(3).send().await.expect("receive");
+    let bodies: Vec<&str> = first.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["g1-m1", "g1-m2", "g2-m1"], "a group at a time");
+    for m in first.messages() {
+        a.client
+            .change_message_visibility()
+            .queue_url(&url_a)
+            .receipt_handle(m.receipt_handle().expect("handle"))
+            .visibility_timeout(0)
+            .send()
+            .await
+            .expect("visible again");
+    }
+    let second = b.client.receive_message().queue_url(&url_b).max_number_of_messages(10).send().await.expect("receive");
+    let bodies: Vec<&str> = second.messages().iter().filter_map(|m| m.body()).collect();
+    assert_eq!(bodies, ["g3-m1", "g1-m1", "g1-m2", "g2-m1"], "never served first, then as served");
+    finish(db, a, b).await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn visibility_redrive_purge_and_deletion_are_seen_from_both_endpoints() {
     let (db, a, b) = pair().await;

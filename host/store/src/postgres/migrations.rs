@@ -15,6 +15,7 @@ pub const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "outbox records, leases, instances and dead letters", V1),
     (2, "keyed records (the SQS endpoint's queues)", V2),
     (3, "the SQS endpoint's queues as tables every instance serves", V3),
+    (4, "when each FIFO message group was last served", V4),
 ];
 
 /// Any fixed number: the advisory lock the migrations are applied under.
@@ -111,6 +112,18 @@ CREATE TABLE ferry_sqs_dedup (
     message_id TEXT NOT NULL,
     sequence   BIGINT,
     PRIMARY KEY (queue, dedup_id)
+);
+"#;
+
+/// FIFO receives serve the message group served least recently first, as
+/// SQS does: `served` is the `ferry_sqs_seq` value of the receive that last
+/// took a message of the group. It goes with its queue.
+const V4: &str = r#"
+CREATE TABLE ferry_sqs_groups (
+    queue  TEXT NOT NULL REFERENCES ferry_sqs_queues (name) ON DELETE CASCADE,
+    grp    TEXT NOT NULL,
+    served BIGINT NOT NULL,
+    PRIMARY KEY (queue, grp)
 );
 "#;
 
