@@ -121,7 +121,8 @@ enum Command {
     /// Write the book's generated reference pages into DIR: config.md
     /// (every config key, from the config types), cli.md (every command
     /// and option, from this parser) and metrics.md (every metric, from
-    /// the registry).
+    /// the registry); then copy each key table into the book pages (under
+    /// DIR's parent) that mark its place with `<!-- reference: ID … -->`.
     Reference {
         #[arg(long, default_value = "docs/src/reference")]
         dir: PathBuf,
@@ -240,17 +241,117 @@ fn reference_pages() -> [(&'static str, String); 3] {
     ]
 }
 
-/// `ferry reference`: writes [`reference_pages`] into `dir`.
+/// `ferry reference`: writes [`reference_pages`] into `dir`, then the key
+/// tables into the book pages around it ([`fill_page`]).
 fn reference(dir: &std::path::Path) -> ExitCode {
+    let pages = reference_pages();
     let written = std::fs::create_dir_all(dir)
-        .and_then(|()| reference_pages().iter().try_for_each(|(name, text)| std::fs::write(dir.join(name), text)));
-    match written {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("cannot write the reference pages into {}: {e}", dir.display());
-            ExitCode::FAILURE
+        .and_then(|()| pages.iter().try_for_each(|(name, text)| std::fs::write(dir.join(name), text)));
+    if let Err(e) = written {
+        eprintln!("cannot write the reference pages into {}: {e}", dir.display());
+        return ExitCode::FAILURE;
+    }
+    let tables = anchored_tables(&pages[0].1);
+    let book = dir.parent().unwrap_or(std::path::Path::new("."));
+    for page in book_pages(book, dir) {
+        let Ok(text) = std::fs::read_to_string(&page) else { continue };
+        match fill_page(&text, &tables) {
+            Ok(filled) if filled != text => {
+                if let Err(e) = std::fs::write(&page, filled) {
+                    eprintln!("cannot write {}: {e}", page.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("{}: {e}", page.display());
+                return ExitCode::FAILURE;
+            }
         }
     }
+    ExitCode::SUCCESS
+}
+
+/// The Markdown pages under `book`, but those in `skip` (the reference's
+/// own), in name order.
+fn book_pages(book: &std::path::Path, skip: &std::path::Path) -> Vec<PathBuf> {
+    let mut pages = Vec::new();
+    let mut dirs = vec![book.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                if path.canonicalize().ok() != skip.canonicalize().ok() {
+                    dirs.push(path);
+                }
+            } else if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    pages.sort();
+    pages
+}
+
+/// The tables of the config reference by anchor (`<!-- ANCHOR: ID -->` …
+/// `<!-- ANCHOR_END: ID -->`), each with its lines' newlines.
+fn anchored_tables(config: &str) -> std::collections::BTreeMap<String, String> {
+    let mut tables = std::collections::BTreeMap::new();
+    let mut open: Option<(String, String)> = None;
+    for line in config.lines() {
+        if let Some(id) = line.strip_prefix("<!-- ANCHOR: ").and_then(|l| l.strip_suffix(" -->")) {
+            open = Some((id.to_owned(), String::new()));
+        } else if line.starts_with("<!-- ANCHOR_END: ") {
+            if let Some((id, table)) = open.take() {
+                tables.insert(id, table);
+            }
+        } else if let Some((_, table)) = open.as_mut() {
+            table.push_str(line);
+            table.push('\n');
+        }
+    }
+    tables
+}
+
+/// How a page marks where a key table of the reference goes; the table
+/// follows, up to [`TABLE_END`]. Pages carry the table itself (not an
+/// mdBook include), so they read whole in a repository browser too.
+const TABLE_START: &str = "<!-- reference: ";
+const TABLE_END: &str = "<!-- /reference -->";
+
+/// `page` with the table `ID` of `tables` in each `<!-- reference: ID … -->`
+/// block (and in place of each `{{#include ../reference/config.md:ID}}`,
+/// the form pages had before); an ID the reference lacks is an error.
+fn fill_page(page: &str, tables: &std::collections::BTreeMap<String, String>) -> Result<String, String> {
+    let mut out = String::with_capacity(page.len());
+    let mut lines = page.lines();
+    let table = |id: &str| tables.get(id).ok_or_else(|| format!("the reference has no table {id}"));
+    while let Some(line) = lines.next() {
+        let id = if let Some(rest) = line.strip_prefix(TABLE_START) {
+            let id = rest.split(' ').next().unwrap_or_default();
+            // Skip the old table, up to its end marker.
+            if !lines.by_ref().any(|l| l == TABLE_END) {
+                return Err(format!("the table {id} has no end marker ({TABLE_END})"));
+            }
+            id.to_owned()
+        } else if let Some(id) =
+            line.strip_prefix("{{#include ../reference/config.md:").and_then(|l| l.strip_suffix("}}"))
+        {
+            id.to_owned()
+        } else {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        };
+        out.push_str(&format!(
+            "{TABLE_START}{id} (written by `ferry reference` from reference/config.md; do not edit) -->\n"
+        ));
+        out.push_str(table(&id)?);
+        out.push_str(TABLE_END);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// The CLI reference page: every command, its options and their help, as
@@ -506,6 +607,39 @@ mod tests {
                 "docs/src/reference/{name} is stale: run `ferry reference --dir docs/src/reference`"
             );
         }
+    }
+
+    #[test]
+    fn the_book_pages_carry_the_current_key_tables() {
+        let book = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/src"));
+        let tables = anchored_tables(&reference_pages()[0].1);
+        let pages = book_pages(book, &book.join("reference"));
+        assert!(pages.len() > 20, "{} pages", pages.len());
+        for page in pages {
+            let text = std::fs::read_to_string(&page).expect("page");
+            assert!(
+                fill_page(&text, &tables).as_deref() == Ok(text.as_str()),
+                "{} has a stale key table: run `ferry reference --dir docs/src/reference`",
+                page.display()
+            );
+        }
+    }
+
+    #[test]
+    fn a_page_gets_the_table_between_its_markers() {
+        let tables: std::collections::BTreeMap<String, String> =
+            [("receiver-x".to_owned(), "| key |\n| --- |\n| `a` |\n".to_owned())].into();
+        let old = "# X\n\n{{#include ../reference/config.md:receiver-x}}\n\nAfter.\n";
+        let filled = fill_page(old, &tables).expect("filled");
+        assert!(filled.contains("<!-- reference: receiver-x (written by"), "{filled}");
+        assert!(filled.contains("| `a` |\n<!-- /reference -->\n\nAfter."), "{filled}");
+        assert_eq!(fill_page(&filled, &tables).as_deref(), Ok(filled.as_str()), "stable");
+        let newer: std::collections::BTreeMap<String, String> =
+            [("receiver-x".to_owned(), "| key |\n| --- |\n| `b` |\n".to_owned())].into();
+        let again = fill_page(&filled, &newer).expect("filled");
+        assert!(again.contains("| `b` |") && !again.contains("| `a` |"), "{again}");
+        assert!(fill_page("{{#include ../reference/config.md:nope}}\n", &tables).is_err());
+        assert!(fill_page("<!-- reference: receiver-x -->\n| old |\n", &tables).is_err(), "no end marker");
     }
 
     #[test]

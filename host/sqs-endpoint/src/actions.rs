@@ -128,6 +128,9 @@ pub const ACTIONS: &[&str] = &[
     "DeleteMessageBatch",
     "ChangeMessageVisibility",
     "ChangeMessageVisibilityBatch",
+    "ListDeadLetterSourceQueues",
+    "AddPermission",
+    "RemovePermission",
 ];
 
 /// Runs one action.
@@ -188,6 +191,9 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
             Ok(json!({}))
         }
         "ChangeMessageVisibilityBatch" => change_visibility_batch(cx, input).await,
+        "ListDeadLetterSourceQueues" => dead_letter_sources(cx, input).await,
+        "AddPermission" => add_permission(cx, input).await,
+        "RemovePermission" => remove_permission(cx, input).await,
         other => Err(SqsError::invalid_action(other)),
     }
 }
@@ -202,6 +208,23 @@ async fn create_queue(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError
 
 async fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let prefix = text(input, "QueueNamePrefix")?.unwrap_or_default();
+    let mut names = cx.engine.list(&prefix).await?;
+    names.retain(|n| !crate::model::is_internal(n));
+    let (page, next) = page(input, &names)?;
+    let mut out = Map::new();
+    if !page.is_empty() {
+        out.insert("QueueUrls".into(), page.iter().map(|n| Value::from(cx.queue_url(n))).collect());
+    }
+    if let Some(token) = next {
+        out.insert("NextToken".into(), Value::from(token));
+    }
+    Ok(Value::Object(out))
+}
+
+/// One page of `names` after `NextToken` (the last name of the page
+/// before), `MaxResults` at a time (1 to 1000; every name without it, and
+/// then no token).
+fn page<'n>(input: &Value, names: &'n [String]) -> Result<(Vec<&'n String>, Option<String>), SqsError> {
     let max = int(input, "MaxResults")?;
     if let Some(m) = max
         && !(1..=1000).contains(&m)
@@ -209,22 +232,139 @@ async fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError>
         return Err(SqsError::invalid_value("MaxResults", m, "must be between 1 and 1000"));
     }
     let after = text(input, "NextToken")?;
-    let mut names = cx.engine.list(&prefix).await?;
-    names.retain(|n| !crate::model::is_internal(n));
     let start = after.as_ref().map_or(0, |token| names.iter().position(|n| n > token).unwrap_or(names.len()));
-    let limit = max.map_or(1000, |m| m as usize);
-    let page: Vec<&String> = names[start..].iter().take(limit).collect();
-    let mut out = Map::new();
-    if !page.is_empty() {
-        out.insert("QueueUrls".into(), page.iter().map(|n| Value::from(cx.queue_url(n))).collect());
+    let page: Vec<&String> = names[start..].iter().take(max.map_or(1000, |m| m as usize)).collect();
+    let next = (max.is_some() && start + page.len() < names.len()).then(|| page.last().map(|n| (*n).clone())).flatten();
+    Ok((page, next))
+}
+
+/// The queues whose redrive policy names this queue as their dead-letter
+/// queue (`queueUrls`, paged as ListQueues is).
+async fn dead_letter_sources(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let arn = cx.engine.attributes(&name).await?.remove("QueueArn").unwrap_or_default();
+    let mut sources = Vec::new();
+    for candidate in cx.engine.list("").await? {
+        if crate::model::is_internal(&candidate) {
+            continue;
+        }
+        // A queue deleted meanwhile is simply not a source.
+        let Ok(attributes) = cx.engine.attributes(&candidate).await else { continue };
+        let target = attributes
+            .get("RedrivePolicy")
+            .and_then(|p| serde_json::from_str::<Value>(p).ok())
+            .and_then(|p| p.get("deadLetterTargetArn").and_then(Value::as_str).map(str::to_owned));
+        if target.as_deref() == Some(arn.as_str()) {
+            sources.push(candidate);
+        }
     }
-    if max.is_some()
-        && start + page.len() < names.len()
-        && let Some(last) = page.last()
-    {
-        out.insert("NextToken".into(), Value::from(last.as_str()));
+    let (page, next) = page(input, &sources)?;
+    let mut out = Map::new();
+    out.insert("queueUrls".into(), page.iter().map(|n| Value::from(cx.queue_url(n))).collect());
+    if let Some(token) = next {
+        out.insert("NextToken".into(), Value::from(token));
     }
     Ok(Value::Object(out))
+}
+
+/// The actions AddPermission may grant (the rest are the owner's).
+const GRANTABLE: &[&str] = &[
+    "*",
+    "ChangeMessageVisibility",
+    "DeleteMessage",
+    "GetQueueAttributes",
+    "GetQueueUrl",
+    "ListDeadLetterSourceQueues",
+    "PurgeQueue",
+    "ReceiveMessage",
+    "SendMessage",
+];
+
+/// The queue's policy document, or a new one for it.
+fn policy_of(attributes: &BTreeMap<String, String>) -> Map<String, Value> {
+    let arn = attributes.get("QueueArn").cloned().unwrap_or_default();
+    attributes
+        .get("Policy")
+        .and_then(|p| serde_json::from_str::<Value>(p).ok())
+        .and_then(|p| p.as_object().cloned())
+        .unwrap_or_else(|| {
+            let mut policy = Map::new();
+            policy.insert("Version".into(), Value::from("2012-10-17"));
+            policy.insert("Id".into(), Value::from(format!("{arn}/SQSDefaultPolicy")));
+            policy
+        })
+}
+
+fn statements(policy: &mut Map<String, Value>) -> &mut Vec<Value> {
+    let entry = policy.entry("Statement").or_insert_with(|| Value::Array(Vec::new()));
+    if !entry.is_array() {
+        *entry = Value::Array(Vec::new());
+    }
+    entry.as_array_mut().expect("an array")
+}
+
+fn has_label(statement: &Value, label: &str) -> bool {
+    statement.get("Sid").and_then(Value::as_str) == Some(label)
+}
+
+/// One value, or the list of them, as AWS writes a policy.
+fn one_or_list(mut items: Vec<String>) -> Value {
+    if items.len() == 1 { Value::from(items.remove(0)) } else { Value::from(items) }
+}
+
+/// Adds a statement (`Sid` = the label) allowing the accounts the actions
+/// on this queue, to the queue's `Policy`.
+async fn add_permission(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let label = required(input, "Label")?;
+    let accounts = strings(input, "AWSAccountIds")?;
+    if accounts.is_empty() {
+        return Err(SqsError::missing_parameter("AWSAccountIds"));
+    }
+    let actions = strings(input, "Actions")?;
+    if actions.is_empty() {
+        return Err(SqsError::missing_parameter("Actions"));
+    }
+    if let Some(bad) = actions.iter().find(|a| !GRANTABLE.contains(&a.as_str())) {
+        return Err(SqsError::invalid_value(
+            "ActionName",
+            format!("SQS:{bad}"),
+            "Only the queue owner is allowed to invoke this action",
+        ));
+    }
+    let attributes = cx.engine.attributes(&name).await?;
+    let mut policy = policy_of(&attributes);
+    if statements(&mut policy).iter().any(|s| has_label(s, &label)) {
+        return Err(SqsError::invalid_value("Label", &label, "Already exists"));
+    }
+    let mut statement = Map::new();
+    statement.insert("Sid".into(), Value::from(label.as_str()));
+    statement.insert("Effect".into(), Value::from("Allow"));
+    let principals = accounts.iter().map(|a| format!("arn:aws:iam::{a}:root")).collect();
+    statement.insert("Principal".into(), serde_json::json!({"AWS": one_or_list(principals)}));
+    statement.insert("Action".into(), one_or_list(actions.iter().map(|a| format!("SQS:{a}")).collect()));
+    statement.insert("Resource".into(), Value::from(attributes.get("QueueArn").cloned().unwrap_or_default()));
+    statements(&mut policy).push(Value::Object(statement));
+    let document = Value::Object(policy).to_string();
+    cx.engine.set_attributes(&name, BTreeMap::from([("Policy".to_owned(), document)])).await?;
+    Ok(json!({}))
+}
+
+/// Removes the statement with this label; the policy goes with its last
+/// statement.
+async fn remove_permission(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
+    let name = queue_name(input)?;
+    let label = required(input, "Label")?;
+    let mut policy = policy_of(&cx.engine.attributes(&name).await?);
+    let statements = statements(&mut policy);
+    let before = statements.len();
+    statements.retain(|s| !has_label(s, &label));
+    if statements.len() == before {
+        return Err(SqsError::invalid_value("Label", &label, "can't find label on existing policy"));
+    }
+    let document = if statements.is_empty() { String::new() } else { Value::Object(policy).to_string() };
+    cx.engine.set_attributes(&name, BTreeMap::from([("Policy".to_owned(), document)])).await?;
+    Ok(json!({}))
 }
 
 async fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {

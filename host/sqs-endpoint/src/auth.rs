@@ -154,7 +154,7 @@ fn canonical_request(parts: &Parts, claim: &Claim, body: &[u8]) -> String {
 }
 
 /// Checks the request's signature against `keys`; `now` in Unix seconds.
-pub fn verify(parts: &Parts, body: &[u8], keys: &Keys, now: i64) -> Result<(), SqsError> {
+pub fn verify(parts: &Parts, body: &[u8], keys: &Keys, now: i64) -> Result<String, SqsError> {
     let claim = claim(parts)?;
     let Some(secret) = keys.get(&claim.key_id) else {
         return Err(SqsError::unknown_key());
@@ -186,7 +186,7 @@ pub fn verify(parts: &Parts, body: &[u8], keys: &Keys, now: i64) -> Result<(), S
         .fold(format!("AWS4{}", secret.expose()).into_bytes(), |key, part| hmac(&key, part.as_bytes()));
     let expected = hex(&hmac(&key, to_sign.as_bytes()));
     if bool::from(expected.as_bytes().ct_eq(claim.signature.as_bytes())) {
-        Ok(())
+        Ok(claim.key_id)
     } else {
         Err(SqsError::signature_mismatch())
     }
@@ -223,7 +223,7 @@ mod tests {
         let (parts, ()) = request.into_parts();
         let keys: Keys = [("AKIDEXAMPLE".to_owned(), "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY".into())].into();
         let at = parse_amz_date("20150830T123600Z").expect("date");
-        assert_eq!(verify(&parts, b"", &keys, at), Ok(()));
+        assert_eq!(verify(&parts, b"", &keys, at), Ok("AKIDEXAMPLE".to_owned()), "the signer is named");
         let wrong: Keys = [("AKIDEXAMPLE".to_owned(), "another secret".into())].into();
         assert_eq!(verify(&parts, b"", &wrong, at).expect_err("wrong secret").code, "SignatureDoesNotMatch");
         let other: Keys = [("AKIDOTHER".to_owned(), "x".into())].into();

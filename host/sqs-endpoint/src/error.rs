@@ -188,6 +188,12 @@ impl SqsError {
         )
     }
 
+    /// A query request on a queue's URL that names no action: SQS answers
+    /// 404 with an empty `UnknownOperationException` document.
+    pub fn unknown_operation() -> Self {
+        Self::sender("UnknownOperationException", "UnknownOperationException", 404, "")
+    }
+
     /// A body the protocol cannot read (not JSON, not a form).
     pub fn malformed(message: impl Into<String>) -> Self {
         Self::sender("SerializationException", "MalformedQueryString", 400, message)

@@ -71,16 +71,20 @@ pub fn parse(protocol: Protocol, uri: &Uri, headers: &HeaderMap, body: &[u8]) ->
             let mut pairs: Vec<(String, String)> =
                 uri.query().map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
             pairs.extend(form_urlencoded::parse(body).into_owned());
-            let action = pairs
-                .iter()
-                .find(|(k, _)| k == "Action")
-                .map(|(_, v)| v.clone())
-                .ok_or_else(|| SqsError::missing_parameter("Action"))?;
+            let on_queue = queue_path(uri.path());
+            let action = pairs.iter().find(|(k, _)| k == "Action").map(|(_, v)| v.clone()).ok_or_else(|| {
+                // A queue's URL without an action names no operation.
+                if on_queue.is_some() { SqsError::unknown_operation() } else { SqsError::missing_parameter("Action") }
+            })?;
+            // The actions that name no queue are not served on a queue's URL.
+            if on_queue.is_some() && matches!(action.as_str(), "CreateQueue" | "ListQueues") {
+                return Err(SqsError::invalid_action(&action));
+            }
             let params: Vec<(&str, &str)> =
                 pairs.iter().filter(|(k, _)| !is_envelope_key(k)).map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let mut input = if crate::sns::is_sns(&action) { crate::sns::tree(&params) } else { nest(&params) };
             // On a queue's URL, the path names the queue.
-            if let (Value::Object(map), Some(queue)) = (&mut input, queue_path(uri.path()))
+            if let (Value::Object(map), Some(queue)) = (&mut input, on_queue)
                 && !map.contains_key("QueueUrl")
             {
                 map.insert("QueueUrl".into(), Value::String(queue));
@@ -132,6 +136,8 @@ const SHAPES: &[(&str, &str, Shape)] = &[
     ("MessageAttributeName", "MessageAttributeNames", Shape::List),
     ("MessageSystemAttributeName", "MessageSystemAttributeNames", Shape::List),
     ("TagKey", "TagKeys", Shape::List),
+    ("AWSAccountId", "AWSAccountIds", Shape::List),
+    ("ActionName", "Actions", Shape::List),
     ("Attribute", "Attributes", Shape::Map("Name", "Value")),
     ("Tag", "Tags", Shape::Map("Key", "Value")),
     ("MessageAttribute", "MessageAttributes", Shape::NestedMap),
@@ -231,7 +237,7 @@ fn pair_el(scope: &mut ScopeWriter, outer: &str, (name_el, name): (&str, &str), 
 fn xml_fields(scope: &mut ScopeWriter, action: &str, map: &Map<String, Value>) {
     for (key, value) in map {
         match (key.as_str(), value) {
-            ("QueueUrls", Value::Array(urls)) => {
+            ("QueueUrls" | "queueUrls", Value::Array(urls)) => {
                 for url in urls {
                     text_el(scope, "QueueUrl", &scalar(url));
                 }
@@ -306,7 +312,17 @@ fn result_always_present(action: &str) -> bool {
 /// The query protocol's error reply, in the namespace `xmlns` (SQS's
 /// [`XMLNS`] or SNS's).
 pub fn xml_error(xmlns: &str, err: &SqsError, request_id: &str) -> String {
-    xml::error(xmlns, err.fault(), err.code, &err.message, request_id)
+    if err.code == SqsError::unknown_operation().code {
+        // What SQS answers on a queue's URL without an action.
+        return "<UnknownOperationException/>".to_owned();
+    }
+    // The query protocol names the API version a queue is missing from.
+    let message = if err.code == SqsError::no_queue().code {
+        "The specified queue does not exist for this wsdl version."
+    } else {
+        err.message.as_str()
+    };
+    xml::error(xmlns, err.fault(), err.code, message, request_id)
 }
 
 /// The JSON protocol's error body.

@@ -111,6 +111,9 @@ async fn keep_gauges(engine: Arc<Engine>, metrics: Metrics) {
     }
 }
 
+/// The `SenderId` of a message sent without `auth = "verify"`.
+const ANONYMOUS_SENDER: &str = "000000000000";
+
 async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     let request_id = uuid::Uuid::new_v4().to_string();
     let (parts, body) = request.into_parts();
@@ -120,7 +123,12 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         Err(_) => return error(&app, protocol, "", "", &SqsError::too_large(MAX_REQUEST_BYTES), &request_id),
     };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
-    let refused = app.options.auth.as_ref().and_then(|keys| crate::auth::verify(&parts, &body, keys, now).err());
+    // The access key that signed the request is its sender, as SenderId.
+    let (refused, signer) = match app.options.auth.as_ref().map(|keys| crate::auth::verify(&parts, &body, keys, now)) {
+        Some(Ok(key_id)) => (None, Some(key_id)),
+        Some(Err(e)) => (Some(e), None),
+        None => (None, None),
+    };
     let call = match protocol::parse(protocol, &parts.uri, &parts.headers, &body) {
         Ok(call) => call,
         Err(e) => return error(&app, protocol, "", "", refused.as_ref().unwrap_or(&e), &request_id),
@@ -157,7 +165,8 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         };
     }
     let trace_header = parts.headers.get("x-amzn-trace-id").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
-    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id: "000000000000", trace_header };
+    let sender_id = signer.as_deref().unwrap_or(ANONYMOUS_SENDER);
+    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id, trace_header };
     // Labels only name queues and actions that exist, so requests for
     // made-up names cannot grow the metrics without bound.
     let named = actions::queue_name(&call.input)

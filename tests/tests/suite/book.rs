@@ -222,8 +222,10 @@ fn every_whole_config_in_the_book_validates() {
 }
 
 /// The key tables of the book are the generated reference's: every
-/// `{{#include ../reference/config.md:ID}}` names an anchor the reference
-/// has, and every table of the reference is included in some page, so the
+/// `<!-- reference: ID … -->` block names an anchor the reference has (its
+/// content is checked current by the daemon's
+/// `the_book_pages_carry_the_current_key_tables`), and every table of the
+/// reference is carried by some page, so the
 /// keys of each transport are on its page and no hand-written key table
 /// comes back beside them.
 #[test]
@@ -237,12 +239,17 @@ fn every_reference_table_is_included_and_every_include_resolves() {
     let mut included = BTreeSet::new();
     for page in book_pages() {
         let text = std::fs::read_to_string(&page).expect("page");
-        for rest in text.split("{{#include ").skip(1) {
-            let target = rest.split("}}").next().unwrap_or_default();
-            let Some(id) = target.strip_prefix("../reference/config.md:") else { continue };
+        assert!(
+            !text.contains("{{#include ../reference/config.md"),
+            "{} includes a key table; pages carry it (run `ferry reference`)",
+            page.display()
+        );
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("<!-- reference: ") else { continue };
+            let id = rest.split(' ').next().unwrap_or_default();
             assert!(
                 anchors.contains(id),
-                "{} includes {target}, which the reference has no anchor for",
+                "{} carries the table {id}, which the reference has no anchor for",
                 page.display()
             );
             included.insert(id.to_owned());

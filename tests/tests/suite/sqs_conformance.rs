@@ -305,3 +305,122 @@ print(json.dumps({"left": len(left), "count": moved["Attributes"]["ApproximateRe
     assert_eq!(out["left"], 0, "the third receive moved it: {out}");
     assert_eq!(out["count"], "3", "two receives in the queue, one in the dead-letter queue: {out}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_letter_sources_and_permissions_are_served() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+dlq = sqs.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+arn = sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+policy = json.dumps({"deadLetterTargetArn": arn, "maxReceiveCount": "3"})
+srcs = [sqs.create_queue(QueueName=f"{name}-src{i}", Attributes={"RedrivePolicy": policy})["QueueUrl"] for i in range(3)]
+other = sqs.create_queue(QueueName=name + "-other")["QueueUrl"]
+out = {"srcs": srcs}
+out["all"] = sqs.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"]
+p1 = sqs.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=2)
+p2 = sqs.list_dead_letter_source_queues(QueueUrl=dlq, MaxResults=2, NextToken=p1["NextToken"])
+out["pages"] = [p1["queueUrls"], p2["queueUrls"], "NextToken" in p2]
+out["none"] = sqs.list_dead_letter_source_queues(QueueUrl=other)["queueUrls"]
+out["missing"] = error(lambda: sqs.list_dead_letter_source_queues(QueueUrl=dlq + "-gone"))
+
+sqs.add_permission(QueueUrl=other, Label="l1", AWSAccountIds=["111122223333"], Actions=["SendMessage"])
+sqs.add_permission(QueueUrl=other, Label="l2", AWSAccountIds=["111122223333", "444455556666"],
+                   Actions=["ReceiveMessage", "DeleteMessage"])
+doc = json.loads(sqs.get_queue_attributes(QueueUrl=other, AttributeNames=["Policy"])["Attributes"]["Policy"])
+out["statements"] = doc["Statement"]
+out["dup"] = error(lambda: sqs.add_permission(QueueUrl=other, Label="l1", AWSAccountIds=["1"], Actions=["SendMessage"]))
+out["owner_only"] = error(lambda: sqs.add_permission(QueueUrl=other, Label="l3", AWSAccountIds=["1"],
+                                                     Actions=["CreateQueue"]))
+sqs.remove_permission(QueueUrl=other, Label="l1")
+doc = json.loads(sqs.get_queue_attributes(QueueUrl=other, AttributeNames=["Policy"])["Attributes"]["Policy"])
+out["left"] = [s["Sid"] for s in doc["Statement"]]
+sqs.remove_permission(QueueUrl=other, Label="l2")
+out["policy_gone"] = "Policy" not in sqs.get_queue_attributes(QueueUrl=other, AttributeNames=["All"])["Attributes"]
+out["no_label"] = error(lambda: sqs.remove_permission(QueueUrl=other, Label="l2"))
+print(json.dumps(out))
+"#,
+        &url,
+        &unique("sources"),
+    )
+    .await;
+    let srcs = out["srcs"].as_array().expect("sources").clone();
+    assert_eq!(out["all"].as_array(), Some(&srcs), "{out}");
+    assert_eq!(out["pages"][0].as_array().map(Vec::len), Some(2), "{out}");
+    assert_eq!(out["pages"][1].as_array().map(Vec::len), Some(1), "{out}");
+    assert_eq!(out["pages"][2], false, "{out}");
+    assert_eq!(out["none"], serde_json::json!([]), "{out}");
+    assert!(out["missing"].as_str().is_some_and(|e| e.starts_with("AWS.SimpleQueueService.NonExistentQueue")), "{out}");
+    let statements = out["statements"].as_array().expect("statements");
+    assert_eq!(statements.len(), 2, "{out}");
+    assert_eq!(statements[0]["Sid"], "l1");
+    assert_eq!(statements[0]["Effect"], "Allow");
+    assert_eq!(statements[0]["Principal"]["AWS"], "arn:aws:iam::111122223333:root");
+    assert_eq!(statements[0]["Action"], "SQS:SendMessage");
+    assert!(statements[0]["Resource"].as_str().is_some_and(|r| r.ends_with("-other")), "{out}");
+    assert_eq!(statements[1]["Action"], serde_json::json!(["SQS:ReceiveMessage", "SQS:DeleteMessage"]));
+    assert_eq!(
+        statements[1]["Principal"]["AWS"],
+        serde_json::json!(["arn:aws:iam::111122223333:root", "arn:aws:iam::444455556666:root"])
+    );
+    assert_eq!(out["dup"], "InvalidParameterValue: Value l1 for parameter Label is invalid. Reason: Already exists.");
+    assert_eq!(
+        out["owner_only"],
+        "InvalidParameterValue: Value SQS:CreateQueue for parameter ActionName is invalid. \
+         Reason: Only the queue owner is allowed to invoke this action."
+    );
+    assert_eq!(out["left"], serde_json::json!(["l2"]));
+    assert_eq!(out["policy_gone"], true, "the policy goes with its last statement: {out}");
+    assert_eq!(
+        out["no_label"],
+        "InvalidParameterValue: Value l2 for parameter Label is invalid. Reason: can't find label on existing policy."
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_query_api_over_get_answers_as_sqs_does() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+import urllib.request, urllib.error
+def get(url):
+    try:
+        r = urllib.request.urlopen(url)
+        return [r.status, r.read().decode()]
+    except urllib.error.HTTPError as e:
+        return [e.code, e.read().decode()]
+q = sqs.create_queue(QueueName=name)["QueueUrl"]
+base = q.rsplit("/", 2)[0]
+print(json.dumps({
+    "no_action": get(q),
+    "create": get(q + "?Action=CreateQueue&QueueName=" + name + "-x"),
+    "list": get(q + "?Action=ListQueues"),
+    "created": error(lambda: sqs.get_queue_url(QueueName=name + "-x")),
+    "attributes": get(q + "?Action=GetQueueAttributes&AttributeName.1=VisibilityTimeout"),
+    "missing": get(base + "/?Action=GetQueueUrl&QueueName=" + name + "-nothere"),
+}))
+"#,
+        &url,
+        &unique("get"),
+    )
+    .await;
+    assert_eq!(out["no_action"], serde_json::json!([404, "<UnknownOperationException/>"]), "{out}");
+    for action in ["create", "list"] {
+        assert_eq!(out[action][0], 400, "{out}");
+        let body = out[action][1].as_str().unwrap_or_default();
+        assert!(
+            body.contains("<Code>InvalidAction</Code>") && body.contains("is not valid for this endpoint."),
+            "{out}"
+        );
+    }
+    assert!(out["created"].as_str().is_some_and(|e| e.contains("NonExistentQueue")), "nothing was created: {out}");
+    assert_eq!(out["attributes"][0], 200, "{out}");
+    assert!(out["attributes"][1].as_str().is_some_and(|b| b.contains("<Value>30</Value>")), "{out}");
+    assert_eq!(out["missing"][0], 400, "{out}");
+    assert!(
+        out["missing"][1]
+            .as_str()
+            .is_some_and(|b| b.contains("The specified queue does not exist for this wsdl version.")),
+        "{out}"
+    );
+}

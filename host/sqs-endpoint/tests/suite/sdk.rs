@@ -765,8 +765,16 @@ async fn sigv4_signatures_are_verified() {
         .expect("url")
         .to_owned();
     good.send_message().queue_url(&url).message_body("signed body").send().await.expect("signed send");
-    let got = good.receive_message().queue_url(&url).send().await.expect("signed receive");
+    let got = good
+        .receive_message()
+        .queue_url(&url)
+        .message_system_attribute_names(MessageSystemAttributeName::SenderId)
+        .send()
+        .await
+        .expect("signed receive");
     assert_eq!(got.messages()[0].body(), Some("signed body"));
+    let sender = got.messages()[0].attributes().and_then(|a| a.get(&MessageSystemAttributeName::SenderId));
+    assert_eq!(sender.map(String::as_str), Some("AKIDFERRYTEST"), "the key that signed the send");
 
     let wrong = ferry_tests::endpoint::client(&ep.url, "AKIDFERRYTEST", "not the secret");
     let err = wrong.send_message().queue_url(&url).message_body("x").send().await.expect_err("wrong secret");
