@@ -159,7 +159,14 @@ pub(crate) fn no_answer(what: &str, e: &reqwest::Error) -> TransportError {
     if e.is_builder() { TransportError::permanent(reason) } else { TransportError::unavailable(reason) }
 }
 
-fn with_tls(mut builder: reqwest::ClientBuilder, tls: &TlsConfig) -> Result<reqwest::ClientBuilder, TransportError> {
+/// Adds `tls` to a client: `ca_file`'s certificates as roots (beside the
+/// system's), `cert_file` and `key_file` as the client's identity. An
+/// unreadable file is a permanent error. The SSE receiver's client uses it
+/// too.
+pub fn with_tls(
+    mut builder: reqwest::ClientBuilder,
+    tls: &TlsConfig,
+) -> Result<reqwest::ClientBuilder, TransportError> {
     let read = |path: &str| {
         std::fs::read(path).map_err(|e| TransportError::permanent(format!("cannot read TLS file {path}: {e}")))
     };
@@ -274,8 +281,9 @@ fn redact(url: &reqwest::Url) -> String {
     u.to_string()
 }
 
-/// An error and its causes, one line.
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// An error and its causes, one line (a TLS refusal says why: "invalid
+/// peer certificate: UnknownIssuer").
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

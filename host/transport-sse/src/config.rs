@@ -99,6 +99,11 @@ pub struct SseSenderConfig {
 pub struct SseReceiverConfig {
     /// The stream's `http://` or `https://` URL.
     pub url: String,
+    /// TLS files for `https://`: `{ ca_file, cert_file, key_file }` (PEM):
+    /// `ca_file` adds a private CA to the system's, `cert_file` and
+    /// `key_file` authenticate the client. Default: the system's CAs.
+    #[serde(default)]
+    pub tls: Option<ferry_config::TlsConfig>,
     /// Sent as `Authorization: Bearer <token>`. Default: none.
     #[serde(default)]
     pub bearer_token: Option<Secret>,
@@ -191,6 +196,7 @@ impl SseReceiverConfig {
         if !["http", "https"].contains(&url.scheme()) {
             return Err(KeyProblem::new("url", "must be an http:// or https:// URL"));
         }
+        KeyProblem::tls(self.tls.as_ref(), url.scheme() == "https", "https://")?;
         if let Some(id) = &self.last_event_id
             && id.contains(['\r', '\n', '\0'])
         {
@@ -260,10 +266,12 @@ mod tests {
             ("url = \"http://x/\"\nlast_event_id = \"a\\nb\"", "last_event_id"),
             ("url = \"http://x/\"\nmax_event_bytes = 0", "max_event_bytes"),
             ("url = \"http://x/\"\nreconnect_initial_ms = 0", "reconnect_initial_ms"),
+            ("url = \"http://x/\"\ntls = { ca_file = \"/ca\" }", "tls"),
         ] {
             assert_eq!(receiver(text).err().as_deref(), Some(key), "{text}");
         }
         assert!(sender("listen = \"127.0.0.1:1\"\nport = 1").is_err(), "unknown keys are refused");
+        receiver("url = \"https://x/\"\ntls = { ca_file = \"/ca\" }").expect("TLS files for https://");
     }
 
     #[test]

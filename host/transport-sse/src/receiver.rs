@@ -256,7 +256,9 @@ impl SseReceiver {
             _ = shutdown.cancelled() => return Ended::Shutdown,
             r = request.send() => match r {
                 Ok(r) => r,
-                Err(e) => return Ended::Lost(format!("cannot connect: {e}")),
+                Err(e) => {
+                    return Ended::Lost(format!("cannot connect: {}", ferry_transport_http::sender::error_chain(&e)));
+                }
             },
         };
         let status = response.status();
@@ -345,10 +347,12 @@ async fn deliver(
 impl Receiver for SseReceiver {
     async fn run(&self, sink: DeliverySink, shutdown: CancellationToken) -> Result<(), TransportError> {
         let receiver = self.name.as_str();
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_millis(self.config.connect_timeout_ms))
-            .build()
-            .map_err(|e| TransportError::permanent(format!("the HTTP client: {e}")))?;
+        let mut builder =
+            reqwest::Client::builder().connect_timeout(Duration::from_millis(self.config.connect_timeout_ms));
+        if let Some(tls) = &self.config.tls {
+            builder = ferry_transport_http::sender::with_tls(builder, tls)?;
+        }
+        let client = builder.build().map_err(|e| TransportError::permanent(format!("the HTTP client: {e}")))?;
         let (again_tx, mut again_rx) = mpsc::unbounded_channel::<Again>();
         let shared = Arc::new(Shared { position: Mutex::default(), moved: Notify::new(), again: again_tx });
         let mut last_read = self.kept_position().await.or_else(|| self.config.last_event_id.clone());

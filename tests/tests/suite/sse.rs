@@ -151,7 +151,10 @@ async fn mqtt_messages_are_served_as_events_and_resumed_after_the_last_id() {
 
     // Two more while the client is away: a resume from m-1 gets them.
     drop(stream);
+    // One at a time into the ring (the route sends two at once and may
+    // write them swapped): m-2 is in before m-3 is published.
     publish(2).await;
+    daemon.wait_for_total("ferry_messages_acked_total", "route=\"serve\"", 2.0, WAIT);
     publish(3).await;
     daemon.wait_for_total("ferry_messages_acked_total", "route=\"serve\"", 3.0, WAIT);
     let mut resumed = Stream::follow(&url, Some("m-1")).await;
@@ -175,11 +178,17 @@ async fn mqtt_messages_are_served_as_events_and_resumed_after_the_last_id() {
 /// A daemon following `url` into MQTT `topic`, keeping its position in
 /// `position`.
 fn following(ws: &Workspace, url: &str, topic: &str, extra: &str) -> Daemon {
+    following_ready(ws, url, topic, extra, 2)
+}
+
+/// [`following`], waiting for `ready` parts (0: only for the admin
+/// server, for a receiver meant never to connect).
+fn following_ready(ws: &Workspace, url: &str, topic: &str, extra: &str, ready: usize) -> Daemon {
     ws.config(&format!(
         "[receivers.follow]\ntype = \"sse\"\nurl = \"{url}\"\nbearer_token = \"{TOKEN}\"\nreconnect_initial_ms = 50\nreconnect_max_ms = 500\n{extra}\n[senders.mq]\n{}\n[[routes]]\nid = \"follow\"\nreceiver = \"follow\"\n[[routes.bindings]]\nsender = \"mq\"\naddress = \"{topic}\"\n",
         mqtt_sender()
     ));
-    Daemon::start(ws, 2)
+    Daemon::start(ws, ready)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -269,4 +278,41 @@ async fn an_endless_line_drops_the_connection_and_the_next_one_is_read() {
     assert_eq!(got[0].payload.as_ref(), b"fine");
     assert!(daemon.count_log("max_event_bytes") >= 1, "the reason is logged:\n{}", daemon.log_text());
     daemon.wait_for_total("ferry_transport_connections_total", "kind=\"sse\",role=\"receiver\"", 2.0, WAIT);
+}
+
+/// `https://` with a private CA: the follower reads a stream served behind
+/// a TLS front whose certificate the test's own CA signed, trusting it
+/// through `tls.ca_file`; without it the handshake fails and nothing
+/// arrives.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stream_over_https_is_followed_with_a_private_ca() {
+    let certs = ferry_tests::tls::TestCerts::generate();
+    let base = unique("sse/tls");
+    let out = unique("sse/tls-out");
+    let (_ws, server) = serving(&base, 64);
+    let front = ferry_tests::tcp_proxy::TlsFront::start(server.listener("sse", "out"), &certs).await;
+    let url = format!("https://127.0.0.1:{}/stream/feed", front.port);
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&out).await;
+
+    // No CA of its own: the system's CAs refuse the test's certificate.
+    let untrusting = Workspace::with_plugins(&[]);
+    let refused = following_ready(&untrusting, &url, &out, "", 0);
+    // Its reason names the certificate (the error's causes are logged).
+    refused.wait_for_line(&["the stream is lost", "UnknownIssuer"], WAIT);
+
+    let ws = Workspace::with_plugins(&[]);
+    let follower = following(&ws, &url, &out, &format!("tls = {{ ca_file = \"{}\" }}\n", certs.ca().display()));
+    server.wait_for_total("ferry_sse_clients", "stream=\"feed\"", 1.0, WAIT);
+    // Kept until the message arrives: a client dropped at once may not
+    // have flushed its publish.
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&format!("{base}/t"), "over tls", &[("mqtt.message-id", "tls-1")]).await;
+    let got = sub.collect(1).await;
+    drop(publisher);
+    assert_eq!(got[0].payload.as_ref(), b"over tls");
+    assert_eq!(user_property(&got[0], "sse.id"), Some("tls-1"));
+    assert!(sub.drain(Duration::from_millis(300)).await.is_empty(), "the untrusting follower got nothing");
+    drop(follower);
+    drop(refused);
 }
