@@ -253,14 +253,12 @@ pub fn md5_of_trace(trace: &str) -> String {
     md5_of_attributes([("AWSTraceHeader", "String", AttrBytes::Text(trace))])
 }
 
-/// Whether `names` (as ReceiveMessage takes them: `All`, `.*`, exact names,
-/// `prefix.*`) asks for `name`.
+/// Whether `names` (as ReceiveMessage takes them: `All`, `*`, `.*`, exact
+/// names, `prefix.*`) asks for `name`. As SQS answers, `prefix.*` is a
+/// plain prefix: `Hel.*` selects `Hello` (the dot is not required).
 pub fn wanted(names: &[String], name: &str) -> bool {
     names.iter().any(|n| {
-        n == "All"
-            || n == ".*"
-            || n == name
-            || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(&format!("{prefix}.")))
+        n == "All" || n == "*" || n == name || n.strip_suffix(".*").is_some_and(|prefix| name.starts_with(prefix))
     })
 }
 
@@ -545,9 +543,12 @@ mod tests {
         let names = vec!["bar.*".to_owned(), "foo".to_owned()];
         assert!(wanted(&names, "foo"));
         assert!(wanted(&names, "bar.baz"));
-        assert!(!wanted(&names, "barbaz"));
+        assert!(wanted(&names, "barbaz"), "a plain prefix, as SQS answers");
+        assert!(!wanted(&names, "ba"));
         assert!(!wanted(&names, "food"));
         assert!(wanted(&["All".to_owned()], "anything"));
+        assert!(wanted(&["*".to_owned()], "anything"));
+        assert!(wanted(&[".*".to_owned()], "anything"));
     }
 
     #[test]

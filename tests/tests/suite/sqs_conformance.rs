@@ -424,3 +424,26 @@ print(json.dumps({
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn message_attribute_names_take_a_star_and_plain_prefixes() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+q = sqs.create_queue(QueueName=name)["QueueUrl"]
+attrs = {k: {"DataType": "String", "StringValue": "v"} for k in ["Hello", "Help.me", "Other"]}
+sqs.send_message(QueueUrl=q, MessageBody="one", MessageAttributes=attrs)
+def names(asked):
+    m = sqs.receive_message(QueueUrl=q, MessageAttributeNames=asked, VisibilityTimeout=0)["Messages"][0]
+    return sorted(m.get("MessageAttributes", {}).keys())
+print(json.dumps({"star": names(["*"]), "prefix": names(["Hel.*"]), "dot": names(["Help.*"]), "exact": names(["Other"])}))
+"#,
+        &url,
+        &unique("names"),
+    )
+    .await;
+    assert_eq!(out["star"], serde_json::json!(["Hello", "Help.me", "Other"]), "{out}");
+    assert_eq!(out["prefix"], serde_json::json!(["Hello", "Help.me"]), "{out}");
+    assert_eq!(out["dot"], serde_json::json!(["Help.me"]), "{out}");
+    assert_eq!(out["exact"], serde_json::json!(["Other"]), "{out}");
+}
