@@ -76,7 +76,12 @@ impl Endpoint {
         let url = format!("http://{}", listener.local_addr().expect("addr"));
         let metrics = Metrics::new();
         let topics = Topics::open(engine.clone(), store, metrics.clone()).await.expect("topics load");
-        let options = ServerOptions { advertised_url: None, metrics: metrics.clone(), auth: auth.clone() };
+        let options = ServerOptions {
+            advertised_url: None,
+            metrics: metrics.clone(),
+            auth: auth.clone(),
+            grants: Default::default(),
+        };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = topics.clone();
         let task = tokio::spawn(async move {

@@ -26,6 +26,31 @@ const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove
 /// Access key id → secret.
 pub type Keys = BTreeMap<String, ferry_config::Secret>;
 
+/// What one access key may do: these actions (all when empty) on these
+/// queues and topics (`sqs.NAME`, `sns.NAME`, a trailing `*` matching any
+/// rest; all when empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Grant {
+    pub actions: Vec<String>,
+    pub resources: Vec<String>,
+}
+
+impl Grant {
+    /// Whether the key may call `action` on `resource` (`sqs.NAME` or
+    /// `sns.NAME`; `None` for an action that names neither).
+    pub fn allows(&self, action: &str, resource: Option<&str>) -> bool {
+        let action_ok = self.actions.is_empty() || self.actions.iter().any(|a| a == action);
+        let resource_ok = self.resources.is_empty()
+            || resource.is_none_or(|r| {
+                self.resources.iter().any(|g| match g.strip_suffix('*') {
+                    Some(prefix) => r.starts_with(prefix),
+                    None => g == r,
+                })
+            });
+        action_ok && resource_ok
+    }
+}
+
 /// What a request says about its signature.
 struct Claim {
     key_id: String,
@@ -195,6 +220,22 @@ pub fn verify(parts: &Parts, body: &[u8], keys: &Keys, now: i64) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grant_limits_actions_and_resources() {
+        let open = Grant::default();
+        assert!(open.allows("DeleteQueue", Some("sqs.any")));
+        let grant = Grant {
+            actions: vec!["SendMessage".into(), "ListQueues".into(), "Publish".into()],
+            resources: vec!["sqs.orders-*".into(), "sns.alerts".into()],
+        };
+        assert!(grant.allows("SendMessage", Some("sqs.orders-eu")));
+        assert!(!grant.allows("SendMessage", Some("sqs.payroll")));
+        assert!(!grant.allows("DeleteQueue", Some("sqs.orders-eu")));
+        assert!(grant.allows("Publish", Some("sns.alerts")));
+        assert!(!grant.allows("Publish", Some("sns.alerts-2")));
+        assert!(grant.allows("ListQueues", None), "a list names no queue");
+    }
 
     #[test]
     fn amz_dates_read_as_unix_seconds() {

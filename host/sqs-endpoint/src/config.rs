@@ -81,6 +81,23 @@ pub struct AccessKey {
     /// Its secret (`AWS_SECRET_ACCESS_KEY`). A secret: write it as `${VAR}`
     /// or `{ file = "…" }`; `ferry render` masks it.
     pub secret: Secret,
+    /// The SQS and SNS actions this key may call (`["SendMessage",
+    /// "Publish"]`). Default: every action.
+    #[serde(default)]
+    pub actions: Vec<String>,
+    /// The queues and topics this key may use: `sqs.NAME` and `sns.NAME`,
+    /// a trailing `*` matching any rest (`sqs.orders-*`). Actions that name
+    /// no queue or topic (ListQueues, ListTopics) are not limited by it.
+    /// Default: every queue and topic.
+    #[serde(default)]
+    pub resources: Vec<String>,
+}
+
+impl AccessKey {
+    /// What the key may do.
+    pub fn grant(&self) -> crate::auth::Grant {
+        crate::auth::Grant { actions: self.actions.clone(), resources: self.resources.clone() }
+    }
 }
 
 /// `[endpoints.sqs.topics.NAME]`
@@ -244,6 +261,20 @@ pub fn check_section(sqs: &SqsEndpointConfig) -> Result<(), KeyProblem> {
         if k.id.is_empty() || k.secret.is_empty() {
             return Err(KeyProblem::new(format!("access_keys[{i}]"), "id and secret must not be empty"));
         }
+        if let Some(a) =
+            k.actions.iter().find(|a| !crate::actions::ACTIONS.contains(&a.as_str()) && !crate::sns::is_sns(a))
+        {
+            return Err(KeyProblem::new(format!("access_keys[{i}].actions"), format!("{a:?} is no SQS or SNS action")));
+        }
+        if let Some(r) = k.resources.iter().find(|r| {
+            let name = r.strip_prefix("sqs.").or_else(|| r.strip_prefix("sns.")).unwrap_or_default();
+            name.is_empty()
+        }) {
+            return Err(KeyProblem::new(
+                format!("access_keys[{i}].resources"),
+                format!("{r:?} is not sqs.NAME or sns.NAME (a trailing * matches any rest)"),
+            ));
+        }
     }
     if let Some(url) = &sqs.advertised_url {
         let scheme = reqwest::Url::parse(url).map(|u| u.scheme().to_owned());
@@ -348,7 +379,7 @@ mod tests {
         assert_eq!(problem(&|s| s.listen = "localhost".into()).as_deref(), Some("listen"));
         assert_eq!(problem(&|s| s.listen = "0.0.0.0:9324".into()).as_deref(), Some("listen"), "open without auth");
         assert_eq!(problem(&|s| s.auth = EndpointAuth::Verify).as_deref(), Some("access_keys"));
-        let blank = AccessKey { id: "AKID".into(), secret: "".into() };
+        let blank = AccessKey { id: "AKID".into(), secret: "".into(), actions: Vec::new(), resources: Vec::new() };
         assert_eq!(
             problem(&|s| {
                 s.auth = EndpointAuth::Verify;
@@ -357,7 +388,7 @@ mod tests {
             .as_deref(),
             Some("access_keys[0]")
         );
-        let signed = AccessKey { id: "AKID".into(), secret: "s".into() };
+        let signed = AccessKey { id: "AKID".into(), secret: "s".into(), actions: Vec::new(), resources: Vec::new() };
         assert_eq!(
             problem(&|s| {
                 s.listen = "0.0.0.0:9324".into();
@@ -367,6 +398,23 @@ mod tests {
             None,
             "open with signatures"
         );
+        let limited = |actions: &[&str], resources: &[&str]| AccessKey {
+            actions: actions.iter().map(|a| (*a).to_owned()).collect(),
+            resources: resources.iter().map(|r| (*r).to_owned()).collect(),
+            ..signed.clone()
+        };
+        for (key, problem_key) in [
+            (limited(&["Sendmessage"], &[]), Some("access_keys[0].actions")),
+            (limited(&[], &["orders"]), Some("access_keys[0].resources")),
+            (limited(&[], &["sqs."]), Some("access_keys[0].resources")),
+            (limited(&["SendMessage", "Publish"], &["sqs.orders-*", "sns.alerts"]), None),
+        ] {
+            let got = problem(&|s| {
+                s.auth = EndpointAuth::Verify;
+                s.access_keys = vec![key.clone()];
+            });
+            assert_eq!(got.as_deref(), problem_key, "{key:?}");
+        }
         for url in ["sqs.example", "ftp://sqs.example", "http//sqs.example"] {
             assert_eq!(problem(&|s| s.advertised_url = Some(url.into())).as_deref(), Some("advertised_url"), "{url}");
         }

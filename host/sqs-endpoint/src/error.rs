@@ -188,6 +188,18 @@ impl SqsError {
         )
     }
 
+    /// A signed request its key may not make (`access_keys[].actions` and
+    /// `resources`).
+    pub fn access_denied(key: &str, action: &str, resource: Option<&str>) -> Self {
+        let on = resource.map(|r| format!(" on resource: {r}")).unwrap_or_default();
+        Self::sender(
+            "AccessDeniedException",
+            "AccessDenied",
+            403,
+            format!("The access key {key} is not authorized to perform: {action}{on}"),
+        )
+    }
+
     /// A query request on a queue's URL that names no action: SQS answers
     /// 404 with an empty `UnknownOperationException` document.
     pub fn unknown_operation() -> Self {

@@ -1,6 +1,7 @@
 //! The HTTP server: one handler for every path, as SQS has; the protocol is
 //! told from the method and headers, the action from the request.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -38,6 +39,8 @@ pub struct ServerOptions {
     /// `Some`: every request must be signed (SigV4) with one of these
     /// access keys.
     pub auth: Option<crate::auth::Keys>,
+    /// What each key may do; a key not named here may do everything.
+    pub grants: BTreeMap<String, crate::auth::Grant>,
 }
 
 struct App {
@@ -142,6 +145,16 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         let action = if crate::sns::is_sns(&call.action) { call.action.as_str() } else { "" };
         return error(&app, protocol, action, "", &e, &request_id);
     }
+    if let Some(key) = &signer
+        && let Some(grant) = app.options.grants.get(key)
+    {
+        let resource = resource_of(&call.action, &call.input);
+        if !grant.allows(&call.action, resource.as_deref()) {
+            let e = SqsError::access_denied(key, &call.action, resource.as_deref());
+            let action = if crate::sns::is_sns(&call.action) { call.action.as_str() } else { "" };
+            return error(&app, protocol, action, "", &e, &request_id);
+        }
+    }
     let base_url = match &app.options.advertised_url {
         Some(url) => url.clone(),
         None => {
@@ -228,6 +241,28 @@ fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError,
             reply(status, "text/xml", protocol::xml_error(xmlns, e, request_id), request_id)
         }
     }
+}
+
+/// The queue (`sqs.NAME`) or topic (`sns.NAME`) a call names, for the
+/// key's grant; `None` when it names neither (the list actions).
+fn resource_of(action: &str, input: &Value) -> Option<String> {
+    if crate::sns::is_sns(action) {
+        let arn = input.get("TopicArn").and_then(Value::as_str);
+        let topic = arn.and_then(|a| a.rsplit(':').next()).or_else(|| input.get("Name").and_then(Value::as_str));
+        // Subscription actions name the subscription's ARN: its topic is
+        // the part before the id.
+        let from_subscription = || {
+            let arn = input.get("SubscriptionArn").and_then(Value::as_str)?;
+            let mut parts = arn.rsplit(':');
+            parts.next();
+            parts.next()
+        };
+        return topic.or_else(from_subscription).map(|t| format!("sns.{t}"));
+    }
+    actions::queue_name(input)
+        .ok()
+        .or_else(|| input.get("QueueName").and_then(Value::as_str).map(str::to_owned))
+        .map(|q| format!("sqs.{q}"))
 }
 
 /// Whether `host` is a bare `host[:port]` (a name, an IPv4 or a bracketed

@@ -447,3 +447,64 @@ print(json.dumps({"star": names(["*"]), "prefix": names(["Hel.*"]), "dot": names
     assert_eq!(out["dot"], serde_json::json!(["Help.me"]), "{out}");
     assert_eq!(out["exact"], serde_json::json!(["Other"]), "{out}");
 }
+
+/// `access_keys[].actions` and `resources` limit what a key may do: the
+/// limited key sends to its queues only and cannot delete them; the other
+/// key may do everything; refusals are `AccessDenied`, 403.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_access_key_is_limited_to_its_actions_and_queues() {
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"[endpoints.sqs]
+listen = "{ANY_PORT}"
+auth = "verify"
+
+[[endpoints.sqs.access_keys]]
+id = "admin-key"
+secret = "admin-secret"
+
+[[endpoints.sqs.access_keys]]
+id = "app-key"
+secret = "app-secret"
+actions = ["SendMessage", "GetQueueUrl", "ListQueues"]
+resources = ["sqs.orders-*"]
+"#
+    ));
+    let daemon = Daemon::start(&ws, 1);
+    let url = format!("http://{}", daemon.listener("sqs_endpoint", "sqs"));
+    let out = boto3(
+        r#"
+def client(key, secret):
+    return boto3.client("sqs", endpoint_url=endpoint, region_name="us-east-1",
+                        aws_access_key_id=key, aws_secret_access_key=secret)
+admin, app = client("admin-key", "admin-secret"), client("app-key", "app-secret")
+def attempt(call):
+    try:
+        call()
+        return "ok"
+    except admin.exceptions.ClientError as e:
+        return e.response["Error"]["Code"] + " " + str(e.response["ResponseMetadata"]["HTTPStatusCode"])
+mine = admin.create_queue(QueueName="orders-" + name)["QueueUrl"]
+other = admin.create_queue(QueueName="payroll-" + name)["QueueUrl"]
+print(json.dumps({
+    "send_mine": attempt(lambda: app.send_message(QueueUrl=mine, MessageBody="x")),
+    "send_other": attempt(lambda: app.send_message(QueueUrl=other, MessageBody="x")),
+    "delete_mine": attempt(lambda: app.delete_queue(QueueUrl=mine)),
+    "receive_mine": attempt(lambda: app.receive_message(QueueUrl=mine)),
+    "list": attempt(lambda: app.list_queues()),
+    "admin_send_other": attempt(lambda: admin.send_message(QueueUrl=other, MessageBody="x")),
+    "depth": admin.get_queue_attributes(QueueUrl=mine, AttributeNames=["ApproximateNumberOfMessages"])["Attributes"],
+}))
+"#,
+        &url,
+        &unique("grants"),
+    )
+    .await;
+    assert_eq!(out["send_mine"], "ok", "{out}");
+    assert_eq!(out["send_other"], "AccessDenied 403", "{out}");
+    assert_eq!(out["delete_mine"], "AccessDenied 403", "{out}");
+    assert_eq!(out["receive_mine"], "AccessDenied 403", "{out}");
+    assert_eq!(out["list"], "ok", "{out}");
+    assert_eq!(out["admin_send_other"], "ok", "{out}");
+    assert_eq!(out["depth"]["ApproximateNumberOfMessages"], "1", "only the allowed send arrived: {out}");
+}

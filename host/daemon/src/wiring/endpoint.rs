@@ -83,7 +83,14 @@ impl SqsEndpoint {
         }
         let auth = (config.auth == EndpointAuth::Verify)
             .then(|| config.access_keys.iter().map(|k| (k.id.clone(), k.secret.clone())).collect());
-        let options = ServerOptions { advertised_url: config.advertised_url.clone(), metrics: metrics.clone(), auth };
+        let grants = config
+            .access_keys
+            .iter()
+            .filter(|k| !k.actions.is_empty() || !k.resources.is_empty())
+            .map(|k| (k.id.clone(), k.grant()))
+            .collect();
+        let options =
+            ServerOptions { advertised_url: config.advertised_url.clone(), metrics: metrics.clone(), auth, grants };
         Ok(Self { engine, topics, listener, options })
     }
 
