@@ -182,9 +182,7 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     let cx = Context { engine: &app.engine, base_url: &base_url, sender_id, trace_header };
     // Labels only name queues and actions that exist, so requests for
     // made-up names cannot grow the metrics without bound.
-    let named = actions::queue_name(&call.input)
-        .ok()
-        .or_else(|| call.input.get("QueueName").and_then(Value::as_str).map(str::to_owned));
+    let named = named_queue(&call.input);
     let queue = match named {
         Some(q) if app.engine.exists(&q).await.unwrap_or(false) => q,
         _ => String::new(),
@@ -259,10 +257,12 @@ fn resource_of(action: &str, input: &Value) -> Option<String> {
         };
         return topic.or_else(from_subscription).map(|t| format!("sns.{t}"));
     }
-    actions::queue_name(input)
-        .ok()
-        .or_else(|| input.get("QueueName").and_then(Value::as_str).map(str::to_owned))
-        .map(|q| format!("sqs.{q}"))
+    named_queue(input).map(|q| format!("sqs.{q}"))
+}
+
+/// The queue a call names: its `QueueUrl`, else its `QueueName`.
+fn named_queue(input: &Value) -> Option<String> {
+    actions::queue_name(input).ok().or_else(|| input.get("QueueName").and_then(Value::as_str).map(str::to_owned))
 }
 
 /// Whether `host` is a bare `host[:port]` (a name, an IPv4 or a bracketed

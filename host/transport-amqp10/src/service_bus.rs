@@ -18,7 +18,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use fe2o3_amqp::session::SessionHandle;
 use fe2o3_amqp::types::definitions::{Error as AmqpErrorBody, ErrorCondition, Fields};
-use fe2o3_amqp::types::messaging::{Message, MessageId};
+use fe2o3_amqp::types::messaging::Message;
 use fe2o3_amqp::types::primitives::{Array, OrderedMap, SimpleValue, Symbol, Timestamp as AmqpTime, Uuid, Value};
 use fe2o3_amqp_cbs::client::CbsClient;
 use fe2o3_amqp_cbs::token::CbsToken;
@@ -367,11 +367,6 @@ impl LockRenewer {
     pub async fn close(self) {
         let _ = self.client.close().await;
     }
-}
-
-/// The request id of a management message as text (for logs).
-pub fn request_id(id: Option<&MessageId>) -> String {
-    id.map(crate::ingress::id_text).unwrap_or_default()
 }
 
 #[cfg(test)]
