@@ -23,29 +23,29 @@ pub struct Context<'a> {
     /// The request's `X-Amzn-Trace-Id` header: the AWSTraceHeader of the
     /// messages it sends that name none in `MessageSystemAttributes`.
     pub trace_header: Option<&'a str>,
+    /// The region the request was signed for (the endpoint's own when it
+    /// was not signed): a queue it names by `QueueName` lives there, and
+    /// ListQueues lists that region's.
+    pub region: &'a str,
 }
 
 impl Context<'_> {
-    pub fn queue_url(&self, name: &str) -> String {
-        format!("{}/{}/{name}", self.base_url.trim_end_matches('/'), self.engine.identity.account)
+    pub fn queue_url(&self, key: &str) -> String {
+        self.engine.identity.url(self.base_url, key)
+    }
+
+    /// The key of the queue a `QueueName` names, in the request's region.
+    fn named(&self, name: &str) -> String {
+        self.engine.identity.key(self.region, name)
     }
 }
 
-/// The queue a QueueUrl names: only its path counts, so a URL saved with a
-/// stale host still works.
-pub fn queue_name(input: &Value) -> Result<String, SqsError> {
+/// The key of the queue a call's `QueueUrl` names ([`Identity::key_of_url`]).
+///
+/// [`Identity::key_of_url`]: crate::records::Identity::key_of_url
+pub fn queue_name(identity: &crate::records::Identity, input: &Value) -> Result<String, SqsError> {
     let url = text(input, "QueueUrl")?.ok_or_else(|| SqsError::missing_parameter("QueueUrl"))?;
-    let path = match url.find("://") {
-        Some(i) => url[i + 3..].find('/').map_or("", |j| &url[i + 3 + j..]),
-        None => url.as_str(),
-    };
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    path.trim_matches('/')
-        .rsplit('/')
-        .next()
-        .filter(|n| !n.is_empty() && !crate::model::is_internal(n))
-        .map(str::to_owned)
-        .ok_or_else(SqsError::no_queue)
+    identity.key_of_url(&url).ok_or_else(SqsError::no_queue)
 }
 
 fn text(input: &Value, key: &str) -> Result<Option<String>, SqsError> {
@@ -139,42 +139,45 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
         "CreateQueue" => create_queue(cx, input).await,
         "GetQueueUrl" => {
             let name = required(input, "QueueName")?;
-            if crate::model::is_internal(&name) || !cx.engine.exists(&name).await? {
+            let key = cx.named(&name);
+            if crate::model::is_internal(&name) || name.contains('/') || !cx.engine.exists(&key).await? {
                 return Err(SqsError::no_queue());
             }
-            Ok(json!({"QueueUrl": cx.queue_url(&name)}))
+            Ok(json!({"QueueUrl": cx.queue_url(&key)}))
         }
         "ListQueues" => list_queues(cx, input).await,
         "DeleteQueue" => {
-            cx.engine.delete(&queue_name(input)?).await?;
+            cx.engine.delete(&queue_name(&cx.engine.identity, input)?).await?;
             Ok(json!({}))
         }
         "PurgeQueue" => {
-            cx.engine.purge(&queue_name(input)?).await?;
+            cx.engine.purge(&queue_name(&cx.engine.identity, input)?).await?;
             Ok(json!({}))
         }
         "GetQueueAttributes" => get_attributes(cx, input).await,
         "SetQueueAttributes" => {
-            cx.engine.set_attributes(&queue_name(input)?, queue_attributes(input)?).await?;
+            cx.engine.set_attributes(&queue_name(&cx.engine.identity, input)?, queue_attributes(input)?).await?;
             Ok(json!({}))
         }
         "TagQueue" => {
-            cx.engine.retag(&queue_name(input)?, string_map(input, "Tags")?, &[]).await?;
+            cx.engine.retag(&queue_name(&cx.engine.identity, input)?, string_map(input, "Tags")?, &[]).await?;
             Ok(json!({}))
         }
         "UntagQueue" => {
-            cx.engine.retag(&queue_name(input)?, BTreeMap::new(), &strings(input, "TagKeys")?).await?;
+            cx.engine
+                .retag(&queue_name(&cx.engine.identity, input)?, BTreeMap::new(), &strings(input, "TagKeys")?)
+                .await?;
             Ok(json!({}))
         }
         "ListQueueTags" => {
-            let tags = cx.engine.tags(&queue_name(input)?).await?;
+            let tags = cx.engine.tags(&queue_name(&cx.engine.identity, input)?).await?;
             Ok(if tags.is_empty() { json!({}) } else { json!({"Tags": tags}) })
         }
         "SendMessage" => send_message(cx, input).await,
         "SendMessageBatch" => send_batch(cx, input).await,
         "ReceiveMessage" => receive(cx, input).await,
         "DeleteMessage" => {
-            let name = queue_name(input)?;
+            let name = queue_name(&cx.engine.identity, input)?;
             let handle = required(input, "ReceiptHandle")?;
             for answer in cx.engine.delete_messages(&name, &[handle]).await? {
                 answer?;
@@ -183,7 +186,7 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
         }
         "DeleteMessageBatch" => delete_batch(cx, input).await,
         "ChangeMessageVisibility" => {
-            let name = queue_name(input)?;
+            let name = queue_name(&cx.engine.identity, input)?;
             let handle = required(input, "ReceiptHandle")?;
             let timeout =
                 int(input, "VisibilityTimeout")?.ok_or_else(|| SqsError::missing_parameter("VisibilityTimeout"))?;
@@ -200,16 +203,23 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
 
 async fn create_queue(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let name = required(input, "QueueName")?;
+    if !crate::model::valid_queue_name(&name) {
+        return Err(SqsError::bad_queue_name());
+    }
     let mut tags = string_map(input, "tags")?;
     tags.extend(string_map(input, "Tags")?);
-    cx.engine.create(&name, queue_attributes(input)?, tags).await?;
-    Ok(json!({"QueueUrl": cx.queue_url(&name)}))
+    let key = cx.named(&name);
+    cx.engine.create(&key, queue_attributes(input)?, tags).await?;
+    Ok(json!({"QueueUrl": cx.queue_url(&key)}))
 }
 
 async fn list_queues(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
     let prefix = text(input, "QueueNamePrefix")?.unwrap_or_default();
-    let mut names = cx.engine.list(&prefix).await?;
-    names.retain(|n| !crate::model::is_internal(n));
+    // The request's region's queues only: in the endpoint's own region the
+    // keys without a region part.
+    let mut names = cx.engine.list(&cx.named(&prefix)).await?;
+    let home = cx.region == cx.engine.identity.region;
+    names.retain(|n| !crate::model::is_internal(n) && (!home || !n.contains('/')));
     let (page, next) = page(input, &names)?;
     let mut out = Map::new();
     if !page.is_empty() {
@@ -241,7 +251,7 @@ fn page<'n>(input: &Value, names: &'n [String]) -> Result<(Vec<&'n String>, Opti
 /// The queues whose redrive policy names this queue as their dead-letter
 /// queue (`queueUrls`, paged as ListQueues is).
 async fn dead_letter_sources(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let arn = cx.engine.attributes(&name).await?.remove("QueueArn").unwrap_or_default();
     let mut sources = Vec::new();
     for candidate in cx.engine.list("").await? {
@@ -315,7 +325,7 @@ fn one_or_list(mut items: Vec<String>) -> Value {
 /// Adds a statement (`Sid` = the label) allowing the accounts the actions
 /// on this queue, to the queue's `Policy`.
 async fn add_permission(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let label = required(input, "Label")?;
     let accounts = strings(input, "AWSAccountIds")?;
     if accounts.is_empty() {
@@ -353,7 +363,7 @@ async fn add_permission(cx: &Context<'_>, input: &Value) -> Result<Value, SqsErr
 /// Removes the statement with this label; the policy goes with its last
 /// statement.
 async fn remove_permission(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let label = required(input, "Label")?;
     let mut policy = policy_of(&cx.engine.attributes(&name).await?);
     let statements = statements(&mut policy);
@@ -368,7 +378,7 @@ async fn remove_permission(cx: &Context<'_>, input: &Value) -> Result<Value, Sqs
 }
 
 async fn get_attributes(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let all = cx.engine.attributes(&name).await?;
     let asked = strings(input, "AttributeNames")?;
     for a in &asked {
@@ -487,7 +497,7 @@ fn sent(message: &Outgoing, id: &str, sequence: Option<u64>, asked: bool) -> Map
 }
 
 async fn send_message(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let message = outgoing(cx, cx.engine.queue_kind(&name).await?, input)?;
     let result = cx.engine.send(&name, vec![message.clone()]).await?;
     let first = result.first().ok_or_else(|| SqsError::internal("no result for the message"))?;
@@ -531,7 +541,7 @@ fn batch_result(successful: Vec<Value>, failures: Vec<Value>) -> Value {
 }
 
 async fn send_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let entries = batch_entries(input, "SendMessageBatchRequestEntry")?;
     let kind = cx.engine.queue_kind(&name).await?;
     let total: usize = entries
@@ -598,7 +608,7 @@ const SYSTEM_ATTRIBUTES: &[&str] = &[
 ];
 
 async fn receive(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let max = int(input, "MaxNumberOfMessages")?.unwrap_or(1);
     if !(1..=10).contains(&max) {
         return Err(SqsError::invalid_value("MaxNumberOfMessages", max, "Must be between 1 and 10, if provided"));
@@ -674,7 +684,7 @@ fn message_json(r: &Received, system: &[String], user: &[String]) -> Value {
 }
 
 async fn delete_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let entries = batch_entries(input, "DeleteMessageBatchRequestEntry")?;
     let mut ok = Vec::new();
     let mut failures = Vec::new();
@@ -700,7 +710,7 @@ async fn delete_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError
 }
 
 async fn change_visibility_batch(cx: &Context<'_>, input: &Value) -> Result<Value, SqsError> {
-    let name = queue_name(input)?;
+    let name = queue_name(&cx.engine.identity, input)?;
     let entries = batch_entries(input, "ChangeMessageVisibilityBatchRequestEntry")?;
     if !cx.engine.exists(&name).await? {
         return Err(SqsError::no_queue());
@@ -731,13 +741,36 @@ mod tests {
 
     #[test]
     fn queue_urls_resolve_by_path_only() {
+        let identity = crate::records::Identity { region: "us-east-1".into(), account: "000000000000".into() };
         for url in [
             "http://127.0.0.1:9324/000000000000/orders",
             "https://stale-host.example/000000000000/orders",
             "/000000000000/orders",
         ] {
-            assert_eq!(queue_name(&json!({"QueueUrl": url})).expect("resolves"), "orders", "{url}");
+            assert_eq!(queue_name(&identity, &json!({"QueueUrl": url})).expect("resolves"), "orders", "{url}");
         }
-        assert_eq!(queue_name(&json!({})).expect_err("missing").code, "MissingParameter");
+        for (url, key) in [
+            ("http://127.0.0.1:9324/queue/eu-central-1/000000000000/orders", "eu-central-1/orders"),
+            ("/queue/us-east-1/000000000000/orders", "orders"),
+            ("/queue/EU/000000000000/orders", "orders"),
+        ] {
+            assert_eq!(queue_name(&identity, &json!({"QueueUrl": url})).expect("resolves"), key, "{url}");
+        }
+        for bad in ["/000000000000/sns:t:r", "/", "http://h/"] {
+            assert_eq!(
+                queue_name(&identity, &json!({"QueueUrl": bad})).expect_err(bad).code,
+                SqsError::no_queue().code
+            );
+        }
+        assert_eq!(queue_name(&identity, &json!({})).expect_err("missing").code, "MissingParameter");
+        assert_eq!(
+            identity.url("http://h:1/", "eu-central-1/orders"),
+            "http://h:1/queue/eu-central-1/000000000000/orders"
+        );
+        assert_eq!(identity.url("http://h:1", "orders"), "http://h:1/000000000000/orders");
+        assert_eq!(identity.arn("eu-central-1/orders"), "arn:aws:sqs:eu-central-1:000000000000:orders");
+        assert_eq!(identity.key_of_arn("arn:aws:sqs:us-east-1:000000000000:dlq").as_deref(), Some("dlq"));
+        assert_eq!(identity.key_of_arn("arn:aws:sqs:eu-west-1:1:dlq").as_deref(), Some("eu-west-1/dlq"));
+        assert_eq!(identity.key_of_arn("arn:aws:sns:eu-west-1:1:dlq"), None);
     }
 }

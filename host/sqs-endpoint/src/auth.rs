@@ -94,6 +94,16 @@ fn query_pairs(query: &str) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The region a request was signed for (the third part of its credential
+/// scope, `KEY/DATE/REGION/sqs/aws4_request`), signed or presigned, whether
+/// or not the endpoint verifies signatures; `None` when it was not signed
+/// or names no region a queue key may carry.
+pub fn signing_region(parts: &Parts) -> Option<String> {
+    let claim = claim(parts).ok()?;
+    let region = claim.scope.split('/').nth(1)?;
+    crate::records::valid_region(region).then(|| region.to_owned())
+}
+
 fn claim(parts: &Parts) -> Result<Claim, SqsError> {
     if let Some(header) = parts.headers.get("authorization").and_then(|v| v.to_str().ok()) {
         let rest = header.strip_prefix("AWS4-HMAC-SHA256").ok_or_else(SqsError::missing_auth)?;

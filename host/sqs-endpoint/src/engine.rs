@@ -38,7 +38,7 @@ use tokio::sync::Notify;
 use ferry_store::postgres::SharedDb;
 
 use crate::error::SqsError;
-use crate::model::{DEDUP_WINDOW_MS, RedrivePolicy};
+use crate::model::{DEDUP_WINDOW_MS, Redrive};
 pub use crate::records::{Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored};
 use crate::records::{decode, encode, parse_receipt, receipt_handle};
 use crate::shared::Shared;
@@ -102,8 +102,8 @@ impl Queue {
         self.meta.int(name)
     }
 
-    fn redrive(&self) -> Option<RedrivePolicy> {
-        self.meta.redrive()
+    fn redrive(&self, identity: &Identity) -> Option<Redrive> {
+        self.meta.redrive(identity)
     }
 }
 
@@ -227,8 +227,8 @@ impl Local {
     ) -> Result<bool, SqsError> {
         let meta = {
             let mut state = self.lock();
-            let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
-            QueueMeta::check_new(name, &attributes, &arn_of)?;
+            let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| state.queues.contains_key(&k));
+            QueueMeta::check_new(name, &attributes, &dlq_exists)?;
             if let Some(existing) = state.queues.get(name) {
                 existing.meta.same_as(&attributes)?;
                 return Ok(false);
@@ -315,8 +315,8 @@ impl Local {
         let meta = {
             let mut state = self.lock();
             let mut meta = state.queues.get(name).ok_or_else(SqsError::no_queue)?.meta.clone();
-            let arn_of = |n: &str| state.queues.contains_key(n).then(|| self.identity.arn(n));
-            meta.set(attributes, &arn_of, self.now_ms())?;
+            let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| state.queues.contains_key(&k));
+            meta.set(attributes, &dlq_exists, self.now_ms())?;
             let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
             queue.meta = meta.clone();
             meta
@@ -482,8 +482,8 @@ impl Local {
             .queues
             .get(name)
             .ok_or_else(SqsError::no_queue)?
-            .redrive()
-            .filter(|p| p.target_name != name && state.queues.contains_key(&p.target_name));
+            .redrive(&self.identity)
+            .filter(|p| p.target != name && state.queues.contains_key(&p.target));
         let queue = state.queues.get_mut(name).ok_or_else(SqsError::no_queue)?;
         let fifo = queue.fifo();
         let visibility = options.visibility_s.unwrap_or_else(|| queue.int("VisibilityTimeout"));
@@ -523,7 +523,7 @@ impl Local {
             if let Some(policy) = &redrive
                 && m.delivery.receive_count >= policy.max_receive_count
             {
-                dead.push((*seq, policy.target_name.clone()));
+                dead.push((*seq, policy.target.clone()));
                 if let Some(g) = group {
                     blocked.insert(g);
                 }
@@ -756,10 +756,9 @@ impl Engine {
         attributes: BTreeMap<String, String>,
         tags: BTreeMap<String, String>,
     ) -> Result<bool, SqsError> {
-        if !crate::model::valid_queue_name(name) {
-            return Err(SqsError::invalid_parameter(
-                "Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length",
-            ));
+        let (region, bare) = self.identity.split(name);
+        if !crate::model::valid_queue_name(bare) || !crate::records::valid_region(region) {
+            return Err(SqsError::bad_queue_name());
         }
         self.create_named(name, attributes, tags).await
     }

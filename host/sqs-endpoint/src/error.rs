@@ -64,6 +64,11 @@ impl SqsError {
         )
     }
 
+    /// A queue name SQS would not take.
+    pub fn bad_queue_name() -> Self {
+        Self::invalid_parameter("Can only include alphanumeric characters, hyphens, or underscores. 1 to 80 in length")
+    }
+
     pub fn queue_exists(message: impl Into<String>) -> Self {
         Self::sender("QueueNameExists", "QueueAlreadyExists", 400, message)
     }

@@ -328,7 +328,7 @@ pub const COMPUTED_ATTRIBUTES: &[&str] = &[
 pub fn check_queue_attributes(
     attributes: &BTreeMap<String, String>,
     fifo: bool,
-    arn_of: &dyn Fn(&str) -> Option<String>,
+    dlq_exists: &dyn Fn(&str) -> bool,
 ) -> Result<(), SqsError> {
     for (name, value) in attributes {
         let Some(rule) = QUEUE_ATTRIBUTES.iter().find(|r| r.name == name) else {
@@ -359,7 +359,7 @@ pub fn check_queue_attributes(
             }
             "RedrivePolicy" if !value.is_empty() => {
                 let policy = RedrivePolicy::parse(value)?;
-                if arn_of(&policy.target_name).is_none() {
+                if !dlq_exists(&policy.target_arn) {
                     return Err(SqsError::invalid_parameter(format!(
                         "Value {value} for parameter RedrivePolicy is invalid. Reason: Dead letter target does not exist."
                     )));
@@ -371,11 +371,21 @@ pub fn check_queue_attributes(
     Ok(())
 }
 
+/// Where a queue's dead messages go: its dead-letter queue's key in the
+/// store ([`crate::records::QueueMeta::redrive`] finds it from the policy's
+/// ARN) and the receive count that sends them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redrive {
+    pub target: String,
+    pub max_receive_count: u32,
+}
+
 /// A queue's RedrivePolicy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RedrivePolicy {
-    /// The dead-letter queue's name (the last part of its ARN).
-    pub target_name: String,
+    /// The dead-letter queue's ARN, as given ([`crate::records::Identity::key_of_arn`]
+    /// finds the queue).
+    pub target_arn: String,
     pub max_receive_count: u32,
 }
 
@@ -400,8 +410,7 @@ impl RedrivePolicy {
         if !(1..=1000).contains(&count) {
             return Err(bad("Invalid value for maxReceiveCount: must be between 1 and 1000."));
         }
-        let target_name = arn.rsplit(':').next().unwrap_or_default().to_owned();
-        Ok(Self { target_name, max_receive_count: count as u32 })
+        Ok(Self { target_arn: arn.to_owned(), max_receive_count: count as u32 })
     }
 }
 
@@ -562,7 +571,7 @@ mod tests {
             r#"{"deadLetterTargetArn":"arn:aws:sqs:us-east-1:000000000000:dlq","maxReceiveCount":"3"}"#,
         )
         .expect("valid");
-        assert_eq!((p.target_name.as_str(), p.max_receive_count), ("dlq", 3));
+        assert_eq!((p.target_arn.as_str(), p.max_receive_count), ("arn:aws:sqs:us-east-1:000000000000:dlq", 3));
         assert!(RedrivePolicy::parse(r#"{"maxReceiveCount":3}"#).is_err());
     }
 }

@@ -108,13 +108,44 @@ fn is_envelope_key(key: &str) -> bool {
         || key == "Expires"
 }
 
-/// `/{account}/{name}` as a path-only queue URL.
+/// `/{account}/{name}`, or `/queue/{region}/{account}/{name}` for a queue
+/// of another region, as a path-only queue URL.
 fn queue_path(path: &str) -> Option<String> {
-    let mut parts = path.trim_matches('/').split('/');
-    match (parts.next(), parts.next(), parts.next()) {
-        (Some(account), Some(name), None) if !account.is_empty() && !name.is_empty() => Some(path.to_owned()),
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match parts.as_slice() {
+        [account, name] | ["queue", _, account, name] if !account.is_empty() && !name.is_empty() => {
+            Some(path.to_owned())
+        }
         _ => None,
     }
+}
+
+/// A query request's result as AWS answers it in JSON (`Accept:
+/// application/json`): `{"<Action>Response": {"<Action>Result": …,
+/// "ResponseMetadata": {"RequestId": …}}}`, the result in the JSON
+/// protocol's shape except that its lists start with a lower-case letter
+/// (`queueUrls`, `messages`), as AWS writes them there.
+pub fn query_json_result(action: &str, result: Value, request_id: &str) -> Value {
+    let result = match result {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| match value {
+                    Value::Array(_) => (lower_first(&key), value),
+                    _ => (key, value),
+                })
+                .collect(),
+        ),
+        other => other,
+    };
+    let mut response = Map::new();
+    response.insert(format!("{action}Result"), result);
+    response.insert("ResponseMetadata".into(), serde_json::json!({"RequestId": request_id}));
+    serde_json::json!({ format!("{action}Response"): response })
+}
+
+fn lower_first(key: &str) -> String {
+    let mut chars = key.chars();
+    chars.next().map_or_else(String::new, |c| c.to_ascii_lowercase().to_string() + chars.as_str())
 }
 
 /// Numbered query lists and maps, as the JSON shape has them:

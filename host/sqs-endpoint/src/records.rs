@@ -12,7 +12,7 @@ use ferry_core::outbox::StoreError;
 use serde::{Deserialize, Serialize};
 
 use crate::error::SqsError;
-use crate::model::{Attr, QUEUE_ATTRIBUTES, RedrivePolicy, check_queue_attributes};
+use crate::model::{Attr, QUEUE_ATTRIBUTES, Redrive, RedrivePolicy, check_queue_attributes};
 
 /// Where the endpoint says its queues are.
 #[derive(Debug, Clone)]
@@ -21,10 +21,76 @@ pub struct Identity {
     pub account: String,
 }
 
+/// A queue's key in the store is its name when it lives in the endpoint's
+/// own region, and `REGION/NAME` when a request signed for another region
+/// made it: one name in two regions is two queues, as in AWS. `/` is in no
+/// queue or region name, so the two kinds of key never meet.
 impl Identity {
-    pub fn arn(&self, queue: &str) -> String {
-        format!("arn:aws:sqs:{}:{}:{queue}", self.region, self.account)
+    /// The key of queue `name` in `region`.
+    pub fn key(&self, region: &str, name: &str) -> String {
+        if region == self.region { name.to_owned() } else { format!("{region}/{name}") }
     }
+
+    /// The region and name of a key.
+    pub fn split<'k>(&'k self, key: &'k str) -> (&'k str, &'k str) {
+        key.split_once('/').unwrap_or((self.region.as_str(), key))
+    }
+
+    pub fn arn(&self, key: &str) -> String {
+        let (region, name) = self.split(key);
+        format!("arn:aws:sqs:{region}:{}:{name}", self.account)
+    }
+
+    /// The key of the queue an ARN (`arn:PARTITION:sqs:REGION:ACCOUNT:NAME`)
+    /// names; `None` for anything else. The account is not checked: the
+    /// endpoint serves one.
+    pub fn key_of_arn(&self, arn: &str) -> Option<String> {
+        match arn.split(':').collect::<Vec<_>>().as_slice() {
+            ["arn", _, "sqs", region, _, name] if valid_region(region) && crate::model::valid_queue_name(name) => {
+                Some(self.key(region, name))
+            }
+            _ => None,
+        }
+    }
+
+    /// The queue URL of a key under `base` (`scheme://host[:port]`):
+    /// `/ACCOUNT/NAME` in the endpoint's region, `/queue/REGION/ACCOUNT/NAME`
+    /// in another (the path form LocalStack also uses).
+    pub fn url(&self, base: &str, key: &str) -> String {
+        let base = base.trim_end_matches('/');
+        match key.split_once('/') {
+            Some((region, name)) => format!("{base}/queue/{region}/{}/{name}", self.account),
+            None => format!("{base}/{}/{key}", self.account),
+        }
+    }
+
+    /// The key a queue URL names. Only its path counts, so a URL saved with
+    /// a stale host still works; `None` when the path names no queue the
+    /// API may reach.
+    pub fn key_of_url(&self, url: &str) -> Option<String> {
+        let path = match url.find("://") {
+            Some(i) => url[i + 3..].find('/').map_or("", |j| &url[i + 3 + j..]),
+            None => url,
+        };
+        let path = path.split(['?', '#']).next().unwrap_or_default();
+        let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        let name = *segments.last()?;
+        if name.is_empty() || crate::model::is_internal(name) || name.contains('/') {
+            return None;
+        }
+        match segments.as_slice() {
+            [.., "queue", region, _, _] if valid_region(region) => Some(self.key(region, name)),
+            _ => Some(name.to_owned()),
+        }
+    }
+}
+
+/// Whether `region` may be a region name: 1 to 32 lower-case letters,
+/// digits and `-`.
+pub fn valid_region(region: &str) -> bool {
+    !region.is_empty()
+        && region.len() <= 32
+        && region.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
 /// A queue's durable description.
@@ -98,8 +164,12 @@ impl QueueMeta {
         }
     }
 
-    pub(crate) fn redrive(&self) -> Option<RedrivePolicy> {
-        self.attributes.get("RedrivePolicy").filter(|v| !v.is_empty()).and_then(|v| RedrivePolicy::parse(v).ok())
+    /// Where dead messages go, when a policy names an SQS queue.
+    pub(crate) fn redrive(&self, identity: &Identity) -> Option<Redrive> {
+        let policy = self.attributes.get("RedrivePolicy").filter(|v| !v.is_empty())?;
+        let policy = RedrivePolicy::parse(policy).ok()?;
+        let target = identity.key_of_arn(&policy.target_arn)?;
+        Some(Redrive { target, max_receive_count: policy.max_receive_count })
     }
 
     /// CreateQueue on an existing queue: found when every attribute given
@@ -124,7 +194,7 @@ impl QueueMeta {
     pub(crate) fn set(
         &mut self,
         attributes: BTreeMap<String, String>,
-        arn_of: &dyn Fn(&str) -> Option<String>,
+        dlq_exists: &dyn Fn(&str) -> bool,
         now_ms: i64,
     ) -> Result<(), SqsError> {
         let fifo = self.fifo();
@@ -138,7 +208,7 @@ impl QueueMeta {
                 return Err(SqsError::invalid_attribute_value("FifoQueue", "Modifying queue type is not supported."));
             }
         }
-        check_queue_attributes(&attributes, fifo, arn_of)?;
+        check_queue_attributes(&attributes, fifo, dlq_exists)?;
         for (name, value) in attributes {
             if value.is_empty() && crate::model::UNSET_BY_EMPTY.contains(&name.as_str()) {
                 if name == "KmsMasterKeyId" {
@@ -191,7 +261,7 @@ impl QueueMeta {
     pub(crate) fn check_new(
         name: &str,
         attributes: &BTreeMap<String, String>,
-        arn_of: &dyn Fn(&str) -> Option<String>,
+        dlq_exists: &dyn Fn(&str) -> bool,
     ) -> Result<(), SqsError> {
         let fifo_name = name.ends_with(".fifo");
         let fifo_attr = match attributes.get("FifoQueue").map(String::as_str) {
@@ -205,7 +275,7 @@ impl QueueMeta {
                  end with .fifo suffix and be 1 to 80 in length.",
             ));
         }
-        check_queue_attributes(attributes, fifo_name, arn_of)
+        check_queue_attributes(attributes, fifo_name, dlq_exists)
     }
 }
 

@@ -19,6 +19,7 @@ use crate::actions::{self, Context};
 use crate::engine::Engine;
 use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
+use crate::records::Identity;
 use crate::topics::Topics;
 
 /// The largest request body read: a 1 MiB message grows when its binary
@@ -148,7 +149,7 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
     if let Some(key) = &signer
         && let Some(grant) = app.options.grants.get(key)
     {
-        let resource = resource_of(&call.action, &call.input);
+        let resource = resource_of(&app.engine.identity, &call.action, &call.input);
         if !grant.allows(&call.action, resource.as_deref()) {
             let e = SqsError::access_denied(key, &call.action, resource.as_deref());
             let action = if crate::sns::is_sns(&call.action) { call.action.as_str() } else { "" };
@@ -177,12 +178,14 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
             Err(e) => error(&app, protocol, action, "", &e, &request_id),
         };
     }
+    let region = crate::auth::signing_region(&parts);
+    let region = region.as_deref().unwrap_or(&app.engine.identity.region);
     let trace_header = parts.headers.get("x-amzn-trace-id").and_then(|v| v.to_str().ok()).filter(|v| !v.is_empty());
     let sender_id = signer.as_deref().unwrap_or(ANONYMOUS_SENDER);
-    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id, trace_header };
+    let cx = Context { engine: &app.engine, base_url: &base_url, sender_id, trace_header, region };
     // Labels only name queues and actions that exist, so requests for
     // made-up names cannot grow the metrics without bound.
-    let named = named_queue(&call.input);
+    let named = named_queue(&app.engine.identity, region, &call.input);
     let queue = match named {
         Some(q) if app.engine.exists(&q).await.unwrap_or(false) => q,
         _ => String::new(),
@@ -196,6 +199,12 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
             );
             match protocol {
                 Protocol::Json => reply(StatusCode::OK, "application/x-amz-json-1.0", result.to_string(), &request_id),
+                Protocol::Query if accepts_json(&parts.headers) => reply(
+                    StatusCode::OK,
+                    "application/json",
+                    protocol::query_json_result(&call.action, result, &request_id).to_string(),
+                    &request_id,
+                ),
                 Protocol::Query => reply(
                     StatusCode::OK,
                     "text/xml",
@@ -206,6 +215,17 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         }
         Err(e) => error(&app, protocol, action, &queue, &e, &request_id),
     }
+}
+
+/// Whether a query request asks for JSON (`Accept: application/json`), as
+/// AWS answers it then.
+fn accepts_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|v| v.split(';').next().unwrap_or_default().trim().eq_ignore_ascii_case("application/json"))
 }
 
 fn reply(status: StatusCode, content_type: &'static str, body: String, request_id: &str) -> Response {
@@ -241,9 +261,10 @@ fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError,
     }
 }
 
-/// The queue (`sqs.NAME`) or topic (`sns.NAME`) a call names, for the
-/// key's grant; `None` when it names neither (the list actions).
-fn resource_of(action: &str, input: &Value) -> Option<String> {
+/// The queue (`sqs.NAME`, in whichever region) or topic (`sns.NAME`) a
+/// call names, for the key's grant; `None` when it names neither (the list
+/// actions).
+fn resource_of(identity: &Identity, action: &str, input: &Value) -> Option<String> {
     if crate::sns::is_sns(action) {
         let arn = input.get("TopicArn").and_then(Value::as_str);
         let topic = arn.and_then(|a| a.rsplit(':').next()).or_else(|| input.get("Name").and_then(Value::as_str));
@@ -257,12 +278,17 @@ fn resource_of(action: &str, input: &Value) -> Option<String> {
         };
         return topic.or_else(from_subscription).map(|t| format!("sns.{t}"));
     }
-    named_queue(input).map(|q| format!("sqs.{q}"))
+    let key = named_queue(identity, &identity.region, input)?;
+    Some(format!("sqs.{}", identity.split(&key).1))
 }
 
-/// The queue a call names: its `QueueUrl`, else its `QueueName`.
-fn named_queue(input: &Value) -> Option<String> {
-    actions::queue_name(input).ok().or_else(|| input.get("QueueName").and_then(Value::as_str).map(str::to_owned))
+/// The key of the queue a call names: its `QueueUrl`, else its `QueueName`
+/// in `region`.
+fn named_queue(identity: &Identity, region: &str, input: &Value) -> Option<String> {
+    actions::queue_name(identity, input).ok().or_else(|| {
+        let name = input.get("QueueName").and_then(Value::as_str)?;
+        Some(identity.key(region, name))
+    })
 }
 
 /// Whether `host` is a bare `host[:port]` (a name, an IPv4 or a bracketed

@@ -31,7 +31,7 @@ use tokio_postgres::Row;
 use tokio_postgres::error::SqlState;
 
 use crate::error::SqsError;
-use crate::model::{DEDUP_WINDOW_MS, RedrivePolicy};
+use crate::model::{DEDUP_WINDOW_MS, Redrive};
 use crate::records::{
     Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored, decode, encode, parse_receipt,
     receipt_handle,
@@ -210,8 +210,8 @@ impl Shared {
     ) -> Result<bool, SqsError> {
         let client = self.client().await?;
         let known = names(&client).await?;
-        let arn_of = |n: &str| known.contains(n).then(|| self.identity.arn(n));
-        QueueMeta::check_new(name, &attributes, &arn_of)?;
+        let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| known.contains(&k));
+        QueueMeta::check_new(name, &attributes, &dlq_exists)?;
         let meta = QueueMeta::new(name, attributes.clone(), tags, self.now_ms());
         let added = client
             .execute(
@@ -305,8 +305,8 @@ impl Shared {
 
     pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
         self.update_meta(name, |meta, known| {
-            let arn_of = |n: &str| known.contains(n).then(|| self.identity.arn(n));
-            meta.set(attributes, &arn_of, self.now_ms())
+            let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| known.contains(&k));
+            meta.set(attributes, &dlq_exists, self.now_ms())
         })
         .await
     }
@@ -468,8 +468,8 @@ impl Shared {
         let queue_wait = Duration::from_secs(meta.int("ReceiveMessageWaitTimeSeconds") as u64);
         // A dead-letter queue deleted after the policy was set (or the
         // queue itself): SQS keeps such messages where they are.
-        let redrive = match meta.redrive().filter(|p| p.target_name != name) {
-            Some(p) if meta_of(&txn, &p.target_name, "").await.is_ok() => Some(p),
+        let redrive = match meta.redrive(&self.identity).filter(|p| p.target != name) {
+            Some(p) if meta_of(&txn, &p.target, "").await.is_ok() => Some(p),
             _ => None,
         };
         let nonce = format!("{:016x}", rand::random::<u64>());
@@ -569,15 +569,15 @@ impl Shared {
         txn: &C,
         name: &str,
         dead: &[i64],
-        policy: &RedrivePolicy,
+        policy: &Redrive,
         now: i64,
     ) -> Result<(), SqsError> {
         if dead.is_empty() {
             return Ok(());
         }
         let source = self.identity.arn(name);
-        txn.execute(MOVE, &[&name, &dead, &policy.target_name, &now, &source]).await.map_err(db)?;
-        notify(txn, &policy.target_name).await
+        txn.execute(MOVE, &[&name, &dead, &policy.target, &now, &source]).await.map_err(db)?;
+        notify(txn, &policy.target).await
     }
 
     /// Deletes received messages, one answer per handle. A handle whose
@@ -697,7 +697,7 @@ fn scan_fifo<'h>(
     heads: &'h [Head],
     now: i64,
     cut: i64,
-    redrive: Option<&RedrivePolicy>,
+    redrive: Option<&Redrive>,
 ) -> (Vec<(&'h str, i64)>, Vec<i64>, Vec<i64>, Option<i64>) {
     let (mut chosen, mut expired, mut dead) = (Vec::new(), Vec::new(), Vec::new());
     let mut held: HashSet<&str> = HashSet::new();
@@ -750,7 +750,7 @@ mod tests {
         assert_eq!(next, Some(50));
         // Expired messages go, and a message past maxReceiveCount is dead
         // and holds its group.
-        let policy = RedrivePolicy { target_name: "dlq".into(), max_receive_count: 2 };
+        let policy = Redrive { target: "dlq".into(), max_receive_count: 2 };
         let heads = [head(1, "a", 0, 2), head(2, "a", 0, 0), head(3, "b", 0, 0)];
         let (chosen, _, dead, _) = scan_fifo(&heads, 10, 0, Some(&policy));
         let chosen: Vec<i64> = chosen.iter().map(|(_, seq)| *seq).collect();

@@ -308,12 +308,9 @@ impl Topics {
         format!("arn:aws:sns:{}:{}:{topic}", self.queues.identity.region, self.queues.identity.account)
     }
 
-    fn queue_arn_name<'a>(&self, arn: &'a str) -> Option<&'a str> {
-        let parts: Vec<&str> = arn.split(':').collect();
-        match parts.as_slice() {
-            ["arn", _, "sqs", _, _, name] if crate::model::valid_queue_name(name) => Some(*name),
-            _ => None,
-        }
+    /// The key of the queue an SQS endpoint ARN names, in any region.
+    fn queue_arn_name(&self, arn: &str) -> Option<String> {
+        self.queues.identity.key_of_arn(arn)
     }
 
     fn existing(&self, state: &State, topic_arn: &str) -> Result<String, SqsError> {
@@ -769,7 +766,7 @@ impl Topics {
                 self.notification(&topic, &id, sent_ms, text, &p, Some(unsubscribe_url(&s.arn)))
             };
             if s.protocol == "sqs" {
-                let queue = self.queue_arn_name(&s.endpoint).unwrap_or_default().to_owned();
+                let queue = self.queue_arn_name(&s.endpoint).unwrap_or_default();
                 let attributes = if raw { p.attributes.clone() } else { Vec::new() };
                 sends.push((queue, s.protocol.clone(), body, attributes));
             } else {

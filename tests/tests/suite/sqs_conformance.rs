@@ -425,6 +425,111 @@ print(json.dumps({
     );
 }
 
+/// A query request that accepts JSON is answered in the JSON AWS gives
+/// then (`<Action>Response` / `<Action>Result`, lists in lower camel case);
+/// without that header, in XML.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_query_get_that_accepts_json_is_answered_in_json() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+import urllib.request, urllib.parse
+def get(url, accept=None):
+    r = urllib.request.urlopen(urllib.request.Request(url, headers={"Accept": accept} if accept else {}))
+    return [r.headers.get("Content-Type"), r.read().decode()]
+q = sqs.create_queue(QueueName=name)["QueueUrl"]
+sqs.send_message(QueueUrl=q, MessageBody="a body")
+base = q.rsplit("/", 2)[0]
+receive = base + "/?" + urllib.parse.urlencode({"Action": "ReceiveMessage", "QueueUrl": q, "VisibilityTimeout": "0"})
+print(json.dumps({
+    "list": get(base + "/?Action=ListQueues&Version=2012-11-05", "application/json"),
+    "list_xml": get(base + "/?Action=ListQueues&Version=2012-11-05"),
+    "receive": get(receive, "text/html, application/json;q=0.9"),
+}))
+"#,
+        &url,
+        &unique("accept"),
+    )
+    .await;
+    assert_eq!(out["list"][0], "application/json", "{out}");
+    let list: serde_json::Value = serde_json::from_str(out["list"][1].as_str().unwrap_or_default()).expect("JSON");
+    let urls = &list["ListQueuesResponse"]["ListQueuesResult"]["queueUrls"];
+    assert!(urls.as_array().is_some_and(|u| !u.is_empty()), "{list}");
+    assert!(list["ListQueuesResponse"]["ResponseMetadata"]["RequestId"].is_string(), "{list}");
+    assert!(out["list_xml"][1].as_str().is_some_and(|b| b.contains("<ListQueuesResponse")), "{out}");
+    let received: serde_json::Value =
+        serde_json::from_str(out["receive"][1].as_str().unwrap_or_default()).expect("JSON");
+    assert_eq!(
+        received["ReceiveMessageResponse"]["ReceiveMessageResult"]["messages"][0]["Body"], "a body",
+        "{received}"
+    );
+}
+
+/// One queue name used from two regions is two queues, as in AWS: a
+/// request signed for another region than the endpoint's works on that
+/// region's queues, whose URLs carry the region in their path; URLs,
+/// lists, ARNs and a redrive policy keep the two apart.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_queue_name_in_two_regions_is_two_queues() {
+    let (_ws, _daemon, url) = endpoint();
+    let out = boto3(
+        r#"
+import urllib.request
+eu = boto3.client("sqs", endpoint_url=endpoint, region_name="eu-central-1",
+                  aws_access_key_id="x", aws_secret_access_key="x")
+q1 = sqs.create_queue(QueueName=name)["QueueUrl"]
+q2 = eu.create_queue(QueueName=name)["QueueUrl"]
+eu.send_message(QueueUrl=q2, MessageBody="in eu")
+dlq = eu.create_queue(QueueName=name + "-dlq")["QueueUrl"]
+dlq_arn = eu.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+eu.set_queue_attributes(QueueUrl=q2, Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "1"})})
+first = eu.receive_message(QueueUrl=q2, VisibilityTimeout=0).get("Messages", [])
+again = eu.receive_message(QueueUrl=q2, VisibilityTimeout=0).get("Messages", [])
+dead = eu.receive_message(QueueUrl=dlq, VisibilityTimeout=0).get("Messages", [])
+query = urllib.request.urlopen(q2 + "?Action=GetQueueAttributes&AttributeName.1=QueueArn").read().decode()
+print(json.dumps({
+    "q1": q1, "q2": q2,
+    "url1": sqs.get_queue_url(QueueName=name)["QueueUrl"],
+    "url2": eu.get_queue_url(QueueName=name)["QueueUrl"],
+    "list1": sqs.list_queues(QueueNamePrefix=name).get("QueueUrls", []),
+    "list2": eu.list_queues(QueueNamePrefix=name).get("QueueUrls", []),
+    "in_east": sqs.receive_message(QueueUrl=q1).get("Messages", []),
+    "first": [m["Body"] for m in first], "again": len(again), "dead": [m["Body"] for m in dead],
+    "arn1": sqs.get_queue_attributes(QueueUrl=q1, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"],
+    "dlq_arn": dlq_arn,
+    "query": query,
+    "sources": eu.list_dead_letter_source_queues(QueueUrl=dlq).get("queueUrls", []),
+    "other_region_dlq": error(lambda: sqs.set_queue_attributes(QueueUrl=q1, Attributes={"RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn.replace("eu-central-1", "us-east-1"), "maxReceiveCount": "1"})})),
+}))
+"#,
+        &url,
+        &unique("regions"),
+    )
+    .await;
+    let text = |k: &str| out[k].as_str().unwrap_or_default().to_owned();
+    assert_ne!(out["q1"], out["q2"], "{out}");
+    assert!(!text("q1").contains("us-east-1") && !text("q2").contains("us-east-1"), "{out}");
+    assert!(text("q2").contains("/queue/eu-central-1/"), "{out}");
+    assert_eq!((&out["url1"], &out["url2"]), (&out["q1"], &out["q2"]), "{out}");
+    assert_eq!(out["list1"], serde_json::json!([out["q1"]]), "{out}");
+    assert_eq!(out["list2"].as_array().map(Vec::len), Some(2), "{out}");
+    assert!(out["list2"].as_array().is_some_and(|l| l.contains(&out["q2"]) && !l.contains(&out["q1"])), "{out}");
+    assert_eq!(out["in_east"], serde_json::json!([]), "{out}");
+    assert_eq!((&out["first"], &out["again"]), (&serde_json::json!(["in eu"]), &serde_json::json!(0)), "{out}");
+    assert_eq!(out["dead"], serde_json::json!(["in eu"]), "{out}");
+    assert!(text("arn1").starts_with("arn:aws:sqs:us-east-1:"), "{out}");
+    assert!(text("dlq_arn").starts_with("arn:aws:sqs:eu-central-1:"), "{out}");
+    assert!(
+        text("query").contains(&format!(
+            "arn:aws:sqs:eu-central-1:000000000000:{}",
+            text("q2").rsplit('/').next().unwrap_or_default()
+        )),
+        "{out}"
+    );
+    assert_eq!(out["sources"], serde_json::json!([out["q2"]]), "{out}");
+    assert!(text("other_region_dlq").contains("Dead letter target does not exist"), "{out}");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn message_attribute_names_take_a_star_and_plain_prefixes() {
     let (_ws, _daemon, url) = endpoint();
