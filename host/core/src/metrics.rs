@@ -189,6 +189,8 @@ pub struct Metrics {
     pub in_flight: GaugeFamily<RouteLabels>,
     /// Whether a route is running (1/0). Labels: route.
     pub route_running: GaugeFamily<RouteLabels>,
+    /// Whether a route is paused by an operator (1/0). Labels: route.
+    pub route_paused: GaugeFamily<RouteLabels>,
     /// Time a plugin call took (instance taken to verdict). Labels: plugin, route.
     pub plugin_call_seconds: HistogramFamily,
     /// Binding copies not sent again on a redelivery because the binding
@@ -410,6 +412,12 @@ impl Metrics {
         registry.register("messages_in_flight", "Messages being handled now", in_flight.clone());
         let route_running = GaugeFamily::<RouteLabels>::default();
         registry.register("route_running", "Whether a route is running (1/0)", route_running.clone());
+        let route_paused = GaugeFamily::<RouteLabels>::default();
+        registry.register(
+            "route_paused",
+            "Whether a route is paused by an operator (1/0): it takes no new message",
+            route_paused.clone(),
+        );
         let delivery_latency: HistogramFamily<RouteLabels> = Family::new_with_constructor(seconds_histogram);
         registry.register(
             "delivery_latency_seconds",
@@ -481,6 +489,7 @@ impl Metrics {
             expired,
             in_flight,
             route_running,
+            route_paused,
             plugin_call_seconds,
             outbox_duplicate_suppressed,
             outbox_backpressure,
@@ -588,6 +597,7 @@ pub const LABELS: &[(&str, &[&str])] = &[
     ("messages_expired", &["route"]),
     ("messages_in_flight", &["route"]),
     ("route_running", &["route"]),
+    ("route_paused", &["route"]),
     ("delivery_latency_seconds", &["route"]),
     ("message_age_at_egress_seconds", &["route", "binding"]),
     ("route_last_progress_seconds", &["route"]),

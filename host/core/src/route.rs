@@ -28,9 +28,12 @@ use crate::trace::DeliveryTrace;
 
 mod availability;
 mod binding;
+mod gate;
 mod outbox;
+
 pub use availability::{Availability, MAX_PROBE_INTERVAL, Pass, Transition};
 pub use binding::{Binding, SendContext, Sent};
+pub use gate::Gate;
 pub use outbox::{Leasing, Outbox, partition_of};
 
 /// A route's processor chain. A hot reload swaps in a new chain for new
@@ -134,6 +137,9 @@ pub struct Route {
     /// by stable identity (`DeliveryMemory::default()` when building a
     /// route).
     pub memory: crate::ledger::DeliveryMemory,
+    /// Paused or running, and the deliveries held ([`Gate`]; the daemon
+    /// keeps one per route id across reloads).
+    pub gate: Gate,
 }
 
 /// A route's per-message metric handles, resolved once instead of building
@@ -299,6 +305,11 @@ impl Route {
             if !self.wait_for_outbox_room(&shutdown).await {
                 break;
             }
+            // Paused: take nothing; what the receiver has stays at the
+            // source, unacknowledged.
+            if !self.gate.opened(&shutdown).await {
+                break;
+            }
             let permit = tokio::select! {
                 _ = shutdown.cancelled() => break,
                 p = permits.clone().acquire_owned() => match p {
@@ -308,6 +319,8 @@ impl Route {
             };
             let delivery = tokio::select! {
                 _ = shutdown.cancelled() => break,
+                // Paused while waiting: nothing was taken.
+                _ = self.gate.closed() => continue,
                 res = &mut receiver_task, if receiver_result.is_none() => {
                     receiver_result = Some(res);
                     break;
@@ -319,9 +332,11 @@ impl Route {
             };
             let route = self.clone();
             let stop = shutdown.clone();
+            let held = self.gate.hold();
             handlers.spawn(async move {
                 route.handle(delivery, &stop).await;
                 drop(permit);
+                drop(held);
             });
             while handlers.try_join_next().is_some() {}
         }

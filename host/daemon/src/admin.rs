@@ -10,6 +10,13 @@
 //! a route as server-sent events for `ferry tap`:
 //! `GET /tap/{route}?point=&binding=&sample=&rate=&payload_bytes=`.
 //!
+//! Runtime control ([`crate::control`], answers typed in [`crate::api`]):
+//! `GET /routes` (each route's state, deliveries in flight and generation),
+//! `POST /routes/{id}/pause`, `/resume`, `/drain?timeout_s=` (pause, then
+//! wait until it holds nothing), and `POST /reload` (the config file and
+//! the plugins, as SIGHUP does with `--watch`), which answers with each
+//! route's generation now running, or why nothing changed.
+//!
 //! With `admin.token` set every request needs `Authorization: Bearer
 //! <token>` (401 otherwise); without one the server must listen on
 //! loopback, or be `read_only` (the endpoints that change anything answer
@@ -67,13 +74,25 @@ pub struct AdminAccess {
     pub stopping: CancellationToken,
 }
 
+/// What the control endpoints work on.
 #[derive(Clone)]
-struct AdminState {
-    watchdog: Arc<Watchdog>,
-    metrics: Metrics,
-    ready: ReadyView,
-    store: StoreAccess,
-    access: AdminAccess,
+pub struct ControlAccess {
+    pub controls: crate::control::Controls,
+    /// Where `POST /reload` sends the config it loaded.
+    pub reloads: tokio::sync::mpsc::Sender<crate::wiring::ReloadRequest>,
+    /// The config file `ferry run` was started with.
+    pub config_path: std::path::PathBuf,
+}
+
+/// Everything the admin server answers from.
+#[derive(Clone)]
+pub struct AdminState {
+    pub watchdog: Arc<Watchdog>,
+    pub metrics: Metrics,
+    pub ready: ReadyView,
+    pub store: StoreAccess,
+    pub access: AdminAccess,
+    pub control: ControlAccess,
 }
 
 /// How long one admin request may take.
@@ -85,20 +104,19 @@ const BODY_LIMIT: usize = 64 * 1024;
 /// so `ferry run` fails at start rather than running without its endpoints.
 pub async fn serve(
     listen: SocketAddr,
-    watchdog: Arc<Watchdog>,
-    metrics: Metrics,
-    view: ReadyView,
-    store: StoreAccess,
-    access: AdminAccess,
+    state: AdminState,
     shutdown: CancellationToken,
 ) -> std::io::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let listen = listener.local_addr()?;
-    view.listeners.record("admin", "admin", listen);
-    let state = AdminState { watchdog, metrics, ready: view, store, access };
+    state.ready.listeners.record("admin", "admin", listen);
     let changes = Router::new()
         .route("/dlq/replay", post(dlq_replay))
         .route("/dlq/purge", post(dlq_purge))
+        .route("/routes/{id}/pause", post(route_pause))
+        .route("/routes/{id}/resume", post(route_resume))
+        .route("/routes/{id}/drain", post(route_drain))
+        .route("/reload", post(reload))
         .route_layer(axum::middleware::from_fn_with_state(state.clone(), refuse_when_read_only));
     let app = Router::new()
         .route("/metrics", get(metrics_text))
@@ -107,6 +125,7 @@ pub async fn serve(
         .route("/dlq", get(dlq_list))
         .route("/dlq/{id}", get(dlq_show))
         .route("/outbox/stats", get(outbox_stats))
+        .route("/routes", get(routes))
         .route("/tap/{route}", get(tap))
         .merge(changes)
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
@@ -218,7 +237,14 @@ async fn ready(State(state): State<AdminState>) -> Response {
     }
     let ready = not_ready.is_empty();
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    let body = serde_json::json!({ "ready": ready, "not_ready": not_ready, "listeners": state.ready.listeners.all() });
+    // A paused route is the operator's choice, not a fault: listed, ready.
+    let paused = state.control.controls.paused(&readiness.routes);
+    let body = serde_json::json!({
+        "ready": ready,
+        "not_ready": not_ready,
+        "paused": paused,
+        "listeners": state.ready.listeners.all(),
+    });
     (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
 
@@ -230,8 +256,77 @@ fn json(status: StatusCode, value: &impl serde::Serialize) -> Response {
 }
 
 fn error(status: StatusCode, e: impl std::fmt::Display) -> Response {
-    let body = serde_json::json!({ "error": e.to_string() });
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    json(status, &crate::api::ErrorReply { error: e.to_string() })
+}
+
+/// The ids of the routes the running config has, in its order.
+fn route_ids(state: &AdminState) -> Vec<String> {
+    let config = state.store.config.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    config.routes.iter().map(|r| r.id.clone()).collect()
+}
+
+/// A 404 when the running config has no route `id`.
+fn unknown_route(state: &AdminState, id: &str) -> Option<Response> {
+    (!route_ids(state).iter().any(|r| r == id)).then(|| error(StatusCode::NOT_FOUND, format!("no route {id:?}")))
+}
+
+async fn routes(State(state): State<AdminState>) -> Response {
+    json(StatusCode::OK, &state.control.controls.status(&route_ids(&state)))
+}
+
+async fn route_pause(State(state): State<AdminState>, Path(id): Path<String>) -> Response {
+    unknown_route(&state, &id).unwrap_or_else(|| json(StatusCode::OK, &state.control.controls.pause(&id)))
+}
+
+async fn route_resume(State(state): State<AdminState>, Path(id): Path<String>) -> Response {
+    unknown_route(&state, &id).unwrap_or_else(|| json(StatusCode::OK, &state.control.controls.resume(&id)))
+}
+
+/// `POST /routes/{id}/drain?timeout_s=`: how long to wait, 60 s unless
+/// said, and less than the request's own limit.
+#[derive(Deserialize)]
+struct DrainQuery {
+    timeout_s: Option<u64>,
+}
+
+async fn route_drain(State(state): State<AdminState>, Path(id): Path<String>, Query(q): Query<DrainQuery>) -> Response {
+    if let Some(response) = unknown_route(&state, &id) {
+        return response;
+    }
+    let timeout = std::time::Duration::from_secs(q.timeout_s.unwrap_or(60).min(REQUEST_TIMEOUT.as_secs() - 10));
+    let reply = state.control.controls.drain(&id, timeout).await;
+    // Paused either way; 504 says it still holds deliveries.
+    let status = if reply.drained == Some(true) { StatusCode::OK } else { StatusCode::GATEWAY_TIMEOUT };
+    json(status, &reply)
+}
+
+/// `POST /reload`: loads the config file again and applies it with the
+/// plugins, as SIGHUP does under `--watch`; answers what runs now, or
+/// (422) why nothing changed.
+async fn reload(State(state): State<AdminState>) -> Response {
+    use crate::api::{ReloadOutcome, ReloadReply};
+    let path = state.control.config_path.clone();
+    let loaded = tokio::task::spawn_blocking(move || ferry_config::load(&path)).await;
+    let config = match loaded {
+        Ok(Ok(config)) => config,
+        Ok(Err(e)) => {
+            Metrics::inc(&state.metrics.reloads, &[("outcome", "refused")]);
+            warn!(error = %e, "POST /reload refused: invalid configuration; everything keeps running as it was");
+            return json(StatusCode::UNPROCESSABLE_ENTITY, &ReloadReply::refused(e));
+        }
+        Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    };
+    info!(config = %state.control.config_path.display(), "POST /reload: reloading config and plugins");
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let request = crate::wiring::ReloadRequest { config: Some(config), reply: Some(tx) };
+    if state.control.reloads.send(request).await.is_err() {
+        return error(StatusCode::SERVICE_UNAVAILABLE, "ferry is stopping; nothing was reloaded");
+    }
+    match rx.await {
+        Ok(reply) if reply.outcome == ReloadOutcome::Applied => json(StatusCode::OK, &reply),
+        Ok(reply) => json(StatusCode::UNPROCESSABLE_ENTITY, &reply),
+        Err(_) => error(StatusCode::SERVICE_UNAVAILABLE, "ferry stopped before the reload was applied"),
+    }
 }
 
 /// `GET /dlq?route=&limit=`.

@@ -261,6 +261,7 @@ pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCo
         eprintln!("cannot install the SIGTERM/SIGINT handler: {e}");
         return ExitCode::FAILURE;
     }
+    let (reload_tx, reload_rx) = mpsc::channel(4);
     let mut admin = None;
     if let Some(listen) = &admin_listen {
         let addr = match listen.parse() {
@@ -270,21 +271,23 @@ pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCo
                 return ExitCode::from(2);
             }
         };
-        match crate::admin::serve(
-            addr,
-            watchdog.clone(),
-            bridge.metrics.clone(),
-            crate::admin::ReadyView { readiness: bridge.readiness.clone(), listeners: bridge.listeners.clone() },
-            bridge.store_access(),
-            crate::admin::AdminAccess {
+        let state = crate::admin::AdminState {
+            watchdog: watchdog.clone(),
+            metrics: bridge.metrics.clone(),
+            ready: crate::admin::ReadyView { readiness: bridge.readiness.clone(), listeners: bridge.listeners.clone() },
+            store: bridge.store_access(),
+            access: crate::admin::AdminAccess {
                 token: admin_token.map(|t| t.expose().into()),
                 read_only: admin_read_only,
                 stopping: shutdown.clone(),
             },
-            admin_stop.clone(),
-        )
-        .await
-        {
+            control: crate::admin::ControlAccess {
+                controls: bridge.controls.clone(),
+                reloads: reload_tx.clone(),
+                config_path: path.to_owned(),
+            },
+        };
+        match crate::admin::serve(addr, state, admin_stop.clone()).await {
             Ok(task) => admin = Some(task),
             Err(e) => {
                 error!(%listen, error = %e, "cannot bind the admin server");
@@ -293,7 +296,6 @@ pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCo
             }
         }
     }
-    let (reload_tx, reload_rx) = mpsc::channel(4);
     if let Some(dir) = bridge.watched_plugin_dir()
         && let Err(e) = crate::watch::watch_plugins(&dir, reload_tx.clone(), shutdown.clone())
     {
@@ -375,12 +377,12 @@ async fn handle_reload_signals(
                 let request = match &reload_source {
                     None => {
                         info!("SIGHUP: reloading plugins");
-                        None
+                        ReloadRequest::plugins()
                     }
                     Some(path) => match ferry_config::load(path) {
                         Ok(config) => {
                             info!(config = %path.display(), "SIGHUP: reloading config and plugins");
-                            Some(config)
+                            ReloadRequest::config(config)
                         }
                         Err(e) => {
                             Metrics::inc(&metrics.reloads, &[("outcome", "refused")]);

@@ -1,6 +1,9 @@
 //! The ferry daemon as a library, so the binary stays a thin CLI.
 //!
 //! - [`admin`]: the admin HTTP server (metrics, health, readiness).
+//! - [`api`]: the admin API's requests and answers as types.
+//! - [`control`]: pause, resume, drain and reload of a running daemon;
+//!   [`ctl`]: `ferry ctl`, its command line.
 //! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
 //! - [`commands`]: `run`, `validate` and `render`.
 //! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
@@ -16,7 +19,10 @@
 //! - [`transports`]: the one table of transports, looked up by `type`.
 
 pub mod admin;
+pub mod api;
 pub mod commands;
+pub mod control;
+pub mod ctl;
 pub mod dlq;
 pub mod explain;
 pub mod logging;

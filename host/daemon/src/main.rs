@@ -103,6 +103,10 @@ enum Command {
     /// Dead letters in the store (a running daemon's through its admin server).
     #[command(subcommand)]
     Dlq(DlqCommand),
+    /// Control a running daemon through its admin server: its routes'
+    /// state, pause, resume or drain a route, reload the config and plugins.
+    #[command(subcommand)]
+    Ctl(CtlCommand),
     /// The shared_outbox store (a running daemon's through its admin server).
     #[command(subcommand)]
     Outbox(OutboxCommand),
@@ -126,6 +130,45 @@ enum Command {
     Reference {
         #[arg(long, default_value = "docs/src/reference")]
         dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum CtlCommand {
+    /// Each route's state (running, paused, stopped), deliveries in flight
+    /// and generation.
+    Routes {
+        #[arg(short, long)]
+        config: PathBuf,
+    },
+    /// Stop a route taking messages; what it holds finishes, the rest waits
+    /// at its source. Kept across reloads until `resume`.
+    Pause {
+        #[arg(short, long)]
+        config: PathBuf,
+        route: String,
+    },
+    /// Let a paused route take messages again.
+    Resume {
+        #[arg(short, long)]
+        config: PathBuf,
+        route: String,
+    },
+    /// Pause a route and wait until it holds no message; exit 1 when some
+    /// are still held after --timeout-s (the route stays paused).
+    Drain {
+        #[arg(short, long)]
+        config: PathBuf,
+        route: String,
+        #[arg(long, default_value_t = 60)]
+        timeout_s: u64,
+    },
+    /// Reload the daemon's config file and plugins (as SIGHUP does with
+    /// --watch); prints each route's generation, or why nothing changed
+    /// (exit 1).
+    Reload {
+        #[arg(short, long)]
+        config: PathBuf,
     },
 }
 
@@ -556,6 +599,17 @@ fn main() -> ExitCode {
         }
         Command::Dlq(DlqCommand::List { config, route, limit, json }) => {
             block_on(ferry_daemon::dlq::list(&config, route.as_deref(), limit, json))
+        }
+        Command::Ctl(command) => {
+            use ferry_daemon::ctl::Ctl;
+            let (config, ctl) = match command {
+                CtlCommand::Routes { config } => (config, Ctl::Routes),
+                CtlCommand::Pause { config, route } => (config, Ctl::Pause(route)),
+                CtlCommand::Resume { config, route } => (config, Ctl::Resume(route)),
+                CtlCommand::Drain { config, route, timeout_s } => (config, Ctl::Drain { route, timeout_s }),
+                CtlCommand::Reload { config } => (config, Ctl::Reload),
+            };
+            block_on(ferry_daemon::ctl::run(&config, ctl))
         }
         Command::Dlq(DlqCommand::Show { config, id }) => block_on(ferry_daemon::dlq::show(&config, id)),
         Command::Dlq(DlqCommand::Replay { config, ids, route, dry_run }) => {

@@ -340,6 +340,7 @@ impl Rig {
                 clock: ferry_core::clock::Clock::System,
                 meters: Default::default(),
                 memory: Default::default(),
+                gate: Default::default(),
             }));
         }
         Self { routes, metrics: metrics.clone(), sent, dead, steps }

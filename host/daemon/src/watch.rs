@@ -56,7 +56,7 @@ pub fn watch_plugins(
                 }
             }
             info!(?changed, "plugin directory changed; reloading plugins");
-            if reloads.send(None).await.is_err() {
+            if reloads.send(ReloadRequest::plugins()).await.is_err() {
                 warn!("the daemon no longer takes reloads; plugin watch stopped");
                 return;
             }

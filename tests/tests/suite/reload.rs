@@ -177,3 +177,137 @@ config = { when = [{ header = "kind", op = "eq", value = "temp" }] }
     assert!(sub.drain(Duration::from_millis(500)).await.is_empty(), "nothing handled twice");
     assert!(daemon.terminate().success());
 }
+
+/// `ferry ctl` on a running daemon: a paused route takes nothing (its
+/// messages wait at the broker) while the other runs; resume delivers
+/// every one once; a pause survives a reload that restarts the route;
+/// `POST /reload` answers each route's generation, or refuses a broken
+/// config with nothing changed; a drain answers once nothing is held.
+#[tokio::test(flavor = "multi_thread")]
+async fn ferry_ctl_pauses_resumes_drains_and_reloads() {
+    let n = Names {
+        a_in: unique("ctl/a"),
+        b_in: unique("ctl/b"),
+        out: unique("ctl/out"),
+        client_a: unique("ctl-a"),
+        client_b: unique("ctl-b"),
+        client_out: unique("ctl-out"),
+        admin: ANY_PORT.to_owned(),
+    };
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(&n, "one"));
+    // No --watch: `ferry ctl reload` reloads the file all the same.
+    let daemon = Daemon::start(&ws, 3);
+    let admin = daemon.admin();
+    let ctl = |args: &[&str]| {
+        let mut all = vec!["ctl"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["-c", "ferry.toml"]);
+        let out = ws.ferry(&all);
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr))
+    };
+    let mut sub = TestMqtt::connect(&broker_url()).await;
+    sub.subscribe(&format!("{}/#", n.out)).await;
+    let publisher = TestMqtt::connect(&broker_url()).await;
+
+    let (code, text) = ctl(&["pause", "a"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a: paused"), "{text}");
+    let (code, text) = ctl(&["pause", "nosuch"]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("no route \"nosuch\""), "{text}");
+    let (status, body) = ferry_tests::http::get(&admin, "/readyz").expect("readyz");
+    assert_eq!(status, 200, "a paused route is not a fault: {body}");
+    assert!(body.contains(r#""paused":["a"]"#), "{body}");
+    assert_eq!(sample(&metrics(&admin), "ferry_route_paused", "route=\"a\""), Some(1.0));
+
+    // While a is paused: its messages wait; b's marker, published after
+    // them, crosses.
+    for i in 0..20 {
+        publisher.publish_with(&n.a_in, &format!("a{i}"), &[]).await;
+    }
+    publisher.publish_with(&n.b_in, "marker", &[]).await;
+    let p = sub.next(WAIT).await.expect("route b runs while a is paused");
+    assert_eq!((topic(&p), p.payload.as_ref()), (format!("{}/b", n.out), &b"marker"[..]));
+    let m = metrics(&admin);
+    assert_eq!(sample(&m, "ferry_messages_received_total", "route=\"a\"").unwrap_or(0.0), 0.0, "{m}");
+
+    // A reload that restarts a keeps it paused, and says what runs.
+    ws.config(&config(&n, "two"));
+    let (code, text) = ctl(&["reload"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a: generation 2 (Restarted)") && text.contains("b: generation 1 (Kept)"), "{text}");
+    let (_, routes) = ferry_tests::http::get(&admin, "/routes").expect("routes");
+    let routes: serde_json::Value = serde_json::from_str(&routes).expect("JSON");
+    assert_eq!(routes[0]["id"], "a", "{routes}");
+    assert_eq!((&routes[0]["state"], &routes[0]["generation"]), (&"paused".into(), &2.into()), "{routes}");
+    assert_eq!(routes[1]["state"], "running", "{routes}");
+
+    // A config that does not load is refused by POST /reload (422), and
+    // one a transport refuses (a port out of range) by `ferry ctl reload`
+    // (exit 1); nothing changes either way.
+    ws.config("[[routes]]\nid = \n");
+    let (status, body) = ferry_tests::http::request(&admin, "POST", "/reload", None).expect("reload");
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains(r#""outcome":"refused""#) && body.contains("TOML parse error"), "{body}");
+    ws.config(&config(&n, "three").replace(&broker_url(), "mqtt://127.0.0.1:99999"));
+    let (code, text) = ctl(&["reload"]);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("reload refused; nothing changed"), "{text}");
+    ws.config(&config(&n, "two"));
+    let (_, routes) = ferry_tests::http::get(&admin, "/routes").expect("routes");
+    assert!(routes.contains(r#""generation":2"#), "no restart on a refused reload: {routes}");
+
+    // Resume: every message a held back crosses once, to the new address.
+    let (code, text) = ctl(&["resume", "a"]);
+    assert_eq!(code, Some(0), "{text}");
+    let got = sub.collect(20).await;
+    let mut payloads: Vec<String> = got.iter().map(|p| String::from_utf8_lossy(&p.payload).into_owned()).collect();
+    assert!(got.iter().all(|p| topic(p) == format!("{}/two", n.out)), "{payloads:?}");
+    payloads.sort();
+    payloads.dedup();
+    assert_eq!(payloads.len(), 20, "each once: {payloads:?}");
+
+    // Drain: paused, and nothing held.
+    let (code, text) = ctl(&["drain", "a", "--timeout-s", "20"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a: paused") && text.contains("0 in flight"), "{text}");
+    let (code, text) = ctl(&["routes"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.lines().any(|l| l.starts_with('a') && l.contains("paused")), "{text}");
+    let (code, text) = ctl(&["resume", "a"]);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(sample(&metrics(&admin), "ferry_route_paused", "route=\"a\""), Some(0.0));
+    assert!(sub.drain(Duration::from_millis(300)).await.is_empty(), "nothing sent twice");
+    assert!(daemon.terminate().success());
+}
+
+/// A read-only admin server refuses the control endpoints; its routes
+/// list stays readable.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_only_admin_server_refuses_control() {
+    let n = Names {
+        a_in: unique("ro/a"),
+        b_in: unique("ro/b"),
+        out: unique("ro/out"),
+        client_a: unique("ro-a"),
+        client_b: unique("ro-b"),
+        client_out: unique("ro-out"),
+        admin: ANY_PORT.to_owned(),
+    };
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config(&n, "one").replace("[admin]\n", "[admin]\nread_only = true\n"));
+    let daemon = Daemon::start(&ws, 3);
+    let admin = daemon.admin();
+    for verb in ["pause", "resume", "drain"] {
+        let out = ws.ferry(&["ctl", verb, "a", "-c", "ferry.toml"]);
+        assert_eq!(out.status.code(), Some(2), "{verb}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("read-only"), "{verb}");
+    }
+    let out = ws.ferry(&["ctl", "reload", "-c", "ferry.toml"]);
+    assert_eq!(out.status.code(), Some(2));
+    let (status, body) = ferry_tests::http::get(&admin, "/routes").expect("routes");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""state":"running""#), "{body}");
+    assert!(daemon.terminate().success());
+}

@@ -191,6 +191,7 @@ fn harness(
         clock: crate::clock::Clock::tokio(),
         meters: Default::default(),
         memory: Default::default(),
+        gate: Default::default(),
     });
     Harness { route, log, senders, dlq }
 }

@@ -21,6 +21,8 @@ use super::parts::{
 use super::plan::{
     ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, Shared, prepare, warn_orphaned_records,
 };
+use crate::api::{ReloadOutcome, ReloadReply, RouteChange, RouteVersion};
+use crate::control::Controls;
 use crate::readiness::SharedReadiness;
 
 /// A route task.
@@ -40,9 +42,24 @@ struct RouteEnded {
     result: Result<(), ferry_core::TransportError>,
 }
 
-/// A reload request: `Some` config with `--watch` (already loaded and
-/// validated), `None` to reload plugins under the running config.
-pub type ReloadRequest = Option<Config>;
+/// A reload request: a config (already loaded and validated: SIGHUP with
+/// `--watch`, `POST /reload`) or none, to reload plugins under the running
+/// config; and where to say what it did.
+pub struct ReloadRequest {
+    pub config: Option<Config>,
+    pub reply: Option<tokio::sync::oneshot::Sender<ReloadReply>>,
+}
+
+impl ReloadRequest {
+    /// Plugins only, under the running config.
+    pub fn plugins() -> Self {
+        Self { config: None, reply: None }
+    }
+
+    pub fn config(config: Config) -> Self {
+        Self { config: Some(config), reply: None }
+    }
+}
 
 /// Everything `ferry run` starts.
 pub struct Bridge {
@@ -71,6 +88,8 @@ pub struct Bridge {
     /// The addresses of the listeners (port 0 picks one): announced on
     /// stdout and listed by `/readyz`.
     pub listeners: ferry_core::listeners::Listeners,
+    /// Pause, resume and drain of each route, for the admin server.
+    pub controls: Controls,
 }
 
 impl Bridge {
@@ -101,7 +120,14 @@ impl Bridge {
             None => None,
         };
         let endpoint_queues = sqs_endpoint.as_ref().map(super::endpoint::SqsEndpoint::topics);
-        let shared = Shared { store: &store, leasing: &leasing, queues: &endpoint_queues, listeners: &listeners };
+        let controls = Controls::new(metrics.clone());
+        let shared = Shared {
+            store: &store,
+            leasing: &leasing,
+            queues: &endpoint_queues,
+            listeners: &listeners,
+            controls: &controls,
+        };
         let prepared =
             prepare(&config, &metrics, &shared, &BTreeMap::new(), &SenderMap::new(), &PluginState::default()).await?;
         warn_orphaned_records(&config, store.as_ref());
@@ -128,6 +154,7 @@ impl Bridge {
             sqs_endpoint,
             endpoint_queues,
             listeners,
+            controls,
         })
     }
 
@@ -168,6 +195,7 @@ impl Bridge {
             let result = running.run(token).await;
             let _ = ended.send(RouteEnded { id: task_id, generation, result });
         });
+        self.controls.started(&id);
         self.routes.insert(id, RunningRoute { key, route, generation, stop, task });
     }
 
@@ -186,12 +214,19 @@ impl Bridge {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => break,
-                Some(request) = reloads.recv() => self.reload(request, &shutdown).await,
+                Some(request) = reloads.recv() => {
+                    let ReloadRequest { config, reply } = request;
+                    let answer = self.reload(config, &shutdown).await;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(answer);
+                    }
+                }
                 Some(RouteEnded { id, generation, result }) = self.ended_rx.recv() => {
                     if self.routes.get(&id).is_none_or(|r| r.generation != generation) {
                         continue; // a route a reload stopped
                     }
                     self.routes.remove(&id);
+                    self.controls.stopped(&id);
                     match result {
                         Ok(()) if self.routes.is_empty() => break,
                         Ok(()) => {}
@@ -205,7 +240,8 @@ impl Bridge {
                 }
             }
         }
-        for (_, route) in std::mem::take(&mut self.routes) {
+        for (id, route) in std::mem::take(&mut self.routes) {
+            self.controls.stopped(&id);
             route.stop.cancel();
             if let Err(e) = route.task.await {
                 error!(error = %e, "route task panicked");
@@ -246,8 +282,8 @@ impl Bridge {
     /// drains and restarts only the routes whose parts changed. Anything
     /// that fails to build (config, plugin, init) refuses the whole reload
     /// and leaves the daemon as it was.
-    async fn reload(&mut self, request: ReloadRequest, shutdown: &CancellationToken) {
-        let config = request.unwrap_or_else(|| self.config.clone());
+    async fn reload(&mut self, config: Option<Config>, shutdown: &CancellationToken) -> ReloadReply {
+        let config = config.unwrap_or_else(|| self.config.clone());
         if config.admin != self.config.admin || config.store != self.config.store {
             warn!("reload: [admin] and [store] changes take effect at the next start");
         }
@@ -259,7 +295,7 @@ impl Bridge {
         if let Err(e) = check_urls(&config) {
             Metrics::inc(&self.metrics.reloads, &[("outcome", "refused")]);
             error!(error = %e, "reload refused; everything keeps running as it was");
-            return;
+            return ReloadReply::refused(e);
         }
         let running: BTreeMap<String, RouteKey> =
             self.routes.iter().map(|(id, r)| (id.clone(), r.key.clone())).collect();
@@ -268,6 +304,7 @@ impl Bridge {
             leasing: &self.leasing,
             queues: &self.endpoint_queues,
             listeners: &self.listeners,
+            controls: &self.controls,
         };
         let prepared = prepare(&config, &self.metrics, &shared, &running, &self.senders, &self.plugins).await;
         let prepared = match prepared {
@@ -275,7 +312,7 @@ impl Bridge {
             Err(e) => {
                 Metrics::inc(&self.metrics.reloads, &[("outcome", "refused")]);
                 error!(error = %e, "reload refused; everything keeps running as it was");
-                return;
+                return ReloadReply::refused(e);
             }
         };
         // New chains first: deliveries that start from now on use them,
@@ -318,6 +355,7 @@ impl Bridge {
         }
         for id in replaced.iter().filter(|id| !started.contains(id)) {
             self.metrics.route_running.remove(&ferry_core::metrics::RouteLabels::new(id));
+            self.controls.stopped(id);
         }
         warn_orphaned_records(&config, self.store.as_ref());
         if let Ok(mut shared) = self.shared_config.write() {
@@ -336,5 +374,23 @@ impl Bridge {
             processors_swapped = ?swapped,
             "reload applied"
         );
+        let routes = self
+            .routes
+            .keys()
+            .map(|id| {
+                let change = if started.contains(id) && replaced.contains(id) {
+                    RouteChange::Restarted
+                } else if started.contains(id) {
+                    RouteChange::Started
+                } else if swapped.contains(id) {
+                    RouteChange::ProcessorsSwapped
+                } else {
+                    RouteChange::Kept
+                };
+                (id.clone(), RouteVersion { generation: self.controls.generation(id), change })
+            })
+            .collect();
+        let stopped = replaced.into_iter().filter(|id| !started.contains(id)).collect();
+        ReloadReply { outcome: ReloadOutcome::Applied, errors: Vec::new(), routes, stopped }
     }
 }

@@ -147,6 +147,8 @@ pub(super) struct Shared<'a> {
     pub queues: &'a EndpointQueues,
     /// Where listeners record their bound addresses.
     pub listeners: &'a ferry_core::listeners::Listeners,
+    /// Each route's gate, kept across reloads.
+    pub controls: &'a crate::control::Controls,
 }
 
 /// Builds what `config` needs beyond what is running: `running` maps the
@@ -161,7 +163,7 @@ pub(super) async fn prepare(
     old_senders: &SenderMap,
     old_plugins: &PluginState,
 ) -> Result<Prepared, StartError> {
-    let Shared { store, leasing, queues, listeners } = *shared;
+    let Shared { store, leasing, queues, listeners, controls } = *shared;
     let mut plugins = PluginState::default();
     if uses_plugins(config) {
         let engine = match &old_plugins.engine {
@@ -270,6 +272,7 @@ pub(super) async fn prepare(
             clock: ferry_core::clock::Clock::System,
             meters: Default::default(),
             memory: Default::default(),
+            gate: controls.gate(&route_config.id),
         };
         routes.push(PlannedRoute { key, route: Arc::new(route) });
     }

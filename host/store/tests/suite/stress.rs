@@ -188,6 +188,7 @@ async fn flood(store: Arc<dyn Store>, metrics: Metrics, n: usize, partitions: u3
         clock: ferry_core::clock::Clock::System,
         meters: Default::default(),
         memory: Default::default(),
+        gate: Default::default(),
     });
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(route.clone().run(shutdown.clone()));
