@@ -15,7 +15,11 @@
 //! `POST /routes/{id}/pause`, `/resume`, `/drain?timeout_s=` (pause, then
 //! wait until it holds nothing), and `POST /reload` (the config file and
 //! the plugins, as SIGHUP does with `--watch`), which answers with each
-//! route's generation now running, or why nothing changed.
+//! route's generation now running, or why nothing changed. `GET /about`
+//! says what runs and whether the server is read-only.
+//!
+//! `GET /` is the console, a page that shows all of the above (the only
+//! path served without the token: it holds nothing and asks for it).
 //!
 //! With `admin.token` set every request needs `Authorization: Bearer
 //! <token>` (401 otherwise); without one the server must listen on
@@ -126,9 +130,11 @@ pub async fn serve(
         .route("/dlq/{id}", get(dlq_show))
         .route("/outbox/stats", get(outbox_stats))
         .route("/routes", get(routes))
+        .route("/about", get(about))
         .route("/tap/{route}", get(tap))
         .merge(changes)
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
+        .route("/", get(console))
         .layer(tower_http::limit::RequestBodyLimitLayer::new(BODY_LIMIT))
         .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, REQUEST_TIMEOUT))
         .with_state(state);
@@ -271,7 +277,48 @@ fn unknown_route(state: &AdminState, id: &str) -> Option<Response> {
 }
 
 async fn routes(State(state): State<AdminState>) -> Response {
-    json(StatusCode::OK, &state.control.controls.status(&route_ids(&state)))
+    let mut routes = state.control.controls.status(&route_ids(&state));
+    // Rendering every series is synchronous work: off the async workers.
+    let metrics = state.metrics.clone();
+    if let Ok(text) = tokio::task::spawn_blocking(move || metrics.render()).await {
+        let counts = crate::control::counts(&text);
+        for route in &mut routes {
+            route.counts = counts.get(&route.id).copied().unwrap_or_default();
+        }
+    }
+    json(StatusCode::OK, &routes)
+}
+
+async fn about(State(state): State<AdminState>) -> Response {
+    json(
+        StatusCode::OK,
+        &crate::api::About {
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            commit: env!("FERRY_COMMIT").to_owned(),
+            plugin_contract: format!("ferry:plugin@{}", ferry_wasm::registry::PLUGIN_VERSION),
+            read_only: state.access.read_only,
+        },
+    )
+}
+
+/// The console's page (`GET /`): one file, compiled in, that asks for the
+/// token itself, so it is served without one. It holds no data; every
+/// reading it shows comes from the endpoints above, with the token.
+const CONSOLE: &str = include_str!("console/index.html");
+
+async fn console() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'self'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src 'self' data:",
+            ),
+            (header::X_FRAME_OPTIONS, "DENY"),
+        ],
+        CONSOLE,
+    )
+        .into_response()
 }
 
 async fn route_pause(State(state): State<AdminState>, Path(id): Path<String>) -> Response {

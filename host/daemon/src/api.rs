@@ -29,6 +29,31 @@ pub struct RouteStatus {
     /// Which start of the route runs now: 1 at the first start, one more at
     /// each restart a reload makes.
     pub generation: u64,
+    /// What the route has counted since the daemon started.
+    #[serde(default)]
+    pub counts: RouteCounts,
+}
+
+/// A route's message counters (the `ferry_messages_*_total` series, summed
+/// over their reasons): a client takes two readings to make rates.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RouteCounts {
+    pub received: u64,
+    pub acked: u64,
+    pub retried: u64,
+    pub dead_lettered: u64,
+    pub dropped: u64,
+}
+
+/// `GET /about`: what runs, and what this admin server lets a client do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct About {
+    pub version: String,
+    pub commit: String,
+    /// The plugin contract the daemon hosts (`ferry:plugin@1.3.0`).
+    pub plugin_contract: String,
+    /// `admin.read_only`: the endpoints that change anything answer 403.
+    pub read_only: bool,
 }
 
 /// What `POST /routes/{id}/pause`, `/resume` and `/drain` answer.

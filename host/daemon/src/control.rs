@@ -14,7 +14,7 @@ use std::time::Duration;
 use ferry_core::metrics::{Metrics, RouteLabels};
 use ferry_core::route::Gate;
 
-use crate::api::{ControlReply, RouteState, RouteStatus};
+use crate::api::{ControlReply, RouteCounts, RouteState, RouteStatus};
 
 /// One route's control: its gate, and which start of it runs.
 #[derive(Clone, Default)]
@@ -80,6 +80,7 @@ impl Controls {
                     state: state_of(&control),
                     in_flight: control.gate.in_flight(),
                     generation: control.generation,
+                    counts: RouteCounts::default(),
                 }
             })
             .collect()
@@ -134,6 +135,49 @@ impl Controls {
     }
 }
 
+/// Each route's counters, read from the metrics text (`/metrics`): the
+/// series by reason are summed per route.
+pub fn counts(metrics_text: &str) -> BTreeMap<String, RouteCounts> {
+    let mut out: BTreeMap<String, RouteCounts> = BTreeMap::new();
+    for line in metrics_text.lines() {
+        let Some((series, value)) = line.rsplit_once(' ') else { continue };
+        let Some((name, labels)) = series.split_once('{') else { continue };
+        let field: fn(&mut RouteCounts) -> &mut u64 = match name {
+            "ferry_messages_received_total" => |c| &mut c.received,
+            "ferry_messages_acked_total" => |c| &mut c.acked,
+            "ferry_messages_retried_total" => |c| &mut c.retried,
+            "ferry_messages_dead_lettered_total" => |c| &mut c.dead_lettered,
+            "ferry_messages_dropped_total" => |c| &mut c.dropped,
+            _ => continue,
+        };
+        let Some(route) = label(labels, "route") else { continue };
+        let Ok(value) = value.trim().parse::<f64>() else { continue };
+        *field(out.entry(route).or_default()) += value as u64;
+    }
+    out
+}
+
+/// The value of label `name` in `a="x",b="y"}` (OpenMetrics escapes
+/// `\`, `"` and newlines in values).
+fn label(labels: &str, name: &str) -> Option<String> {
+    let key = format!("{name}=\"");
+    let at = labels.match_indices(&key).map(|(i, _)| i).find(|&i| i == 0 || labels[..i].ends_with(','))?;
+    let start = at + key.len();
+    let mut value = String::new();
+    let mut chars = labels[start..].chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => return Some(value),
+            '\\' => match chars.next()? {
+                'n' => value.push('\n'),
+                other => value.push(other),
+            },
+            c => value.push(c),
+        }
+    }
+    None
+}
+
 fn state_of(control: &Control) -> RouteState {
     if !control.running {
         RouteState::Stopped
@@ -147,6 +191,20 @@ fn state_of(control: &Control) -> RouteState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn counters_are_summed_per_route_over_their_reasons() {
+        let text = "# TYPE ferry_messages_received counter\n\
+            ferry_messages_received_total{route=\"a\"} 7\n\
+            ferry_messages_received_total{route=\"b\\\"q\"} 2\n\
+            ferry_messages_retried_total{route=\"a\",reason=\"timeout\"} 3\n\
+            ferry_messages_retried_total{reason=\"nack\",route=\"a\"} 4\n\
+            ferry_messages_acked_total{route=\"a\"} 5\n\
+            ferry_messages_sent_total{route=\"a\",binding=\"x\"} 9\n";
+        let counts = counts(text);
+        assert_eq!(counts["a"], RouteCounts { received: 7, acked: 5, retried: 7, dead_lettered: 0, dropped: 0 });
+        assert_eq!(counts["b\"q"].received, 2, "escaped quote in a route id");
+    }
 
     #[tokio::test]
     async fn a_pause_outlives_a_restart_and_drain_answers_when_idle() {

@@ -37,13 +37,7 @@ pub async fn run(config: &Path, ctl: Ctl) -> ExitCode {
 }
 
 async fn ask(config: &Path, ctl: Ctl) -> Result<ExitCode, String> {
-    let loaded = ferry_config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
-    let admin = Admin::of(&loaded).ok_or_else(|| {
-        format!(
-            "{}: [admin] listen is not set (nor FERRY_ADMIN), so no running daemon can be reached",
-            config.display()
-        )
-    })?;
+    let admin = Admin::of_file(config)?;
     match ctl {
         Ctl::Routes => {
             let routes: Vec<RouteStatus> = call(&admin, reqwest::Method::GET, "/routes", &[200]).await?.1;
@@ -101,7 +95,7 @@ fn state_name(state: RouteState) -> &'static str {
 
 /// One admin request; its answer read as `T` when its status is one of
 /// `expected`, else the server's error text.
-async fn call<T: DeserializeOwned>(
+pub(crate) async fn call<T: DeserializeOwned>(
     admin: &Admin,
     method: reqwest::Method,
     path: &str,

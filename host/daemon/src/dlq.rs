@@ -84,6 +84,19 @@ impl Admin {
         Some(Admin { base: format!("http://{listen}"), token: config.admin.token.clone() })
     }
 
+    /// The running daemon that the config file at `path` names (see
+    /// [`Admin::of`]), or why none can be reached: the commands that only
+    /// talk to a running daemon (`ferry ctl`, `tap`, `top`) start here.
+    pub(crate) fn of_file(path: &Path) -> Result<Self, String> {
+        let config = ferry_config::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::of(&config).ok_or_else(|| {
+            format!(
+                "{}: [admin] listen is not set (nor FERRY_ADMIN), so no running daemon can be reached",
+                path.display()
+            )
+        })
+    }
+
     pub(crate) fn request(
         &self,
         client: &reqwest::Client,

@@ -13,6 +13,7 @@
 //!   routes with no broker.
 //! - [`plugins`]: `ferry plugins list` and `ferry plugins check`.
 //! - [`tap`]: `ferry tap`, live messages of a running route.
+//! - [`top`]: `ferry top`, a terminal view of a running daemon's routes.
 //! - [`watch`]: hot reload of plugins on changes in the plugin directory.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
 //! - [`watchdog`]: whether the daemon is stuck (`/healthz`, `ferry_stalled`).
@@ -34,6 +35,7 @@ pub mod readiness;
 pub mod scaffold;
 pub mod tap;
 pub mod telemetry;
+pub mod top;
 pub mod transports;
 pub mod watch;
 pub mod watchdog;

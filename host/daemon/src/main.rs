@@ -92,6 +92,10 @@ enum Command {
     /// Watch live messages of a running route through its admin server
     /// (sampled and rate limited; delivery is not affected).
     Tap(ferry_daemon::tap::TapArgs),
+    /// A terminal view of a running daemon's routes, refreshed every
+    /// second: state, rates, in flight, retries, dead letters; keys sort,
+    /// pause or resume a route, or open a tap of it.
+    Top(ferry_daemon::top::TopArgs),
     /// Print the resolved config as JSON (secrets masked).
     Render {
         #[arg(short, long)]
@@ -587,6 +591,7 @@ fn main() -> ExitCode {
         }
         Command::Test { files, format } => block_on(ferry_daemon::pipeline_test::run(&files, format)),
         Command::Tap(args) => block_on(ferry_daemon::tap::run(&args)),
+        Command::Top(args) => block_on(ferry_daemon::top::run(&args)),
         Command::Render { config } => ferry_daemon::commands::render(&config),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),

@@ -54,16 +54,12 @@ pub struct TapArgs {
 /// Runs the tap; exit 0 when the stream ended or `--count` was reached, 2
 /// when the daemon could not be reached or refused the tap.
 pub async fn run(args: &TapArgs) -> ExitCode {
-    let config = match ferry_config::load(&args.config) {
-        Ok(c) => c,
+    let admin = match Admin::of_file(&args.config) {
+        Ok(admin) => admin,
         Err(e) => {
-            eprintln!("{}: {e}", args.config.display());
+            eprintln!("{e}");
             return ExitCode::from(2);
         }
-    };
-    let Some(admin) = Admin::of(&config) else {
-        eprintln!("{}: [admin] listen is not set, so the daemon cannot be reached", args.config.display());
-        return ExitCode::from(2);
     };
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     query

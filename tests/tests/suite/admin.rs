@@ -152,7 +152,15 @@ async fn with_a_token_every_admin_call_needs_it_and_the_cli_sends_it() {
     let daemon = Daemon::start(&ws, 2);
     let admin = daemon.admin();
 
-    for (method, path) in [("GET", "/metrics"), ("GET", "/readyz"), ("GET", "/dlq"), ("POST", "/dlq/purge?route=r1")] {
+    for (method, path) in [
+        ("GET", "/metrics"),
+        ("GET", "/readyz"),
+        ("GET", "/dlq"),
+        ("POST", "/dlq/purge?route=r1"),
+        ("GET", "/routes"),
+        ("GET", "/about"),
+        ("POST", "/routes/r1/resume"),
+    ] {
         let (status, body) = request(&admin, method, path, None).expect("request");
         assert_eq!(status, 401, "{method} {path} without the token: {body}");
         let (status, _) = request(&admin, method, path, Some("wrong-token-of-some-length")).expect("request");
@@ -160,6 +168,17 @@ async fn with_a_token_every_admin_call_needs_it_and_the_cli_sends_it() {
         let (status, body) = request(&admin, method, path, Some(TOKEN)).expect("request");
         assert_eq!(status, 200, "{method} {path} with the token: {body}");
     }
+    // The console's page holds nothing and asks for the token itself.
+    let (status, page) = get(&admin, "/").expect("console");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("<title>ferry console</title>"), "{page}");
+    let script = page.split("<script>").nth(1).and_then(|s| s.split("</script>").next()).expect("the page's script");
+    let file = ws.path().join("console.js");
+    std::fs::write(&file, script).expect("write the script");
+    let checked = std::process::Command::new("node").arg("--check").arg(&file).output().expect("node runs");
+    assert!(checked.status.success(), "the console's script parses: {}", String::from_utf8_lossy(&checked.stderr));
+    let (_, about) = request(&admin, "GET", "/about", Some(TOKEN)).expect("about");
+    assert!(about.contains(r#""read_only":false"#) && about.contains("ferry:plugin@"), "{about}");
     let listed = ws.ferry(&["dlq", "list", "-c", "ferry.toml"]);
     assert!(listed.status.success(), "the CLI sends the token: {}", String::from_utf8_lossy(&listed.stderr));
     let rendered = String::from_utf8_lossy(&ws.ferry(&["render", "-c", "ferry.toml"]).stdout).into_owned();

@@ -267,6 +267,10 @@ async fn ferry_ctl_pauses_resumes_drains_and_reloads() {
     payloads.sort();
     payloads.dedup();
     assert_eq!(payloads.len(), 20, "each once: {payloads:?}");
+    let (_, routes) = ferry_tests::http::get(&admin, "/routes").expect("routes");
+    let routes: serde_json::Value = serde_json::from_str(&routes).expect("JSON");
+    assert_eq!(routes[0]["counts"]["received"], 20, "{routes}");
+    assert_eq!(routes[1]["counts"]["received"], 1, "{routes}");
 
     // Drain: paused, and nothing held.
     let (code, text) = ctl(&["drain", "a", "--timeout-s", "20"]);
@@ -309,5 +313,110 @@ async fn a_read_only_admin_server_refuses_control() {
     let (status, body) = ferry_tests::http::get(&admin, "/routes").expect("routes");
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""state":"running""#), "{body}");
+    let (_, about) = ferry_tests::http::get(&admin, "/about").expect("about");
+    assert!(about.contains(r#""read_only":true"#), "the console hides what it may not do: {about}");
+    assert!(daemon.terminate().success());
+}
+
+/// Drives `ferry top` in a pseudo-terminal (80x20): `p` pauses the
+/// selected route (sorted first: `a`), what the screen shows is read back
+/// through a terminal emulator, and `q` ends it with exit 0.
+const TOP_DRIVER: &str = r#"
+import base64, fcntl, json, os, pty, select, struct, subprocess, sys, termios, time, urllib.request
+ferry, config, admin = sys.argv[1], sys.argv[2], sys.argv[3]
+master, slave = pty.openpty()
+fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 20, 80, 0, 0))
+env = dict(os.environ, TERM="xterm-256color", FERRY_ADMIN=admin)
+child = subprocess.Popen([ferry, "top", "-c", config, "--interval-ms", "200"],
+                         stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
+os.close(slave)
+out = b""
+def read_until(done, seconds):
+    global out
+    deadline = time.time() + seconds
+    while time.time() < deadline and not done():
+        ready, _, _ = select.select([master], [], [], 0.1)
+        if ready:
+            try:
+                out += os.read(master, 65536)
+            except OSError:
+                return
+def paused():
+    routes = json.load(urllib.request.urlopen("http://" + admin + "/routes"))
+    return any(r["id"] == "a" and r["state"] == "paused" for r in routes)
+read_until(lambda: b"running" in out, 15)
+first = len(out)
+os.write(master, b"p")
+read_until(paused, 15)
+was_paused = paused()
+read_until(lambda: b"paused" in out[first:], 15)
+second = len(out)
+os.write(master, b"q")
+read_until(lambda: child.poll() is not None, 15)
+code = child.wait(timeout=15)
+print(json.dumps({"code": code, "paused": was_paused, "first": first, "second": second, "out": base64.b64encode(out).decode()}))
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ferry_top_shows_the_routes_and_pauses_the_selected_one() {
+    use base64::Engine as _;
+    let n = Names {
+        a_in: unique("top/a"),
+        b_in: unique("top/b"),
+        out: unique("top/out"),
+        client_a: unique("top-a"),
+        client_b: unique("top-b"),
+        client_out: unique("top-out"),
+        admin: ANY_PORT.to_owned(),
+    };
+    let ws = Workspace::with_plugins(&[]);
+    let config = ws.config(&config(&n, "one"));
+    let daemon = Daemon::start(&ws, 3);
+    let admin = daemon.admin();
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    publisher.publish_with(&n.b_in, "one", &[]).await;
+    daemon.wait_for_total("ferry_messages_acked_total", "route=\"b\"", 1.0, WAIT);
+    let bin = ferry_tests::daemon::ferry_binary();
+    let args = [bin.to_string_lossy().into_owned(), config.to_string_lossy().into_owned(), admin.clone()];
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new("python3")
+            .arg("-")
+            .args(&args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        std::io::Write::write_all(&mut child.stdin.take().expect("stdin"), TOP_DRIVER.as_bytes()).expect("script");
+        ferry_tests::wait_within(child, Duration::from_secs(90), "ferry top under a pseudo-terminal")
+    })
+    .await
+    .expect("driver");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or_default()).expect("JSON");
+    let bytes =
+        base64::engine::general_purpose::STANDARD.decode(report["out"].as_str().unwrap_or_default()).expect("b64");
+    let first = report["first"].as_u64().unwrap_or_default() as usize;
+    let screen = |bytes: &[u8]| {
+        let mut parser = vt100::Parser::new(20, 80, 0);
+        parser.process(bytes);
+        parser.screen().contents()
+    };
+    // The screen as it stood before the key, and after it.
+    let before = screen(&bytes[..first.min(bytes.len())]);
+    assert!(before.contains("ROUTE") && before.contains("STATE") && before.contains("IN/S"), "{before}");
+    let row = |screen: &str, id: &str| {
+        screen.lines().find(|l| l.trim_start().starts_with(&format!("{id} "))).map(str::to_owned).unwrap_or_default()
+    };
+    assert!(row(&before, "a").contains("running") && row(&before, "b").contains("running"), "{before}");
+    assert_eq!(report["paused"], true, "p paused the selected route: {before}");
+    // Before `q`: leaving the alternate screen clears what it showed.
+    let second = report["second"].as_u64().unwrap_or_default() as usize;
+    let after = screen(&bytes[..second.min(bytes.len())]);
+    assert!(row(&after, "a").contains("paused"), "{after}");
+    assert_eq!(report["code"], 0, "q ends it: {after}");
+    let (_, routes) = ferry_tests::http::get(&admin, "/routes").expect("routes");
+    assert!(routes.contains(r#""state":"paused""#), "{routes}");
     assert!(daemon.terminate().success());
 }
