@@ -150,7 +150,7 @@ reference:
 
 # Everything CI runs: formatting, lints, unit tests, real-broker tests.
 test: plugins test-plugins mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain fuse nats redis kafka nextest podman
+    @scripts/provision openssl toolchain fuse nats redis kafka nextest podman chromium
     @echo "just: step fmt"
     cargo fmt --all -- --check
     cd processors && cargo fmt --all -- --check
@@ -191,7 +191,7 @@ plugins-missing:
 # Every server the tests use, installed and started where missing (those
 # running are left alone).
 services: mosquitto moto rabbitmq postgres
-    @scripts/provision openssl toolchain fuse nats redis kafka nextest podman
+    @scripts/provision openssl toolchain fuse nats redis kafka nextest podman chromium
 
 # (CI runs reduced forms of these in `just test`.)
 # The full crash and load tests: 200,000 messages through the store, 20,000 through a shared_outbox route with 50 power cuts of its disk, then 100 SIGKILLs of the release daemon.

@@ -294,3 +294,69 @@ impl Drop for PrivateMosquitto {
         self.stop();
     }
 }
+
+/// Two MQTT routes through one sender `out`: `a` from `a_in` to
+/// `{out}/{a_address}` and `b` from `b_in` to `{out}/b`, with an admin
+/// server on `admin` (`extra_admin`: more lines of `[admin]`).
+pub struct TwoRoutes {
+    pub a_in: String,
+    pub b_in: String,
+    pub out: String,
+    pub client_a: String,
+    pub client_b: String,
+    pub client_out: String,
+    pub admin: String,
+}
+
+impl TwoRoutes {
+    pub fn config(&self, a_address: &str, extra_admin: &str) -> String {
+        let n = self;
+        format!(
+            r#"
+[admin]
+listen = "{admin}"
+{extra_admin}
+
+[receivers.in-a]
+type = "mqtt"
+url = "{url}"
+client_id = "{client_a}"
+topics = ["{a_in}"]
+
+[receivers.in-b]
+type = "mqtt"
+url = "{url}"
+client_id = "{client_b}"
+topics = ["{b_in}"]
+
+[senders.out]
+type = "mqtt"
+url = "{url}"
+client_id = "{client_out}"
+default_topic = "unused"
+
+[[routes]]
+id = "a"
+receiver = "in-a"
+[[routes.bindings]]
+sender = "out"
+address = "{out}/{a_address}"
+
+[[routes]]
+id = "b"
+receiver = "in-b"
+[[routes.bindings]]
+sender = "out"
+address = "{out}/b"
+"#,
+            url = broker_url(),
+            admin = n.admin,
+            client_a = n.client_a,
+            client_b = n.client_b,
+            client_out = n.client_out,
+            a_in = n.a_in,
+            b_in = n.b_in,
+            out = n.out,
+        )
+    }
+}

@@ -10,6 +10,7 @@ mod amqp_restart;
 mod book;
 mod chaos;
 mod cli;
+mod console;
 mod daemon;
 mod dashboard;
 mod dlq;

@@ -12,63 +12,10 @@ use ferry_tests::{plugin_file, unique};
 
 const WAIT: Duration = Duration::from_secs(15);
 
-struct Names {
-    a_in: String,
-    b_in: String,
-    out: String,
-    client_a: String,
-    client_b: String,
-    client_out: String,
-    admin: String,
-}
+use ferry_tests::mqtt::TwoRoutes as Names;
 
 fn config(n: &Names, a_address: &str) -> String {
-    format!(
-        r#"
-[admin]
-listen = "{admin}"
-
-[receivers.in-a]
-type = "mqtt"
-url = "{url}"
-client_id = "{client_a}"
-topics = ["{a_in}"]
-
-[receivers.in-b]
-type = "mqtt"
-url = "{url}"
-client_id = "{client_b}"
-topics = ["{b_in}"]
-
-[senders.out]
-type = "mqtt"
-url = "{url}"
-client_id = "{client_out}"
-default_topic = "unused"
-
-[[routes]]
-id = "a"
-receiver = "in-a"
-[[routes.bindings]]
-sender = "out"
-address = "{out}/{a_address}"
-
-[[routes]]
-id = "b"
-receiver = "in-b"
-[[routes.bindings]]
-sender = "out"
-address = "{out}/b"
-"#,
-        url = broker_url(),
-        admin = n.admin,
-        client_a = n.client_a,
-        client_b = n.client_b,
-        client_out = n.client_out,
-        a_in = n.a_in,
-        b_in = n.b_in,
-        out = n.out,
-    )
+    n.config(a_address, "")
 }
 
 fn connections(admin: &str, name: &str) -> f64 {
