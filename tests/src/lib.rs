@@ -36,6 +36,7 @@ pub mod kafka;
 pub mod leftovers;
 pub mod mqtt;
 pub mod nats;
+pub mod otlp;
 pub mod pg;
 pub mod ports;
 pub mod powercut;

@@ -199,7 +199,7 @@ async fn metrics_text(State(state): State<AdminState>) -> Response {
     // Encoding every series and reading /proc are synchronous work: done on
     // a blocking thread, so a scrape never holds an async worker.
     let metrics = state.metrics.clone();
-    let text = match tokio::task::spawn_blocking(move || crate::process::with_process_metrics(metrics.render())).await {
+    let text = match tokio::task::spawn_blocking(move || crate::exposition::render(&metrics)).await {
         Ok(text) => text,
         Err(e) => return error(StatusCode::INTERNAL_SERVER_ERROR, e),
     };

@@ -215,7 +215,12 @@ fn mask_secrets(value: &mut serde_json::Value, secrets: &[String]) {
 /// `ferry run`: runs until SIGTERM/SIGINT, then stops receiving, finishes
 /// or releases in-flight messages and exits 0. SIGHUP reloads plugins, and
 /// with `watch` the config file too (see [`Bridge`]'s reload).
-pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCode {
+pub async fn run(
+    path: &Path,
+    watch: bool,
+    admin_listen: Option<&str>,
+    metrics_export: Option<crate::telemetry::metrics::MetricsSettings>,
+) -> ExitCode {
     let config = match ferry_config::load(path).and_then(|c| match admin_listen {
         Some(listen) => c.with_admin_listen(listen),
         None => Ok(c),
@@ -301,12 +306,19 @@ pub async fn run(path: &Path, watch: bool, admin_listen: Option<&str>) -> ExitCo
     {
         warn!(dir = %dir.display(), error = %e, "cannot watch the plugin directory; reload plugins with SIGHUP");
     }
+    let export = metrics_export.map(|settings| {
+        tokio::spawn(crate::telemetry::metrics::export(settings, bridge.metrics.clone(), admin_stop.clone()))
+    });
     let reload_source = watch.then(|| path.to_owned());
     tokio::spawn(handle_reload_signals(shutdown.clone(), reload_tx, reload_source, bridge.metrics.clone()));
     info!(routes = bridge.route_count(), watch, "ferry running");
     let clean = bridge.run(shutdown, reload_rx).await;
     admin_stop.cancel();
     if let Some(task) = admin {
+        let _ = task.await;
+    }
+    // The last export (the totals at the stop) is bounded by its timeout.
+    if let Some(task) = export {
         let _ = task.await;
     }
     if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE }

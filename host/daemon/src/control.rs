@@ -139,10 +139,8 @@ impl Controls {
 /// series by reason are summed per route.
 pub fn counts(metrics_text: &str) -> BTreeMap<String, RouteCounts> {
     let mut out: BTreeMap<String, RouteCounts> = BTreeMap::new();
-    for line in metrics_text.lines() {
-        let Some((series, value)) = line.rsplit_once(' ') else { continue };
-        let Some((name, labels)) = series.split_once('{') else { continue };
-        let field: fn(&mut RouteCounts) -> &mut u64 = match name {
+    for sample in crate::exposition::parse(metrics_text).into_iter().flat_map(|f| f.samples) {
+        let field: fn(&mut RouteCounts) -> &mut u64 = match sample.name.as_str() {
             "ferry_messages_received_total" => |c| &mut c.received,
             "ferry_messages_acked_total" => |c| &mut c.acked,
             "ferry_messages_retried_total" => |c| &mut c.retried,
@@ -150,32 +148,10 @@ pub fn counts(metrics_text: &str) -> BTreeMap<String, RouteCounts> {
             "ferry_messages_dropped_total" => |c| &mut c.dropped,
             _ => continue,
         };
-        let Some(route) = label(labels, "route") else { continue };
-        let Ok(value) = value.trim().parse::<f64>() else { continue };
-        *field(out.entry(route).or_default()) += value as u64;
+        let Some(route) = sample.label("route") else { continue };
+        *field(out.entry(route.to_owned()).or_default()) += sample.value as u64;
     }
     out
-}
-
-/// The value of label `name` in `a="x",b="y"}` (OpenMetrics escapes
-/// `\`, `"` and newlines in values).
-fn label(labels: &str, name: &str) -> Option<String> {
-    let key = format!("{name}=\"");
-    let at = labels.match_indices(&key).map(|(i, _)| i).find(|&i| i == 0 || labels[..i].ends_with(','))?;
-    let start = at + key.len();
-    let mut value = String::new();
-    let mut chars = labels[start..].chars();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' => return Some(value),
-            '\\' => match chars.next()? {
-                'n' => value.push('\n'),
-                other => value.push(other),
-            },
-            c => value.push(c),
-        }
-    }
-    None
 }
 
 fn state_of(control: &Control) -> RouteState {

@@ -26,6 +26,7 @@ pub mod control;
 pub mod ctl;
 pub mod dlq;
 pub mod explain;
+pub mod exposition;
 pub mod logging;
 pub mod mqbridge;
 pub mod pipeline_test;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use ferry_daemon::logging::{self, LogFormat};
-use ferry_daemon::telemetry::Telemetry;
+use ferry_daemon::telemetry::{Settings, Telemetry};
 
 /// jemalloc instead of the system allocator (see Cargo.toml).
 #[global_allocator]
@@ -630,21 +630,32 @@ fn main() -> ExitCode {
             if let Ok(program) = std::env::current_exe() {
                 ferry_daemon::plugins::compile_in_child(program);
             }
-            // Before the runtime: the exporter keeps a thread of its own.
-            let telemetry = match Telemetry::from_env() {
+            // The environment's export settings are checked before anything
+            // starts; the exporters start inside the runtime (a gRPC
+            // channel's tasks run there).
+            let settings = match Settings::from_env() {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("{e}");
+                    return ExitCode::from(2);
+                }
+            };
+            let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("cannot start the runtime: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let telemetry = match rt.block_on(async { Telemetry::start(&settings) }) {
                 Ok(t) => t,
                 Err(e) => {
                     eprintln!("{e}");
                     return ExitCode::from(2);
                 }
             };
-            let code = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
-                Ok(rt) => rt.block_on(ferry_daemon::commands::run(&config, watch, admin_listen.as_deref())),
-                Err(e) => {
-                    eprintln!("cannot start the runtime: {e}");
-                    ExitCode::FAILURE
-                }
-            };
+            let code =
+                rt.block_on(ferry_daemon::commands::run(&config, watch, admin_listen.as_deref(), settings.metrics));
             telemetry.shutdown();
             code
         }

@@ -26,6 +26,7 @@ mod kubernetes;
 mod languages;
 mod mqbridge;
 mod nats;
+mod otlp;
 mod outage;
 mod outbox;
 mod plugins_cli;

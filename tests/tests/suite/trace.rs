@@ -5,74 +5,17 @@
 //! of the one it received.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::http::StatusCode;
 use ferry_tests::daemon::{Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, broker_url};
+use ferry_tests::otlp::{Collector, SpanRecord, Via};
 use ferry_tests::rabbit::{Rabbit, URL091};
 use ferry_tests::sqs::{self, create_queue};
 use ferry_tests::unique;
 use lapin::types::AMQPValue;
-use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use prost::Message as _;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-#[derive(Debug, Clone)]
-struct SpanRecord {
-    name: String,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    attributes: HashMap<String, String>,
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// An OTLP/HTTP trace receiver that keeps every span it is sent.
-async fn start_collector() -> (String, Arc<Mutex<Vec<SpanRecord>>>) {
-    let spans = Arc::new(Mutex::new(Vec::new()));
-    let sink = spans.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: Bytes| {
-            let sink = sink.clone();
-            async move {
-                let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-                    return StatusCode::BAD_REQUEST;
-                };
-                let mut out = sink.lock().expect("collector lock");
-                for span in request.resource_spans.iter().flat_map(|r| &r.scope_spans).flat_map(|s| &s.spans) {
-                    let attributes = span
-                        .attributes
-                        .iter()
-                        .map(|kv| {
-                            let value = kv.value.as_ref().and_then(|v| v.value.as_ref()).map(|v| format!("{v:?}"));
-                            (kv.key.clone(), value.unwrap_or_default())
-                        })
-                        .collect();
-                    out.push(SpanRecord {
-                        name: span.name.clone(),
-                        trace_id: hex(&span.trace_id),
-                        span_id: hex(&span.span_id),
-                        parent_span_id: hex(&span.parent_span_id),
-                        attributes,
-                    });
-                }
-                StatusCode::OK
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("collector binds");
-    let addr = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{addr}"), spans)
-}
 
 /// `00-<trace>-<span>-<flags>` split into (trace, span).
 fn parse_traceparent(value: &str) -> (String, String) {
@@ -91,7 +34,7 @@ fn header_text(headers: &lapin::types::FieldTable, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn one_trace_follows_a_message_from_mqtt_through_sqs_to_amqp() {
     sqs::require_aws_env();
-    let (collector, spans) = start_collector().await;
+    let collector = Collector::start().await;
     let client = sqs::client();
     let (hop_name, _) = create_queue(&client, "trace-hop", false).await;
     let rabbit = Rabbit::connect().await;
@@ -100,7 +43,7 @@ async fn one_trace_follows_a_message_from_mqtt_through_sqs_to_amqp() {
     let topic = unique("trace/in");
     let endpoint = sqs::endpoint();
     let ws = Workspace::with_plugins(&[]).with_env(&[
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.http),
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ("FERRY_LOG", "info,ferry_core::route=debug"),
     ]);
@@ -169,12 +112,11 @@ address = "{out}"
     ];
     let started = Instant::now();
     let by_id = loop {
-        let by_id: HashMap<String, SpanRecord> = spans
-            .lock()
-            .expect("collector lock")
-            .iter()
-            .filter(|s| s.trace_id == trace_id)
-            .map(|s| (s.span_id.clone(), s.clone()))
+        let by_id: HashMap<String, SpanRecord> = collector
+            .spans()
+            .into_iter()
+            .filter(|s| s.trace_id == trace_id && s.via == Via::HttpProtobuf)
+            .map(|s| (s.span_id.clone(), s))
             .collect();
         if by_id.len() >= expected.len() || started.elapsed() > WAIT {
             break by_id;
@@ -196,15 +138,4 @@ address = "{out}"
     assert!(daemon.count_log(&format!("trace_id={trace_id}")) >= 2, "{}", daemon.log_text());
     assert!(daemon.terminate().success());
     rabbit.delete_queue(&out).await;
-}
-
-#[test]
-fn an_unsupported_otlp_protocol_is_refused_at_start() {
-    let ws = Workspace::with_plugins(&[])
-        .with_env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")]);
-    ws.config("[receivers.in]\ntype = \"mqtt\"\nurl = \"mqtt://127.0.0.1:1883\"\ntopics = [\"t\"]\n");
-    let out = ws.ferry(&["run", "-c", "ferry.toml"]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("OTEL_EXPORTER_OTLP_PROTOCOL=\"grpc\" is not supported"), "{stderr}");
 }
