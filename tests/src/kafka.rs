@@ -24,9 +24,15 @@ const CACHED: &str = "/var/tmp/ferry-tools/bin/tansu";
 const PATIENCE: Duration = Duration::from_secs(30);
 
 /// A Kafka-API broker of the test's own, stopped on drop. Its storage is
-/// in memory: a restart starts empty.
+/// in memory (a restart starts empty) unless it was started with
+/// [`PrivateKafka::start_persistent`].
 pub struct PrivateKafka {
     pub port: u16,
+    /// The directory of its SQLite storage, when it keeps its data across
+    /// a restart.
+    storage: Option<tempfile::TempDir>,
+    /// Whether clients must authenticate (SASL).
+    authentication: bool,
     /// The port clients are told to connect to, when not `port` (a TLS
     /// front's).
     advertised: Option<u16>,
@@ -61,14 +67,36 @@ impl PrivateKafka {
         Self::start_as(Some(certs)).await
     }
 
-    async fn start_as(tls: Option<&crate::tls::TestCerts>) -> Self {
-        let mut k = Self {
+    /// One whose topics, records, group offsets and SCRAM users are kept
+    /// in a SQLite file of its own, so [`PrivateKafka::restart`] finds them
+    /// again.
+    pub async fn start_persistent() -> Self {
+        let mut k = Self::unstarted();
+        k.storage = Some(tempfile::tempdir().expect("a directory for the broker's storage"));
+        k.start_here(None).await;
+        k
+    }
+
+    fn unstarted() -> Self {
+        Self {
             port: crate::ports::broker_port(),
+            storage: None,
+            authentication: false,
             advertised: None,
             child: None,
             held: crate::ports::Held::default(),
             front: None,
-        };
+        }
+    }
+
+    async fn start_as(tls: Option<&crate::tls::TestCerts>) -> Self {
+        let mut k = Self::unstarted();
+        k.start_here(tls).await;
+        k
+    }
+
+    async fn start_here(&mut self, tls: Option<&crate::tls::TestCerts>) {
+        let k = self;
         for _ in 0..5 {
             if let Some(certs) = tls {
                 let target = std::net::SocketAddr::from(([127, 0, 0, 1], k.port));
@@ -77,7 +105,7 @@ impl PrivateKafka {
                 k.front = Some(front);
             }
             if k.try_start().await {
-                return k;
+                return;
             }
             k.stop();
             k.port = crate::ports::broker_port();
@@ -100,9 +128,18 @@ impl PrivateKafka {
         self.held = crate::ports::Held::default();
         let url = format!("tcp://127.0.0.1:{}", self.port);
         let advertised = format!("tcp://127.0.0.1:{}", self.advertised.unwrap_or(self.port));
-        let child = Command::new(Self::binary())
-            .args(["broker", "--listener-url", &url, "--advertised-listener-url", &advertised])
-            .args(["--storage-engine", "memory://tansu/", "--silent"])
+        let mut command = Command::new(Self::binary());
+        command.args(["broker", "--listener-url", &url, "--advertised-listener-url", &advertised]);
+        match &self.storage {
+            // The file is named relative to the working directory.
+            Some(dir) => command.current_dir(dir.path()).args(["--storage-engine", "sqlite:///tansu.db"]),
+            None => command.args(["--storage-engine", "memory://tansu/"]),
+        };
+        if self.authentication {
+            command.arg("--authentication");
+        }
+        let child = command
+            .arg("--silent")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -119,7 +156,24 @@ impl PrivateKafka {
         }
     }
 
-    /// Starts it again on the same port (empty: its storage is in memory).
+    /// Adds a SCRAM user (`mechanism` as tansu names it: `scram256` or
+    /// `scram512`), through the broker, which must not require
+    /// authentication yet; only a persistent broker keeps it.
+    pub fn create_user(&self, name: &str, password: &str, mechanism: &str) {
+        let broker = format!("tcp://127.0.0.1:{}", self.port);
+        let out = Command::new(Self::binary())
+            .args(["user", "create", "--broker", &broker, "--mechanism", mechanism, name, password])
+            .output()
+            .expect("tansu user create runs");
+        assert!(out.status.success(), "tansu user create {name}: {out:?}");
+    }
+
+    /// Whether clients must authenticate from the next (re)start on.
+    pub fn require_authentication(&mut self, on: bool) {
+        self.authentication = on;
+    }
+
+    /// Starts it again on the same port (empty, unless it is persistent).
     pub async fn restart(&mut self) {
         if !self.try_start().await {
             panic!("private Kafka broker did not listen on port {} again", self.port);

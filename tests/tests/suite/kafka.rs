@@ -1,9 +1,10 @@
 //! Kafka (issue 38) through the real daemon, each test on a private
-//! Kafka-API broker process of its own (tansu, in memory): MQTT into a
+//! Kafka-API broker process of its own (tansu; in memory unless it must keep data): MQTT into a
 //! topic with the key from a processor and each key's order kept; a topic
 //! into AMQP 0-9-1 and AMQP 0-9-1 into a topic, the group's offset moving
 //! only behind delivered records; a target outage that moves no offset and
-//! loses nothing; `validate --connect`.
+//! loses nothing; `validate --connect`; SCRAM users and a broker restart
+//! on a broker that keeps its data (tansu's SQLite storage).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -462,6 +463,102 @@ async fn a_cluster_behind_tls_is_reached_with_the_tls_key() {
         .set("ssl.ca.location", &ca)
         .clone();
     relay_with(&behind_tls.brokers(), &format!("tls = {{ ca_file = \"{ca}\" }}"), &Kafka::with(client)).await;
+}
+
+/// SCRAM users on a real broker that requires authentication (tansu with
+/// `--authentication`; the users made before, kept in its SQLite storage
+/// across the restart that turns authentication on): a relay whose both
+/// ends carry `sasl` moves every record with SCRAM-SHA-256 and with
+/// SCRAM-SHA-512, and a wrong password is refused by `validate --connect`
+/// (the broker checks the proof; the password is never printed).
+#[tokio::test(flavor = "multi_thread")]
+async fn scram_users_are_authenticated_and_a_wrong_password_is_refused() {
+    let mut broker = PrivateKafka::start_persistent().await;
+    let password = unique("pw");
+    broker.create_user("ferry256", &password, "scram256");
+    broker.create_user("ferry512", &password, "scram512");
+    broker.stop();
+    broker.require_authentication(true);
+    broker.restart().await;
+    for (mechanism, user) in [("scram-sha-256", "ferry256"), ("scram-sha-512", "ferry512")] {
+        let client = ClientConfig::new()
+            .set("bootstrap.servers", broker.brokers())
+            .set("security.protocol", "sasl_plaintext")
+            .set("sasl.mechanism", mechanism.to_ascii_uppercase())
+            .set("sasl.username", user)
+            .set("sasl.password", &password)
+            .clone();
+        let sasl =
+            format!("sasl = {{ mechanism = \"{mechanism}\", username = \"{user}\", password = \"{password}\" }}");
+        relay_with(&broker.brokers(), &sasl, &Kafka::with(client)).await;
+    }
+    let wrong = unique("wrong");
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&format!(
+        r#"
+[receivers.in]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["t"]
+group = "g"
+sasl = {{ mechanism = "scram-sha-256", username = "ferry256", password = "{wrong}" }}
+
+[senders.out]
+type = "mqtt"
+url = "{mqtt}"
+client_id = "{client}"
+default_topic = "x"
+
+[[routes]]
+id = "r"
+receiver = "in"
+[[routes.bindings]]
+sender = "out"
+"#,
+        brokers = broker.brokers(),
+        mqtt = broker_url(),
+        client = unique("kafka-sasl"),
+    ));
+    let out = ws.ferry(&["validate", "--connect", "-c", "ferry.toml"]);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("receivers.in (kafka): FAILED"), "{text}");
+    assert!(!text.contains(&wrong), "the password is printed: {text}");
+}
+
+/// A real broker killed mid-stream (SIGKILL) and started again on its port
+/// with its data (SQLite storage) after longer than every backoff: both
+/// ends of the relay are on it, so nothing can be fetched, committed or
+/// sent meanwhile. Every record reaches the target topic, none is
+/// dead-lettered and the group's offsets reach the end, in both delivery
+/// modes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broker_restart_mid_stream_delays_the_relay_and_loses_nothing() {
+    const N: usize = 600;
+    for mode in ["direct_hold", "shared_outbox"] {
+        let mut broker = PrivateKafka::start_persistent().await;
+        let kafka = Kafka::new(&broker.brokers());
+        let (from, to, group) = (unique("from"), unique("to"), unique("restart"));
+        kafka.create_topic(&from, 2).await;
+        kafka.create_topic(&to, 2).await;
+        let records: Vec<(String, String)> = (0..N).map(|i| (format!("m-{i}"), format!("m-{i}"))).collect();
+        kafka.produce_all(&from, &records).await;
+        let ws = Workspace::with_plugins(&[]);
+        ws.config(&relay_config(&broker.brokers(), &from, &to, &group, "restart-1", mode));
+        let daemon = Daemon::start(&ws, 2);
+        daemon.wait_for_total("ferry_messages_acked_total", "route=\"relay\"", 100.0, WAIT);
+        broker.stop();
+        // The outage itself: longer than the route's and the clients'
+        // backoffs.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        broker.restart().await;
+        let expected: BTreeSet<String> = records.iter().map(|(id, _)| id.clone()).collect();
+        let written = identities_once_all_there(&kafka, &to, &expected).await;
+        committed_to_the_end(&kafka, &group, &from, N).await;
+        eprintln!("{mode}: {written} records for {N} messages across the broker restart");
+        assert!(daemon.terminate().success());
+        assert!(ws.dead_letters().is_empty(), "{mode}: {:?}", ws.dead_letters());
+    }
 }
 
 /// Waits (bounded) until `group`'s committed offsets on `topic` add up to
