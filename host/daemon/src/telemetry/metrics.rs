@@ -26,6 +26,9 @@ use tokio_util::sync::CancellationToken;
 use super::{Protocol, TelemetryError, env, millis, plain_grpc, signal_env};
 use crate::exposition::{Family, Kind, Sample};
 
+/// The longest the export at the stop may take.
+const LAST_EXPORT: Duration = Duration::from_secs(3);
+
 /// Where and how metrics go, from the environment.
 #[derive(Debug, Clone)]
 pub struct MetricsSettings {
@@ -303,14 +306,18 @@ pub async fn export(settings: MetricsSettings, metrics: Metrics, stop: Cancellat
         let metrics = metrics.clone();
         let Ok(text) = tokio::task::spawn_blocking(move || crate::exposition::render(&metrics)).await else { return };
         let request = request(&text, &resource, start);
-        let sent = tokio::time::timeout(settings.timeout, send(&client, &settings, request)).await;
+        // The last export, at the stop, is bounded more tightly: a
+        // collector that is down must not hold the stop past
+        // admin.shutdown_timeout_secs.
+        let patience = if last { settings.timeout.min(LAST_EXPORT) } else { settings.timeout };
+        let sent = tokio::time::timeout(patience, send(&client, &settings, request)).await;
         match sent {
             Ok(Ok(())) => tracing::debug!("metrics exported over OTLP"),
             Ok(Err(e)) => {
                 tracing::warn!(endpoint = %ferry_core::redact::url(&settings.endpoint), error = %e, "OTLP metrics export failed")
             }
             Err(_) => {
-                tracing::warn!(endpoint = %ferry_core::redact::url(&settings.endpoint), timeout_ms = settings.timeout.as_millis() as u64, "OTLP metrics export timed out")
+                tracing::warn!(endpoint = %ferry_core::redact::url(&settings.endpoint), timeout_ms = patience.as_millis() as u64, "OTLP metrics export timed out")
             }
         }
         if last {
