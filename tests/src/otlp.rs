@@ -17,7 +17,6 @@ use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{Tra
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
-use prost::Message as _;
 
 /// How an export reached the collector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,8 +118,19 @@ impl MetricsService for Grpc {
     }
 }
 
-fn json(headers: &HeaderMap) -> bool {
-    headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"))
+/// An OTLP/HTTP body as its content type says (JSON or protobuf), and
+/// which of the two it was; `None` for one that does not decode.
+fn decode<T: prost::Message + Default + serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> (Via, Option<T>) {
+    let json =
+        headers.get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+    if json {
+        (Via::HttpJson, serde_json::from_slice(body).ok())
+    } else {
+        (Via::HttpProtobuf, T::decode(body.clone()).ok())
+    }
 }
 
 impl Collector {
@@ -134,11 +144,7 @@ impl Collector {
                 axum::routing::post(move |headers: HeaderMap, body: Bytes| {
                     let kept = traces.clone();
                     async move {
-                        let (via, request) = if json(&headers) {
-                            (Via::HttpJson, serde_json::from_slice::<ExportTraceServiceRequest>(&body).ok())
-                        } else {
-                            (Via::HttpProtobuf, ExportTraceServiceRequest::decode(body).ok())
-                        };
+                        let (via, request) = decode::<ExportTraceServiceRequest>(&headers, &body);
                         let Some(request) = request else { return StatusCode::BAD_REQUEST };
                         kept.lock().expect("collector lock").keep_spans(via, &request);
                         StatusCode::OK
@@ -150,11 +156,7 @@ impl Collector {
                 axum::routing::post(move |headers: HeaderMap, body: Bytes| {
                     let kept = metrics.clone();
                     async move {
-                        let (via, request) = if json(&headers) {
-                            (Via::HttpJson, serde_json::from_slice::<ExportMetricsServiceRequest>(&body).ok())
-                        } else {
-                            (Via::HttpProtobuf, ExportMetricsServiceRequest::decode(body).ok())
-                        };
+                        let (via, request) = decode::<ExportMetricsServiceRequest>(&headers, &body);
                         let Some(request) = request else { return StatusCode::BAD_REQUEST };
                         kept.lock().expect("collector lock").metrics.push((via, request));
                         StatusCode::OK

@@ -150,25 +150,24 @@ fn label_set(mut text: &str) -> Option<(Vec<(String, String)>, &str)> {
             return Some((labels, after));
         }
         let (key, after) = text.split_once("=\"")?;
-        let mut value = String::new();
+        // The closing quote is the first one no backslash escapes.
         let mut chars = after.char_indices();
         let end = loop {
-            let (i, c) = chars.next()?;
-            match c {
-                '"' => break i + 1,
-                '\\' => match chars.next()?.1 {
-                    'n' => value.push('\n'),
-                    other => value.push(other),
-                },
-                c => value.push(c),
+            match chars.next()? {
+                (i, '"') => break i,
+                (_, '\\') => {
+                    chars.next()?;
+                }
+                _ => {}
             }
         };
-        labels.push((key.to_owned(), value));
-        text = &after[end..];
+        labels.push((key.to_owned(), unescape(&after[..end])));
+        text = &after[end + 1..];
     }
 }
 
-/// A HELP text with its escapes (`\\`, `\n`) read.
+/// A HELP text or a label value with its escapes (`\\`, `\n`, and in
+/// values `\"`) read.
 fn unescape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut chars = text.chars();

@@ -248,11 +248,11 @@ fn histogram_points(family: &Family, start: u64, now: u64) -> Vec<HistogramDataP
 }
 
 /// The request for one export of `metrics`' series.
-fn request(text: &str, resource: &Resource, start: SystemTime) -> ExportMetricsServiceRequest {
+fn request(text: &str, resource: Resource, start: SystemTime) -> ExportMetricsServiceRequest {
     let families = crate::exposition::parse(text);
     ExportMetricsServiceRequest {
         resource_metrics: vec![ResourceMetrics {
-            resource: Some(resource.clone()),
+            resource: Some(resource),
             scope_metrics: vec![ScopeMetrics {
                 scope: Some(InstrumentationScope {
                     name: "ferry".into(),
@@ -283,7 +283,7 @@ pub async fn export(settings: MetricsSettings, metrics: Metrics, stop: Cancellat
         Protocol::Grpc => match tonic::transport::Endpoint::from_shared(settings.endpoint.clone()) {
             Ok(endpoint) => Client::Grpc(MetricsServiceClient::new(endpoint.timeout(settings.timeout).connect_lazy())),
             Err(e) => {
-                tracing::error!(endpoint = %settings.endpoint, error = %e, "cannot export metrics over OTLP");
+                tracing::error!(endpoint = %ferry_core::redact::url(&settings.endpoint), error = %e, "cannot export metrics over OTLP");
                 return;
             }
         },
@@ -303,9 +303,14 @@ pub async fn export(settings: MetricsSettings, metrics: Metrics, stop: Cancellat
             _ = ticks.tick() => false,
             () = stop.cancelled() => true,
         };
-        let metrics = metrics.clone();
-        let Ok(text) = tokio::task::spawn_blocking(move || crate::exposition::render(&metrics)).await else { return };
-        let request = request(&text, &resource, start);
+        // Rendering, reading and converting every series is synchronous
+        // work: done on a blocking thread, as a scrape's is.
+        let (metrics, resource) = (metrics.clone(), resource.clone());
+        let Ok(request) =
+            tokio::task::spawn_blocking(move || request(&crate::exposition::render(&metrics), resource, start)).await
+        else {
+            return;
+        };
         // The last export, at the stop, is bounded more tightly: a
         // collector that is down must not hold the stop past
         // admin.shutdown_timeout_secs.
