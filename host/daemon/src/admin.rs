@@ -16,7 +16,11 @@
 //! wait until it holds nothing), and `POST /reload` (the config file and
 //! the plugins, as SIGHUP does with `--watch`), which answers with each
 //! route's generation now running, or why nothing changed. `GET /about`
-//! says what runs and whether the server is read-only.
+//! says what runs and whether the server is read-only; `GET /plugins` the
+//! plugins in use and each shadow's agreement; `GET /config` the running
+//! config with its secrets masked and its fidelity report. `GET /routes`
+//! also carries each route's receiver and bindings with their connection
+//! states, outbox depth and oldest age, and last progress.
 //!
 //! `GET /` is the console, a page that shows all of the above (the only
 //! path served without the token: it holds nothing and asks for it).
@@ -64,6 +68,8 @@ pub struct StoreAccess {
     /// mapper, sender, span and metrics of a first send), not through
     /// second connections under the same client ids.
     pub bindings: Arc<RwLock<crate::wiring::RouteBindings>>,
+    /// The plugins the running config uses (`GET /plugins`).
+    pub plugins: Arc<RwLock<Vec<crate::api::PluginStatus>>>,
 }
 
 /// Who may call what.
@@ -131,6 +137,8 @@ pub async fn serve(
         .route("/outbox/stats", get(outbox_stats))
         .route("/routes", get(routes))
         .route("/about", get(about))
+        .route("/plugins", get(plugins))
+        .route("/config", get(config_view))
         .route("/tap/{route}", get(tap))
         .merge(changes)
         .layer(axum::middleware::from_fn_with_state(state.clone(), require_token))
@@ -245,13 +253,7 @@ async fn ready(State(state): State<AdminState>) -> Response {
     let status = if ready { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     // A paused route is the operator's choice, not a fault: listed, ready.
     let paused = state.control.controls.paused(&readiness.routes);
-    let body = serde_json::json!({
-        "ready": ready,
-        "not_ready": not_ready,
-        "paused": paused,
-        "listeners": state.ready.listeners.all(),
-    });
-    (status, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    json(status, &crate::api::ReadyReply { ready, not_ready, paused, listeners: state.ready.listeners.all() })
 }
 
 fn json(status: StatusCode, value: &impl serde::Serialize) -> Response {
@@ -280,13 +282,52 @@ async fn routes(State(state): State<AdminState>) -> Response {
     let mut routes = state.control.controls.status(&route_ids(&state));
     // Rendering every series is synchronous work: off the async workers.
     let metrics = state.metrics.clone();
-    if let Ok(text) = tokio::task::spawn_blocking(move || metrics.render()).await {
-        let counts = crate::control::counts(&text);
-        for route in &mut routes {
-            route.counts = counts.get(&route.id).copied().unwrap_or_default();
-        }
+    let config = state.store.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let observed = tokio::task::spawn_blocking(move || {
+        crate::control::observe(&mut routes, &config, &metrics.render());
+        routes
+    })
+    .await;
+    match observed {
+        Ok(routes) => json(StatusCode::OK, &routes),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
-    json(StatusCode::OK, &routes)
+}
+
+/// `GET /plugins`: what the running config uses, with each shadow's
+/// agreement read from the metrics.
+async fn plugins(State(state): State<AdminState>) -> Response {
+    let mut plugins = state.store.plugins.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let metrics = state.metrics.clone();
+    let observed = tokio::task::spawn_blocking(move || {
+        crate::control::observe_shadows(&mut plugins, &metrics.render());
+        plugins
+    })
+    .await;
+    match observed {
+        Ok(plugins) => json(StatusCode::OK, &plugins),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
+}
+
+/// `GET /config`: the running config, secrets masked, and its fidelity
+/// report. The secret files' texts are read again from the config file, so
+/// they are masked wherever they appear.
+async fn config_view(State(state): State<AdminState>) -> Response {
+    let config = state.store.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let path = state.control.config_path.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        let file_secrets = ferry_config::load_with_secrets(&path).map(|(_, s)| s).unwrap_or_default();
+        let masked = crate::commands::masked(&config, file_secrets)?;
+        let (explain, losses) = crate::explain::report(&config);
+        Ok::<_, String>(crate::api::ConfigReply { config: masked, explain, losses })
+    })
+    .await;
+    match built {
+        Ok(Ok(reply)) => json(StatusCode::OK, &reply),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
+    }
 }
 
 async fn about(State(state): State<AdminState>) -> Response {
@@ -458,7 +499,7 @@ async fn dlq_purge(State(state): State<AdminState>, Query(q): Query<SelectQuery>
     };
     info!(?ids, route = ?q.route, "dead-letter purge requested");
     match crate::dlq::purge_entries(state.store.store.as_ref(), &ids, q.route.as_deref()).await {
-        Ok(n) => json(StatusCode::OK, &serde_json::json!({ "purged": n })),
+        Ok(purged) => json(StatusCode::OK, &crate::api::PurgeReply { purged }),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }

@@ -20,7 +20,7 @@ pub enum RouteState {
 }
 
 /// `GET /routes`: one per configured route, in config order.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RouteStatus {
     pub id: String,
     pub state: RouteState,
@@ -32,6 +32,48 @@ pub struct RouteStatus {
     /// What the route has counted since the daemon started.
     #[serde(default)]
     pub counts: RouteCounts,
+    /// Where it takes messages from, and whether that client is connected.
+    #[serde(default)]
+    pub receiver: Connection,
+    /// Where it sends them, one per binding, in config order.
+    #[serde(default)]
+    pub bindings: Vec<BindingStatus>,
+    /// Outbox records waiting to be sent, over every binding (0 for a
+    /// `direct_hold` route, which keeps none).
+    #[serde(default)]
+    pub outbox_depth: u64,
+    /// Age of the oldest of them in seconds (`None` when there is none).
+    #[serde(default)]
+    pub outbox_oldest_age_s: Option<f64>,
+    /// When the route last made progress, as Unix seconds (`None`: not yet
+    /// since the daemon started).
+    #[serde(default)]
+    pub last_progress_s: Option<f64>,
+}
+
+/// A transport client as `ferry_transport_connected` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connection {
+    /// The `[receivers.NAME]` or `[senders.NAME]` name.
+    pub name: String,
+    /// Its transport (`mqtt`, `sqs`, …); empty when it reports no
+    /// connection (a route stopped, or not started yet).
+    pub kind: String,
+    pub connected: bool,
+}
+
+/// One binding of a route.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BindingStatus {
+    pub id: String,
+    pub sender: Connection,
+    /// Whether its target takes messages (`ferry_binding_available`); false
+    /// during an outage, when its messages are held.
+    pub available: bool,
+    /// Its outbox records waiting (`ferry_outbox_depth`).
+    pub outbox_depth: u64,
+    /// Age of the oldest in seconds (`ferry_outbox_oldest_age_seconds`).
+    pub outbox_oldest_age_s: Option<f64>,
 }
 
 /// A route's message counters (the `ferry_messages_*_total` series, summed
@@ -132,4 +174,88 @@ impl ReloadReply {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorReply {
     pub error: String,
+}
+
+/// `GET /plugins`: one per plugin file the running config uses (loaded or
+/// refused), by name.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PluginStatus {
+    pub name: String,
+    /// The world it targets at its contract version
+    /// (`ferry:plugin/processor@1.3.0`); empty when it was refused.
+    pub world: String,
+    /// The contract version it was built against.
+    pub contract: String,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// Whether its compiled code came from the compile cache.
+    pub from_cache: bool,
+    /// Why it did not load (`None`: it loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// Where the config uses it.
+    pub used_by: Vec<PluginUse>,
+    /// As a shadow: how often it decided as the live plugin did
+    /// (`ferry_plugin_shadow_total`, summed over its routes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shadow: Option<ShadowAgreement>,
+}
+
+/// One place a plugin is used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PluginUse {
+    /// The route; for a transport component, the receiver's or sender's
+    /// name instead (`receivers.NAME` / `senders.NAME`).
+    pub at: String,
+    pub role: PluginRole,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PluginRole {
+    Processor,
+    /// Runs beside a processor on copies; its decisions are only counted.
+    Shadow,
+    HeaderMapper,
+    Receiver,
+    Sender,
+}
+
+/// A shadow plugin's decisions against the live one's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShadowAgreement {
+    pub agree: u64,
+    pub disagree: u64,
+    pub error: u64,
+    pub skipped: u64,
+}
+
+/// `GET /config`: the running config with every secret masked (as `ferry
+/// render` prints it), and what `ferry validate --explain` reports of it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigReply {
+    pub config: serde_json::Value,
+    /// The fidelity report: per route and binding, what reaches the target
+    /// of the source's metadata.
+    pub explain: String,
+    /// Losses the report found.
+    pub losses: usize,
+}
+
+/// `POST /dlq/purge`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PurgeReply {
+    pub purged: usize,
+}
+
+/// `GET /readyz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadyReply {
+    pub ready: bool,
+    /// What is not ready, a sentence each.
+    pub not_ready: Vec<String>,
+    /// Routes paused by an operator: listed, and ready.
+    pub paused: Vec<String>,
+    /// The bound listeners.
+    pub listeners: Vec<ferry_core::listeners::Bound>,
 }

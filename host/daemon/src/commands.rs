@@ -106,50 +106,47 @@ pub fn render(path: &Path) -> ExitCode {
             }
         };
     }
-    match ferry_config::load_with_secrets(path) {
-        Ok((config, secrets)) => {
-            let mut value = match serde_json::to_value(&config) {
-                Ok(v) => v,
-                Err(e) => {
-                    eprintln!("cannot render: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            // The admin token is a secret however it was written.
-            let mut secrets = secrets;
-            secrets.extend(config.admin.token.as_ref().map(|t| t.expose().to_owned()));
-            // So are the transports' own (tokens, signing secrets, API keys).
-            for r in config.receivers.values() {
-                secrets.extend(crate::transports::of_receiver(r).map(|t| t.receiver_secrets(r)).unwrap_or_default());
-            }
-            for s in config.senders.values() {
-                secrets.extend(crate::transports::of_sender(s).map(|t| t.sender_secrets(s)).unwrap_or_default());
-            }
-            // And the SQS endpoint's access key secrets; its section as
-            // its crate reads it, with its defaults.
-            if let Ok(Some(sqs)) = ferry_sqs_endpoint::config::section(&config) {
-                secrets.extend(sqs.access_keys.iter().map(|k| k.secret.expose().to_owned()));
-                if let (Ok(read), Some(endpoints)) = (serde_json::to_value(&sqs), value.get_mut("endpoints")) {
-                    endpoints["sqs"] = read;
-                }
-            }
-            mask_secrets(&mut value, &secrets);
-            match serde_json::to_string_pretty(&value) {
-                Ok(text) => {
-                    println!("{text}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("cannot render: {e}");
-                    ExitCode::FAILURE
-                }
-            }
+    let masked = ferry_config::load_with_secrets(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+        .and_then(|(config, secrets)| masked(&config, secrets))
+        .and_then(|value| serde_json::to_string_pretty(&value).map_err(|e| format!("cannot render: {e}")));
+    match masked {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{}: {e}", path.display());
+            eprintln!("{e}");
             ExitCode::from(2)
         }
     }
+}
+
+/// The config as JSON with its secrets masked: `secrets` (the secret files'
+/// texts), the admin token, the transports' own secrets and the SQS
+/// endpoint's keys wherever their text appears, every key that names a
+/// secret and every URL's password (`ferry render`, `GET /config`).
+pub fn masked(config: &ferry_config::Config, mut secrets: Vec<String>) -> Result<serde_json::Value, String> {
+    let mut value = serde_json::to_value(config).map_err(|e| format!("cannot render: {e}"))?;
+    // The admin token is a secret however it was written.
+    secrets.extend(config.admin.token.as_ref().map(|t| t.expose().to_owned()));
+    // So are the transports' own (tokens, signing secrets, API keys).
+    for r in config.receivers.values() {
+        secrets.extend(crate::transports::of_receiver(r).map(|t| t.receiver_secrets(r)).unwrap_or_default());
+    }
+    for s in config.senders.values() {
+        secrets.extend(crate::transports::of_sender(s).map(|t| t.sender_secrets(s)).unwrap_or_default());
+    }
+    // And the SQS endpoint's access key secrets; its section as its crate
+    // reads it, with its defaults.
+    if let Ok(Some(sqs)) = ferry_sqs_endpoint::config::section(config) {
+        secrets.extend(sqs.access_keys.iter().map(|k| k.secret.expose().to_owned()));
+        if let (Ok(read), Some(endpoints)) = (serde_json::to_value(&sqs), value.get_mut("endpoints")) {
+            endpoints["sqs"] = read;
+        }
+    }
+    mask_secrets(&mut value, &secrets);
+    Ok(value)
 }
 
 /// Whether a key names a secret by the usual spellings (`password`,

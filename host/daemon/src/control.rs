@@ -14,7 +14,10 @@ use std::time::Duration;
 use ferry_core::metrics::{Metrics, RouteLabels};
 use ferry_core::route::Gate;
 
-use crate::api::{ControlReply, RouteCounts, RouteState, RouteStatus};
+use crate::api::{
+    BindingStatus, Connection, ControlReply, PluginRole, PluginStatus, RouteCounts, RouteState, RouteStatus,
+    ShadowAgreement,
+};
 
 /// One route's control: its gate, and which start of it runs.
 #[derive(Clone, Default)]
@@ -81,6 +84,11 @@ impl Controls {
                     in_flight: control.gate.in_flight(),
                     generation: control.generation,
                     counts: RouteCounts::default(),
+                    receiver: Connection::default(),
+                    bindings: Vec::new(),
+                    outbox_depth: 0,
+                    outbox_oldest_age_s: None,
+                    last_progress_s: None,
                 }
             })
             .collect()
@@ -135,23 +143,129 @@ impl Controls {
     }
 }
 
-/// Each route's counters, read from the metrics text (`/metrics`): the
-/// series by reason are summed per route.
-pub fn counts(metrics_text: &str) -> BTreeMap<String, RouteCounts> {
-    let mut out: BTreeMap<String, RouteCounts> = BTreeMap::new();
-    for sample in crate::exposition::parse(metrics_text).into_iter().flat_map(|f| f.samples) {
-        let field: fn(&mut RouteCounts) -> &mut u64 = match sample.name.as_str() {
-            "ferry_messages_received_total" => |c| &mut c.received,
-            "ferry_messages_acked_total" => |c| &mut c.acked,
-            "ferry_messages_retried_total" => |c| &mut c.retried,
-            "ferry_messages_dead_lettered_total" => |c| &mut c.dead_lettered,
-            "ferry_messages_dropped_total" => |c| &mut c.dropped,
-            _ => continue,
-        };
-        let Some(route) = sample.label("route") else { continue };
-        *field(out.entry(route.to_owned()).or_default()) += sample.value as u64;
+/// Fills in what the metrics text (`/metrics`) says of each route and what
+/// the running config says it is made of: its counters (the series by
+/// reason summed), its receiver's and senders' connections, each binding's
+/// availability and outbox, and its last progress.
+pub fn observe(routes: &mut [RouteStatus], config: &ferry_config::Config, metrics_text: &str) {
+    let readings = Readings::of(metrics_text);
+    for status in routes.iter_mut() {
+        status.counts = readings.counts.get(&status.id).copied().unwrap_or_default();
+        status.last_progress_s = readings.progress.get(&status.id).copied().filter(|t| *t > 0.0);
+        let Some(route) = config.routes.iter().find(|r| r.id == status.id) else { continue };
+        status.receiver = readings.connection(config, "receiver", &route.receiver);
+        status.bindings = route
+            .bindings
+            .iter()
+            .map(|b| {
+                let key = (status.id.clone(), b.id().to_owned());
+                BindingStatus {
+                    id: b.id().to_owned(),
+                    sender: readings.connection(config, "sender", &b.sender),
+                    available: readings.available.get(&key).copied().unwrap_or(false),
+                    outbox_depth: readings.depth.get(&key).copied().unwrap_or(0),
+                    outbox_oldest_age_s: readings
+                        .oldest
+                        .get(&key)
+                        .copied()
+                        .filter(|_| readings.depth.get(&key).is_some_and(|d| *d > 0)),
+                }
+            })
+            .collect();
+        status.outbox_depth = status.bindings.iter().map(|b| b.outbox_depth).sum();
+        status.outbox_oldest_age_s = status.bindings.iter().filter_map(|b| b.outbox_oldest_age_s).reduce(f64::max);
     }
-    out
+}
+
+/// Fills in each shadow plugin's agreement from the metrics text.
+pub fn observe_shadows(plugins: &mut [PluginStatus], metrics_text: &str) {
+    let readings = Readings::of(metrics_text);
+    for plugin in plugins.iter_mut().filter(|p| p.used_by.iter().any(|u| u.role == PluginRole::Shadow)) {
+        plugin.shadow = Some(readings.shadows.get(&plugin.name).copied().unwrap_or_default());
+    }
+}
+
+/// The series [`observe`] reads, keyed by their labels.
+#[derive(Default)]
+struct Readings {
+    counts: BTreeMap<String, RouteCounts>,
+    progress: BTreeMap<String, f64>,
+    /// (role, name) → connected.
+    connected: BTreeMap<(String, String), bool>,
+    /// (route, binding) → …
+    available: BTreeMap<(String, String), bool>,
+    depth: BTreeMap<(String, String), u64>,
+    oldest: BTreeMap<(String, String), f64>,
+    /// A shadow plugin's verdicts, over its routes.
+    shadows: BTreeMap<String, ShadowAgreement>,
+}
+
+impl Readings {
+    fn of(metrics_text: &str) -> Self {
+        let mut r = Self::default();
+        for sample in crate::exposition::parse(metrics_text).into_iter().flat_map(|f| f.samples) {
+            let label = |name: &str| sample.label(name).unwrap_or_default().to_owned();
+            let binding = || (label("route"), label("binding"));
+            let count: fn(&mut RouteCounts) -> &mut u64 = match sample.name.as_str() {
+                "ferry_messages_received_total" => |c| &mut c.received,
+                "ferry_messages_acked_total" => |c| &mut c.acked,
+                "ferry_messages_retried_total" => |c| &mut c.retried,
+                "ferry_messages_dead_lettered_total" => |c| &mut c.dead_lettered,
+                "ferry_messages_dropped_total" => |c| &mut c.dropped,
+                "ferry_transport_connected" => {
+                    r.connected.insert((label("role"), label("name")), sample.value == 1.0);
+                    continue;
+                }
+                "ferry_binding_available" => {
+                    r.available.insert(binding(), sample.value == 1.0);
+                    continue;
+                }
+                "ferry_outbox_depth" => {
+                    r.depth.insert(binding(), sample.value.max(0.0) as u64);
+                    continue;
+                }
+                "ferry_outbox_oldest_age_seconds" => {
+                    r.oldest.insert(binding(), sample.value);
+                    continue;
+                }
+                "ferry_plugin_shadow_total" => {
+                    let agreement = r.shadows.entry(label("shadow")).or_default();
+                    let n = sample.value as u64;
+                    match sample.label("agreement") {
+                        Some("agree") => agreement.agree += n,
+                        Some("disagree") => agreement.disagree += n,
+                        Some("error") => agreement.error += n,
+                        Some("skipped") => agreement.skipped += n,
+                        _ => {}
+                    }
+                    continue;
+                }
+                "ferry_route_last_progress_seconds" => {
+                    r.progress.insert(label("route"), sample.value);
+                    continue;
+                }
+                _ => continue,
+            };
+            let Some(route) = sample.label("route") else { continue };
+            *count(r.counts.entry(route.to_owned()).or_default()) += sample.value as u64;
+        }
+        r
+    }
+
+    /// The receiver or sender `name` (`role` says which): its kind from
+    /// the config, its state from `ferry_transport_connected`.
+    fn connection(&self, config: &ferry_config::Config, role: &str, name: &str) -> Connection {
+        let kind = if role == "receiver" {
+            config.receivers.get(name).map(|p| p.kind())
+        } else {
+            config.senders.get(name).map(|p| p.kind())
+        };
+        Connection {
+            name: name.to_owned(),
+            kind: kind.unwrap_or_default().to_owned(),
+            connected: self.connected.get(&(role.to_owned(), name.to_owned())).copied().unwrap_or(false),
+        }
+    }
 }
 
 fn state_of(control: &Control) -> RouteState {
@@ -167,6 +281,7 @@ fn state_of(control: &Control) -> RouteState {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::PluginUse;
 
     #[test]
     fn counters_are_summed_per_route_over_their_reasons() {
@@ -177,9 +292,81 @@ mod tests {
             ferry_messages_retried_total{reason=\"nack\",route=\"a\"} 4\n\
             ferry_messages_acked_total{route=\"a\"} 5\n\
             ferry_messages_sent_total{route=\"a\",binding=\"x\"} 9\n";
-        let counts = counts(text);
+        let counts = Readings::of(text).counts;
         assert_eq!(counts["a"], RouteCounts { received: 7, acked: 5, retried: 7, dead_lettered: 0, dropped: 0 });
         assert_eq!(counts["b\"q"].received, 2, "escaped quote in a route id");
+    }
+
+    #[test]
+    fn a_route_shows_its_links_outbox_and_progress_from_the_metrics() {
+        let config = ferry_config::parse(
+            r#"
+            [receivers.in]
+            type = "mqtt"
+            url = "mqtt://127.0.0.1:1883"
+            topics = ["a/#"]
+            [senders.one]
+            type = "mqtt"
+            url = "mqtt://127.0.0.1:1883"
+            [senders.two]
+            type = "mqtt"
+            url = "mqtt://127.0.0.1:1884"
+            [[routes]]
+            id = "r"
+            receiver = "in"
+            delivery_mode = "shared_outbox"
+            dispatch_mode = "fan_out"
+            [[routes.bindings]]
+            sender = "one"
+            [[routes.bindings]]
+            id = "second"
+            sender = "two"
+            "#,
+        )
+        .expect("a config");
+        let text = "ferry_transport_connected{kind=\"mqtt\",role=\"receiver\",name=\"in\"} 1\n\
+            ferry_transport_connected{kind=\"mqtt\",role=\"sender\",name=\"one\"} 1\n\
+            ferry_transport_connected{kind=\"mqtt\",role=\"sender\",name=\"two\"} 0\n\
+            ferry_binding_available{route=\"r\",binding=\"one\"} 1\n\
+            ferry_binding_available{route=\"r\",binding=\"second\"} 0\n\
+            ferry_outbox_depth{route=\"r\",binding=\"one\"} 0\n\
+            ferry_outbox_oldest_age_seconds{route=\"r\",binding=\"one\"} 9.0\n\
+            ferry_outbox_depth{route=\"r\",binding=\"second\"} 12\n\
+            ferry_outbox_oldest_age_seconds{route=\"r\",binding=\"second\"} 3.5\n\
+            ferry_route_last_progress_seconds{route=\"r\"} 1765000000.25\n\
+            ferry_messages_acked_total{route=\"r\"} 4\n";
+        let controls = Controls::new(Metrics::new());
+        let mut routes = controls.status(&["r".to_owned()]);
+        observe(&mut routes, &config, text);
+        let r = &routes[0];
+        assert_eq!(r.receiver, Connection { name: "in".into(), kind: "mqtt".into(), connected: true });
+        assert_eq!(r.bindings.len(), 2);
+        assert_eq!(
+            (r.bindings[0].id.as_str(), r.bindings[0].sender.connected, r.bindings[0].available),
+            ("one", true, true)
+        );
+        assert_eq!(r.bindings[0].outbox_oldest_age_s, None, "an empty outbox has no oldest record");
+        let second = &r.bindings[1];
+        assert_eq!((second.sender.name.as_str(), second.sender.connected, second.available), ("two", false, false));
+        assert_eq!((second.outbox_depth, second.outbox_oldest_age_s), (12, Some(3.5)));
+        assert_eq!((r.outbox_depth, r.outbox_oldest_age_s), (12, Some(3.5)));
+        assert_eq!(r.last_progress_s, Some(1_765_000_000.25));
+        assert_eq!(r.counts.acked, 4);
+    }
+
+    #[test]
+    fn a_shadow_plugin_shows_its_agreement_summed_over_routes() {
+        let text = "ferry_plugin_shadow_total{route=\"a\",plugin=\"live\",shadow=\"new\",agreement=\"agree\"} 5\n\
+            ferry_plugin_shadow_total{route=\"b\",plugin=\"live\",shadow=\"new\",agreement=\"agree\"} 2\n\
+            ferry_plugin_shadow_total{route=\"b\",plugin=\"live\",shadow=\"new\",agreement=\"disagree\"} 1\n";
+        let used = |role| vec![PluginUse { at: "a".into(), role }];
+        let mut plugins = vec![
+            PluginStatus { name: "live".into(), used_by: used(PluginRole::Processor), ..PluginStatus::default() },
+            PluginStatus { name: "new".into(), used_by: used(PluginRole::Shadow), ..PluginStatus::default() },
+        ];
+        observe_shadows(&mut plugins, text);
+        assert_eq!(plugins[0].shadow, None, "not a shadow");
+        assert_eq!(plugins[1].shadow, Some(ShadowAgreement { agree: 7, disagree: 1, error: 0, skipped: 0 }));
     }
 
     #[tokio::test]

@@ -440,9 +440,10 @@ pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
         }),
         Ok(Access::Remote(admin)) => {
             let q = query(&[("ids", join_ids(ids)), ("route", route.map(str::to_owned))]);
-            remote(&admin, reqwest::Method::POST, format!("/dlq/purge{q}"))
-                .await
-                .map(|v| v["purged"].as_u64().unwrap_or(0) as usize)
+            match remote(&admin, reqwest::Method::POST, format!("/dlq/purge{q}")).await {
+                Ok(v) => decode::<crate::api::PurgeReply>(v).map(|r| r.purged),
+                Err(code) => Err(code),
+            }
         }
         Err(code) => Err(code),
     };

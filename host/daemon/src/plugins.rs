@@ -12,7 +12,7 @@ use ferry_wasm::{PluginEngine, PluginLimits};
 
 /// The full name of the world a plugin targets, at the contract version it
 /// was built against.
-fn world(plugin: &LoadedPlugin) -> String {
+pub(crate) fn world(plugin: &LoadedPlugin) -> String {
     format!("{PLUGIN_PACKAGE}/{}@{}", plugin.world.name(), plugin.contract)
 }
 

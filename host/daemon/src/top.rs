@@ -1,7 +1,9 @@
 //! `ferry top`: a terminal view of a running daemon's routes, refreshed
 //! every second from its admin server (`GET /routes`, `GET /about`): one
 //! row per route with its state, messages in and acknowledged a second,
-//! deliveries in flight, retries, dead letters, drops and generation. Keys
+//! deliveries in flight, retries, dead letters, drops, outbox depth and the
+//! age of its oldest record, whether its receiver and senders are
+//! connected, and generation. Keys
 //! sort the rows, move the selection, pause or resume the selected route,
 //! and open a tap of it (`ferry tap`, in the same terminal).
 
@@ -37,6 +39,7 @@ pub enum Sort {
     Rate,
     InFlight,
     DeadLetters,
+    Outbox,
 }
 
 impl Sort {
@@ -45,7 +48,8 @@ impl Sort {
             Sort::Route => Sort::Rate,
             Sort::Rate => Sort::InFlight,
             Sort::InFlight => Sort::DeadLetters,
-            Sort::DeadLetters => Sort::Route,
+            Sort::DeadLetters => Sort::Outbox,
+            Sort::Outbox => Sort::Route,
         }
     }
 
@@ -55,6 +59,7 @@ impl Sort {
             Sort::Rate => "in/s",
             Sort::InFlight => "in flight",
             Sort::DeadLetters => "dead letters",
+            Sort::Outbox => "outbox",
         }
     }
 }
@@ -123,6 +128,7 @@ impl View {
             Sort::DeadLetters => {
                 self.routes.sort_by(|a, b| b.counts.dead_lettered.cmp(&a.counts.dead_lettered).then(a.id.cmp(&b.id)))
             }
+            Sort::Outbox => self.routes.sort_by(|a, b| b.outbox_depth.cmp(&a.outbox_depth).then(a.id.cmp(&b.id))),
         }
     }
 
@@ -156,6 +162,28 @@ fn state_name(state: RouteState) -> &'static str {
     }
 }
 
+/// Whether the route's receiver and senders are connected and its targets
+/// take messages: `up`, or what is down.
+fn links(r: &RouteStatus) -> Cell<'static> {
+    let receiver_down = !r.receiver.connected && r.state != RouteState::Stopped;
+    let senders_down = r.bindings.iter().filter(|b| !b.sender.connected).count();
+    let outages = r.bindings.iter().filter(|b| !b.available).count();
+    if !receiver_down && senders_down == 0 && outages == 0 {
+        return Cell::from("up").style(Style::new().fg(Color::Green));
+    }
+    let mut down = Vec::new();
+    if receiver_down {
+        down.push("rx".to_owned());
+    }
+    if senders_down > 0 {
+        down.push(format!("tx{senders_down}"));
+    }
+    if outages > 0 {
+        down.push(format!("held{outages}"));
+    }
+    Cell::from(down.join(" ")).style(Style::new().fg(Color::Red))
+}
+
 /// Draws the view: a title line, the table, the keys and the last message.
 pub fn render(frame: &mut Frame, view: &View) {
     let [title, table, keys] =
@@ -168,14 +196,20 @@ pub fn render(frame: &mut Frame, view: &View) {
         Paragraph::new(format!("{about}  routes: {}  sorted by {}", view.routes.len(), view.sort.name())),
         title,
     );
-    let header = Row::new(["ROUTE", "STATE", "IN/S", "ACKED/S", "IN FLIGHT", "RETRIED", "DLQ", "DROPPED", "GEN"])
-        .style(Style::new().add_modifier(Modifier::BOLD));
+    // Fits an 80-column terminal.
+    let header =
+        Row::new(["ROUTE", "STATE", "IN/S", "ACK/S", "INFLIGHT", "RETRY", "DLQ", "DROP", "OUTBOX", "LINKS", "GEN"])
+            .style(Style::new().add_modifier(Modifier::BOLD));
     let rows = view.routes.iter().map(|r| {
         let (rate_in, rate_acked) = view.rate(&r.id);
         let color = match r.state {
             RouteState::Running => Color::Green,
             RouteState::Paused => Color::Yellow,
             RouteState::Stopped => Color::Red,
+        };
+        let outbox = match r.outbox_oldest_age_s {
+            Some(age) => format!("{} {age:.0}s", r.outbox_depth),
+            None => r.outbox_depth.to_string(),
         };
         Row::new([
             Cell::from(r.id.clone()),
@@ -186,19 +220,23 @@ pub fn render(frame: &mut Frame, view: &View) {
             Cell::from(r.counts.retried.to_string()),
             Cell::from(r.counts.dead_lettered.to_string()),
             Cell::from(r.counts.dropped.to_string()),
+            Cell::from(outbox),
+            links(r),
             Cell::from(r.generation.to_string()),
         ])
     });
     let widths = [
-        Constraint::Min(12),
+        Constraint::Min(8),
+        Constraint::Length(7),
+        Constraint::Length(6),
+        Constraint::Length(6),
         Constraint::Length(8),
+        Constraint::Length(5),
+        Constraint::Length(5),
+        Constraint::Length(5),
         Constraint::Length(9),
-        Constraint::Length(9),
-        Constraint::Length(10),
         Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(8),
-        Constraint::Length(4),
+        Constraint::Length(3),
     ];
     let mut state = TableState::default().with_selected((!view.routes.is_empty()).then_some(view.selected));
     frame.render_stateful_widget(
@@ -325,7 +363,7 @@ mod tests {
     use ratatui::backend::TestBackend;
 
     use super::*;
-    use crate::api::RouteCounts;
+    use crate::api::{BindingStatus, Connection, RouteCounts};
 
     fn route(id: &str, state: RouteState, received: u64, dead: u64) -> RouteStatus {
         RouteStatus {
@@ -334,11 +372,22 @@ mod tests {
             in_flight: 0,
             generation: 1,
             counts: RouteCounts { received, acked: received, dead_lettered: dead, ..RouteCounts::default() },
+            receiver: Connection { name: "in".into(), kind: "mqtt".into(), connected: true },
+            bindings: vec![BindingStatus {
+                id: "out".into(),
+                sender: Connection { name: "out".into(), kind: "sqs".into(), connected: true },
+                available: true,
+                outbox_depth: dead * 3,
+                outbox_oldest_age_s: (dead > 0).then_some(42.4),
+            }],
+            outbox_depth: dead * 3,
+            outbox_oldest_age_s: (dead > 0).then_some(42.4),
+            last_progress_s: None,
         }
     }
 
     fn screen(view: &View) -> String {
-        let mut terminal = Terminal::new(TestBackend::new(100, 8)).expect("terminal");
+        let mut terminal = Terminal::new(TestBackend::new(80, 8)).expect("terminal");
         terminal.draw(|frame| render(frame, view)).expect("draw");
         let buffer = terminal.backend().buffer().clone();
         (0..buffer.area.height)
@@ -368,7 +417,25 @@ mod tests {
         assert!(b.contains("running") && b.contains("15.0"), "{text}");
         let a = text.lines().find(|l| l.trim_start().starts_with("a ")).expect("a row for a");
         assert!(a.contains("paused") && a.contains('5'), "{text}");
+        assert!(a.contains("15 42s") && a.contains("up"), "outbox depth and age: {text}");
         view.move_selection(false);
         assert_eq!(view.selected_route(), Some("b"));
+        for _ in 0..3 {
+            view.next_sort();
+        }
+        assert_eq!(view.sort, Sort::Outbox);
+        assert_eq!(view.routes[0].id, "a", "the deeper outbox first");
+    }
+
+    #[test]
+    fn a_link_that_is_down_shows_what_is_down() {
+        let mut r = route("a", RouteState::Running, 0, 0);
+        r.receiver.connected = false;
+        r.bindings[0].available = false;
+        let mut view = View::default();
+        view.update(vec![r], Instant::now());
+        let text = screen(&view);
+        let a = text.lines().find(|l| l.trim_start().starts_with("a ")).expect("a row for a");
+        assert!(a.contains("rx held1"), "{text}");
     }
 }

@@ -257,6 +257,11 @@ impl PluginRegistry {
         })
     }
 
+    /// The plugins that did not load, with why.
+    pub fn refused(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.refused.iter().map(|(name, why)| (name.as_str(), why.as_str()))
+    }
+
     /// Names of the plugins that loaded.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.plugins.keys().map(String::as_str)

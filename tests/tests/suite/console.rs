@@ -13,6 +13,7 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, TwoRoutes, broker_url};
 use ferry_tests::unique;
+use ferry_tests::webhook::{WebhookTarget, answer};
 
 const TOKEN: &str = "console-token-0123456789";
 /// Every wait on the page is bounded by this.
@@ -72,6 +73,19 @@ async fn text(client: &Client, css: &str) -> String {
     }
 }
 
+/// Opens the console of `admin`, which asks for the token, and gives it.
+async fn sign_in(client: &Client, admin: &str) {
+    client.goto(&format!("http://{admin}/")).await.expect("open the console");
+    let token = client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#token-box:not([hidden]) #token"))
+        .await
+        .expect("asks");
+    token.send_keys(TOKEN).await.expect("type the token");
+    client.find(Locator::Css("#token-form button")).await.expect("the button").click().await.expect("submit");
+}
+
 fn route_state(admin: &str, id: &str) -> String {
     let (_, body) = ferry_tests::http::request(admin, "GET", "/routes", Some(TOKEN)).expect("routes");
     let routes: serde_json::Value = serde_json::from_str(&body).expect("JSON");
@@ -101,15 +115,7 @@ async fn the_console_shows_rates_and_pauses_and_resumes_a_route_in_a_browser() {
     let client = browser(&driver).await;
 
     // The page asks for the token, then shows both routes.
-    client.goto(&format!("http://{admin}/")).await.expect("open the console");
-    let token = client
-        .wait()
-        .at_most(PATIENCE)
-        .for_element(Locator::Css("#token-box:not([hidden]) #token"))
-        .await
-        .expect("asks");
-    token.send_keys(TOKEN).await.expect("type the token");
-    client.find(Locator::Css("#token-form button")).await.expect("the button").click().await.expect("submit");
+    sign_in(&client, &admin).await;
     for id in ["a", "b"] {
         client
             .wait()
@@ -162,6 +168,95 @@ async fn the_console_shows_rates_and_pauses_and_resumes_a_route_in_a_browser() {
         sub.collect(5).await.iter().map(|p| String::from_utf8_lossy(&p.payload).into_owned()).collect();
     held.sort();
     assert_eq!(held, (0..5).map(|i| format!("held{i}")).collect::<Vec<_>>());
+    client.close().await.expect("close the browser");
+    assert!(daemon.terminate().success());
+}
+
+/// Dead letters in the page: a target that refuses for good dead-letters
+/// two messages; once it takes messages again, Replay in the page sends
+/// one through, and Purge (after the page asks, accepted) removes the
+/// other. The route's receiver and sender show connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
+    let src = unique("web/dlq");
+    let target = WebhookTarget::start_on_answering(
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind"),
+        answer(400, None),
+    )
+    .await;
+    let config = format!(
+        "[admin]\nlisten = \"{ANY_PORT}\"\ntoken = \"{TOKEN}\"\n\
+         [receivers.in]\ntype = \"mqtt\"\nurl = \"{url}\"\nclient_id = \"{client}\"\ntopics = [\"{src}/#\"]\n\
+         [senders.hook]\ntype = \"http\"\nurl = \"{hook}\"\n\
+         [[routes]]\nid = \"d\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n",
+        url = broker_url(),
+        client = unique("web-dlq"),
+        hook = target.url("/hook"),
+    );
+    let ws = Workspace::with_plugins(&[]);
+    ws.config(&config);
+    let daemon = Daemon::start(&ws, 0);
+    let admin = daemon.admin();
+    daemon.wait_connected("receiver", "in", PATIENCE);
+    let publisher = TestMqtt::connect(&broker_url()).await;
+    for body in ["first", "second"] {
+        publisher.publish_with(&format!("{src}/x"), body, &[]).await;
+    }
+    daemon.wait_for_total("ferry_messages_dead_lettered_total", "route=\"d\"", 2.0, PATIENCE);
+    target.answer_all(answer(200, None));
+
+    let driver = Driver::start();
+    let client = browser(&driver).await;
+    sign_in(&client, &admin).await;
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("tr[data-route='d'] li[data-binding='hook'] span.up"))
+        .await
+        .expect("the binding's sender shown connected");
+    let rows = client.find_all(Locator::Css("#dlq tbody tr")).await.expect("rows");
+    assert_eq!(rows.len(), 2, "both dead letters listed");
+    let mut ids = Vec::new();
+    for row in &rows {
+        ids.push(row.attr("data-id").await.expect("attr").expect("an id"));
+    }
+    let (first, second) = (ids[0].clone(), ids[1].clone());
+    let refused = target.count();
+
+    // Replay one from its row: it reaches the target, and leaves the list.
+    let replay = client
+        .find(Locator::XPath(&format!("//tr[@data-id='{first}']//button[text()='Replay']")))
+        .await
+        .expect("Replay");
+    replay.click().await.expect("click");
+    let hits = target.wait_for(refused + 1, PATIENCE, |_| true).await;
+    assert_eq!(hits.len(), refused + 1, "the replay arrived");
+    let replayed = hits[refused].body.clone();
+    assert!([&b"first"[..], b"second"].contains(&replayed.as_ref()), "{replayed:?}");
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::XPath(&format!("//table[@id='dlq']/tbody[not(tr[@data-id='{first}'])]")))
+        .await
+        .expect("the replayed entry left the list");
+
+    // Purge the second: the page asks first; accepted, it is gone for good.
+    client
+        .find(Locator::XPath(&format!("//tr[@data-id='{second}']//button[text()='Purge']")))
+        .await
+        .expect("Purge")
+        .click()
+        .await
+        .expect("click");
+    client.accept_alert().await.expect("the page asked before purging");
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::XPath("//table[@id='dlq']/tbody[not(tr)]"))
+        .await
+        .expect("the list emptied");
+    assert!(ws.dead_letters().is_empty());
+    assert_eq!(target.count(), refused + 1, "the purged message was not sent");
     client.close().await.expect("close the browser");
     assert!(daemon.terminate().success());
 }

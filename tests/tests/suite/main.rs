@@ -5,6 +5,7 @@
 //! `cargo test -p ferry-tests --test suite AREA::`.
 
 mod admin;
+mod admin_api;
 mod amqp;
 mod amqp_restart;
 mod book;

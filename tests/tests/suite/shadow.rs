@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace, with_admin};
-use ferry_tests::http::wait_for_sample;
+use ferry_tests::http::{get, wait_for_sample};
 use ferry_tests::mqtt::{TestMqtt, broker_url, route_config, user_property};
 use ferry_tests::unique;
 
@@ -60,6 +60,20 @@ async fn a_disagreeing_shadow_is_counted_and_the_route_follows_the_live_plugin()
     assert!(agree.ends_with(" 3"), "{agree}");
     assert!(agree.contains(r#"route="r1",plugin="filter",shadow="drop-all""#), "{agree}");
     daemon.wait_for_log("shadow disagreed", 5, Duration::from_secs(5));
+
+    // The admin API's plugin list: both plugins, where each is used, and
+    // the shadow's agreement as counted.
+    let (_, body) = get(&admin, "/plugins").expect("GET /plugins");
+    let plugins: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+    let plugin = |name: &str| plugins.as_array().into_iter().flatten().find(|p| p["name"] == name).cloned();
+    let filter = plugin("filter").unwrap_or_else(|| panic!("filter listed: {body}"));
+    assert!(filter["world"].as_str().is_some_and(|w| w.starts_with("ferry:plugin/processor@")), "{body}");
+    assert_eq!(filter["used_by"], serde_json::json!([{ "at": "r1", "role": "processor" }]), "{body}");
+    assert!(filter["size"].as_u64().is_some_and(|s| s > 0), "{body}");
+    assert!(filter.get("shadow").is_none(), "the live plugin has no agreement: {body}");
+    let shadow = plugin("drop-all").unwrap_or_else(|| panic!("the shadow listed: {body}"));
+    assert_eq!(shadow["used_by"], serde_json::json!([{ "at": "r1", "role": "shadow" }]), "{body}");
+    assert_eq!((&shadow["shadow"]["agree"], &shadow["shadow"]["disagree"]), (&3.into(), &5.into()), "{body}");
     assert!(daemon.terminate().success());
 }
 

@@ -74,6 +74,8 @@ pub struct Bridge {
     /// The running config and routes' bindings, for the admin server's replays.
     shared_config: Arc<RwLock<Config>>,
     shared_bindings: Arc<RwLock<RouteBindings>>,
+    /// The plugins the running config uses, for `GET /plugins`.
+    shared_plugins: Arc<RwLock<Vec<crate::api::PluginStatus>>>,
     senders: SenderMap,
     plugins: PluginState,
     routes: BTreeMap<String, RunningRoute>,
@@ -135,6 +137,7 @@ impl Bridge {
         let shared_bindings = Arc::new(RwLock::new(
             prepared.routes.iter().map(|p| (p.route.id.clone(), p.route.bindings.clone())).collect(),
         ));
+        let shared_plugins = Arc::new(RwLock::new(super::parts::plugin_statuses(&config, prepared.plugins.registry())));
         let (ended_tx, ended_rx) = mpsc::unbounded_channel();
         Ok(Self {
             config,
@@ -142,6 +145,7 @@ impl Bridge {
             readiness: Arc::new(RwLock::new(prepared.readiness)),
             shared_config,
             shared_bindings,
+            shared_plugins,
             store,
             leasing,
             senders: prepared.senders,
@@ -169,6 +173,7 @@ impl Bridge {
             store: self.store.clone(),
             config: self.shared_config.clone(),
             bindings: self.shared_bindings.clone(),
+            plugins: self.shared_plugins.clone(),
         }
     }
 
@@ -360,6 +365,9 @@ impl Bridge {
         warn_orphaned_records(&config, self.store.as_ref());
         if let Ok(mut shared) = self.shared_config.write() {
             *shared = config.clone();
+        }
+        if let Ok(mut shared) = self.shared_plugins.write() {
+            *shared = super::parts::plugin_statuses(&config, self.plugins.registry());
         }
         if let Ok(mut shared) = self.shared_bindings.write() {
             *shared = self.routes.iter().map(|(id, r)| (id.clone(), r.route.bindings.clone())).collect();

@@ -18,6 +18,7 @@ use ferry_wasm::{
 };
 use tracing::warn;
 
+use crate::api::{PluginRole, PluginStatus, PluginUse};
 use crate::transports;
 
 /// A start-up problem, with the config key it concerns.
@@ -63,6 +64,55 @@ fn plugin_names(config: &Config) -> std::collections::BTreeSet<String> {
         .collect();
     names.extend(components(config));
     names
+}
+
+/// What `GET /plugins` shows: every plugin the config uses, where, and
+/// what loaded of it.
+pub(super) fn plugin_statuses(config: &Config, registry: Option<&PluginRegistry>) -> Vec<PluginStatus> {
+    let mut uses: BTreeMap<String, Vec<PluginUse>> = BTreeMap::new();
+    let mut add = |name: &str, at: String, role: PluginRole| {
+        uses.entry(name.to_owned()).or_default().push(PluginUse { at, role })
+    };
+    for r in &config.routes {
+        for p in &r.processors {
+            add(&p.plugin, r.id.clone(), PluginRole::Processor);
+            if let Some(shadow) = &p.shadow {
+                add(shadow, r.id.clone(), PluginRole::Shadow);
+            }
+        }
+        for b in &r.bindings {
+            if let Some(mapper) = &b.header_mapper {
+                add(mapper, r.id.clone(), PluginRole::HeaderMapper);
+            }
+        }
+    }
+    for (name, receiver) in &config.receivers {
+        if let Some(plugin) = transports::receiver_plugin(receiver) {
+            add(&plugin, format!("receivers.{name}"), PluginRole::Receiver);
+        }
+    }
+    for (name, sender) in &config.senders {
+        if let Some(plugin) = transports::sender_plugin(sender) {
+            add(&plugin, format!("senders.{name}"), PluginRole::Sender);
+        }
+    }
+    uses.into_iter()
+        .map(|(name, used_by)| {
+            let loaded = registry.map(|r| r.get(&name).map_err(|e| e.to_string()));
+            let mut status = PluginStatus { name, used_by, ..PluginStatus::default() };
+            match loaded {
+                Some(Ok(plugin)) => {
+                    status.world = crate::plugins::world(&plugin);
+                    status.contract = plugin.contract.clone();
+                    status.size = plugin.size;
+                    status.from_cache = plugin.from_cache;
+                }
+                Some(Err(why)) => status.refused = Some(why),
+                None => status.refused = Some("no plugin registry".to_owned()),
+            }
+            status
+        })
+        .collect()
 }
 
 pub(super) fn plugin_limits(config: &Config) -> PluginLimits {

@@ -123,6 +123,13 @@ pub struct PluginState {
     registry: Option<PluginRegistry>,
 }
 
+impl PluginState {
+    /// The compiled plugins (`None` when the config uses none).
+    pub(super) fn registry(&self) -> Option<&PluginRegistry> {
+        self.registry.as_ref()
+    }
+}
+
 /// The parts a config needs, built but not yet running.
 pub(super) struct Prepared {
     /// Every sender of the config: unchanged ones carried over, the rest new.
