@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::engine::{Engine, Outgoing, ReceiveOptions, Received};
-use crate::error::SqsError;
+use crate::error::{ErrorKind, SqsError};
 use crate::model::{
     COMPUTED_ATTRIBUTES, MAX_MESSAGE_BYTES, QUEUE_ATTRIBUTES, md5_of, md5_of_trace, message_attributes, trace_header,
     wanted,
@@ -528,7 +528,7 @@ fn batch_entries<'v>(input: &'v Value, entry: &str) -> Result<&'v Vec<Value>, Sq
 }
 
 fn failed(id: &str, err: &SqsError) -> Value {
-    json!({"Id": id, "SenderFault": err.sender, "Code": err.code, "Message": err.message})
+    json!({"Id": id, "SenderFault": err.is_sender_fault(), "Code": err.code(), "Message": err.message})
 }
 
 /// A batch's answer; AWS leaves out `Failed` when nothing failed.
@@ -728,7 +728,7 @@ async fn change_visibility_batch(cx: &Context<'_>, input: &Value) -> Result<Valu
         .await;
         match result {
             Ok(()) => ok.push(json!({"Id": id})),
-            Err(err) if err.code == "AWS.SimpleQueueService.NonExistentQueue" => return Err(err),
+            Err(err) if err.kind == ErrorKind::NonExistentQueue => return Err(err),
             Err(err) => failures.push(failed(id, &err)),
         }
     }
@@ -758,11 +758,11 @@ mod tests {
         }
         for bad in ["/000000000000/sns:t:r", "/", "http://h/"] {
             assert_eq!(
-                queue_name(&identity, &json!({"QueueUrl": bad})).expect_err(bad).code,
-                SqsError::no_queue().code
+                queue_name(&identity, &json!({"QueueUrl": bad})).expect_err(bad).code(),
+                SqsError::no_queue().code()
             );
         }
-        assert_eq!(queue_name(&identity, &json!({})).expect_err("missing").code, "MissingParameter");
+        assert_eq!(queue_name(&identity, &json!({})).expect_err("missing").code(), "MissingParameter");
         assert_eq!(
             identity.url("http://h:1/", "eu-central-1/orders"),
             "http://h:1/queue/eu-central-1/000000000000/orders"

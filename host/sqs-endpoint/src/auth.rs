@@ -276,10 +276,13 @@ mod tests {
         let at = parse_amz_date("20150830T123600Z").expect("date");
         assert_eq!(verify(&parts, b"", &keys, at), Ok("AKIDEXAMPLE".to_owned()), "the signer is named");
         let wrong: Keys = [("AKIDEXAMPLE".to_owned(), "another secret".into())].into();
-        assert_eq!(verify(&parts, b"", &wrong, at).expect_err("wrong secret").code, "SignatureDoesNotMatch");
+        assert_eq!(verify(&parts, b"", &wrong, at).expect_err("wrong secret").code(), "SignatureDoesNotMatch");
         let other: Keys = [("AKIDOTHER".to_owned(), "x".into())].into();
-        assert_eq!(verify(&parts, b"", &other, at).expect_err("unknown key").code, "InvalidClientTokenId");
-        assert_eq!(verify(&parts, b"", &keys, at + MAX_SKEW_SECS + 1).expect_err("late").code, "SignatureDoesNotMatch");
-        assert_eq!(verify(&parts, b"tampered", &keys, at).expect_err("body").code, "SignatureDoesNotMatch");
+        assert_eq!(verify(&parts, b"", &other, at).expect_err("unknown key").code(), "InvalidClientTokenId");
+        assert_eq!(
+            verify(&parts, b"", &keys, at + MAX_SKEW_SECS + 1).expect_err("late").code(),
+            "SignatureDoesNotMatch"
+        );
+        assert_eq!(verify(&parts, b"tampered", &keys, at).expect_err("body").code(), "SignatureDoesNotMatch");
     }
 }

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::engine::{Engine, Outgoing, ReceiveOptions, Received};
-use crate::error::SqsError;
+use crate::error::{ErrorKind, SqsError};
 use crate::model::{Attr, AttrValue, MAX_MESSAGE_BYTES};
 use crate::topics::Topics;
 
@@ -237,7 +237,7 @@ impl Drop for EndpointHandle {
 }
 
 fn transport_error(e: SqsError) -> TransportError {
-    if e.status >= 500 || e.code == "AWS.SimpleQueueService.NonExistentQueue" {
+    if matches!(e.kind, ErrorKind::Internal | ErrorKind::NonExistentQueue) {
         TransportError::transient(e.to_string())
     } else {
         TransportError::permanent(e.to_string())
@@ -263,7 +263,7 @@ impl DeliveryHandle for EndpointHandle {
         match self.engine.change_visibility(&self.queue, &self.receipt, seconds).await {
             // No longer in the queue (purged, past its retention): nothing
             // to give back. (A handle gone stale changes nothing and is Ok.)
-            Err(e) if e.is_message_gone() => Ok(()),
+            Err(e) if e.kind == ErrorKind::MessageGone => Ok(()),
             other => other.map_err(transport_error),
         }
     }

@@ -37,7 +37,7 @@ use tokio::sync::Notify;
 
 use ferry_store::postgres::SharedDb;
 
-use crate::error::SqsError;
+use crate::error::{ErrorKind, SqsError};
 use crate::model::{DEDUP_WINDOW_MS, Redrive};
 pub use crate::records::{Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored};
 use crate::records::{decode, encode, parse_receipt, receipt_handle};
@@ -672,14 +672,197 @@ fn depth_of(queue: &Queue, now: i64) -> Depth {
     depth
 }
 
-enum Backend {
-    Local(Local),
-    Shared(Shared),
+/// Where the queues are kept: in memory over the embedded store
+/// ([`Local`]) or in a shared store's tables ([`Shared`]). Each action of
+/// the API is one call here; what is the same for both (name checks,
+/// ranges, the count of receives under way) stays in [`Engine`].
+#[async_trait::async_trait]
+trait QueueStore: Send + Sync {
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError>;
+    async fn exists(&self, name: &str) -> Result<bool, SqsError>;
+    /// Creates a queue, or finds the one of that name when its attributes
+    /// are the same. Returns whether it was created.
+    async fn create(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError>;
+    async fn delete(&self, name: &str) -> Result<(), SqsError>;
+    async fn purge(&self, name: &str) -> Result<(), SqsError>;
+    async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError>;
+    async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError>;
+    async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError>;
+    async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError>;
+    async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError>;
+    async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError>;
+    async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError>;
+    async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError>;
+    async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError>;
+    async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError>;
+    /// Housekeeping between requests (expired messages and deduplication
+    /// entries of a shared store).
+    async fn sweep(&self) -> Result<(), SqsError>;
+    /// Whether other instances serve these queues too.
+    fn is_shared(&self) -> bool;
+}
+
+#[async_trait::async_trait]
+impl QueueStore for Local {
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
+        Ok(Local::list(self, prefix))
+    }
+
+    async fn exists(&self, name: &str) -> Result<bool, SqsError> {
+        Ok(Local::exists(self, name))
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        self.create_named(name, attributes, tags).await
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), SqsError> {
+        Local::delete(self, name).await
+    }
+
+    async fn purge(&self, name: &str) -> Result<(), SqsError> {
+        Local::purge(self, name).await
+    }
+
+    async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        Local::attributes(self, name)
+    }
+
+    async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
+        Ok(Local::depths(self))
+    }
+
+    async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        Local::set_attributes(self, name, attributes).await
+    }
+
+    async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        Local::tags(self, name)
+    }
+
+    async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
+        Local::retag(self, name, set, remove).await
+    }
+
+    async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
+        Local::queue_kind(self, name)
+    }
+
+    async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
+        Local::send(self, name, messages).await
+    }
+
+    async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
+        Local::receive(self, name, options).await
+    }
+
+    async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
+        Local::delete_messages(self, name, handles).await
+    }
+
+    async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
+        Local::change_visibility(self, name, handle, timeout_s).await
+    }
+
+    /// The memory engine drops expired messages and entries as it meets them.
+    async fn sweep(&self) -> Result<(), SqsError> {
+        Ok(())
+    }
+
+    fn is_shared(&self) -> bool {
+        false
+    }
+}
+
+#[async_trait::async_trait]
+impl QueueStore for Shared {
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
+        Shared::list(self, prefix).await
+    }
+
+    async fn exists(&self, name: &str) -> Result<bool, SqsError> {
+        Shared::exists(self, name).await
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        Shared::create(self, name, attributes, tags).await
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), SqsError> {
+        Shared::delete(self, name).await
+    }
+
+    async fn purge(&self, name: &str) -> Result<(), SqsError> {
+        Shared::purge(self, name).await
+    }
+
+    async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        Shared::attributes(self, name).await
+    }
+
+    async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
+        Shared::depths(self).await
+    }
+
+    async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        Shared::set_attributes(self, name, attributes).await
+    }
+
+    async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        Ok(self.meta(name).await?.tags)
+    }
+
+    async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
+        Shared::retag(self, name, set, remove).await
+    }
+
+    async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
+        Ok(self.meta(name).await?.kind())
+    }
+
+    async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
+        Shared::send(self, name, messages).await
+    }
+
+    async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
+        Shared::receive(self, name, options).await
+    }
+
+    async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
+        Shared::delete_messages(self, name, handles).await
+    }
+
+    async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
+        Shared::change_visibility(self, name, handle, timeout_s).await
+    }
+
+    async fn sweep(&self) -> Result<(), SqsError> {
+        Shared::sweep(self).await
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
 }
 
 /// The queues, wherever they are kept (see the module's page).
 pub struct Engine {
-    backend: Backend,
+    queues: Box<dyn QueueStore>,
     pub identity: Identity,
     clock: Clock,
     receives: AtomicUsize,
@@ -703,14 +886,14 @@ impl Engine {
     /// reads the time: the wall clock in the daemon, tokio's in tests.
     pub async fn open(store: Arc<dyn RecordStore>, identity: Identity, clock: Clock) -> Result<Arc<Self>, StoreError> {
         let local = Local::open(store, identity.clone(), clock).await?;
-        Ok(Arc::new(Self { backend: Backend::Local(local), identity, clock, receives: AtomicUsize::new(0) }))
+        Ok(Arc::new(Self { queues: Box::new(local), identity, clock, receives: AtomicUsize::new(0) }))
     }
 
     /// The queues in a shared store's tables, which every instance on that
     /// store serves.
     pub fn open_shared(db: SharedDb, identity: Identity, clock: Clock) -> Arc<Self> {
         Arc::new(Self {
-            backend: Backend::Shared(Shared::new(db, identity.clone(), clock)),
+            queues: Box::new(Shared::new(db, identity.clone(), clock)),
             identity,
             clock,
             receives: AtomicUsize::new(0),
@@ -730,22 +913,16 @@ impl Engine {
 
     /// Whether other instances serve these queues too.
     pub fn is_shared(&self) -> bool {
-        matches!(self.backend, Backend::Shared(_))
+        self.queues.is_shared()
     }
 
     /// Queue names, in order, starting with `prefix`.
     pub async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => Ok(b.list(prefix)),
-            Backend::Shared(b) => b.list(prefix).await,
-        }
+        self.queues.list(prefix).await
     }
 
     pub async fn exists(&self, name: &str) -> Result<bool, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => Ok(b.exists(name)),
-            Backend::Shared(b) => b.exists(name).await,
-        }
+        self.queues.exists(name).await
     }
 
     /// Creates a queue, or finds the one of that name when its attributes
@@ -769,10 +946,7 @@ impl Engine {
         attributes: BTreeMap<String, String>,
         tags: BTreeMap<String, String>,
     ) -> Result<bool, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.create_named(name, attributes, tags).await,
-            Backend::Shared(b) => b.create(name, attributes, tags).await,
-        }
+        self.queues.create(name, attributes, tags).await
     }
 
     /// A queue of ferry's own (a route's subscription to a topic): its
@@ -790,82 +964,55 @@ impl Engine {
         }
         match self.create(name, attributes, BTreeMap::new()).await {
             // Another instance declared it meanwhile, perhaps changed.
-            Err(e) if e.code == "QueueAlreadyExists" => Ok(()),
+            Err(e) if e.kind == ErrorKind::QueueAlreadyExists => Ok(()),
             other => other.map(|_| ()),
         }
     }
 
     /// Deletes a queue and its messages.
     pub async fn delete(&self, name: &str) -> Result<(), SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.delete(name).await,
-            Backend::Shared(b) => b.delete(name).await,
-        }
+        self.queues.delete(name).await
     }
 
     /// Removes every message (at most once a minute, as SQS allows).
     pub async fn purge(&self, name: &str) -> Result<(), SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.purge(name).await,
-            Backend::Shared(b) => b.purge(name).await,
-        }
+        self.queues.purge(name).await
     }
 
     /// A queue's attributes: what was set, the defaults, and the computed
     /// ones.
     pub async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.attributes(name),
-            Backend::Shared(b) => b.attributes(name).await,
-        }
+        self.queues.attributes(name).await
     }
 
     /// Depth of every queue (the metrics).
     pub async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => Ok(b.depths()),
-            Backend::Shared(b) => b.depths().await,
-        }
+        self.queues.depths().await
     }
 
     pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.set_attributes(name, attributes).await,
-            Backend::Shared(b) => b.set_attributes(name, attributes).await,
-        }
+        self.queues.set_attributes(name, attributes).await
     }
 
     pub async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.tags(name),
-            Backend::Shared(b) => Ok(b.meta(name).await?.tags),
-        }
+        self.queues.tags(name).await
     }
 
     /// Adds tags (`set`) and removes them (`remove`).
     pub async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.retag(name, set, remove).await,
-            Backend::Shared(b) => b.retag(name, set, remove).await,
-        }
+        self.queues.retag(name, set, remove).await
     }
 
     /// Whether the queue is FIFO, whether it deduplicates by content, and
     /// its largest message.
     pub async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.queue_kind(name),
-            Backend::Shared(b) => Ok(b.meta(name).await?.kind()),
-        }
+        self.queues.queue_kind(name).await
     }
 
     /// Sends messages to one queue; each answer in the order given. The
     /// messages are on disk when this returns `Ok`.
     pub async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.send(name, messages).await,
-            Backend::Shared(b) => b.send(name, messages).await,
-        }
+        self.queues.send(name, messages).await
     }
 
     /// Receives up to `options.max` messages, waiting up to
@@ -876,19 +1023,13 @@ impl Engine {
         // message on its first look, or the send wakes it.
         self.receives.fetch_add(1, Ordering::SeqCst);
         let _done = decrement_on_drop(&self.receives);
-        match &self.backend {
-            Backend::Local(b) => b.receive(name, options).await,
-            Backend::Shared(b) => b.receive(name, options).await,
-        }
+        self.queues.receive(name, options).await
     }
 
     /// Deletes received messages, one answer per handle. A handle whose
     /// message is already gone succeeds, as in SQS.
     pub async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
-        match &self.backend {
-            Backend::Local(b) => b.delete_messages(name, handles).await,
-            Backend::Shared(b) => b.delete_messages(name, handles).await,
-        }
+        self.queues.delete_messages(name, handles).await
     }
 
     /// Changes how long a received message stays invisible, counted from
@@ -901,19 +1042,13 @@ impl Engine {
                 "must be between 0 and 43200, if provided",
             ));
         }
-        match &self.backend {
-            Backend::Local(b) => b.change_visibility(name, handle, timeout_s).await,
-            Backend::Shared(b) => b.change_visibility(name, handle, timeout_s).await,
-        }
+        self.queues.change_visibility(name, handle, timeout_s).await
     }
 
     /// Housekeeping between requests: a shared store's expired messages
     /// and deduplication entries go (the memory engine drops them as it
     /// meets them).
     pub async fn sweep(&self) -> Result<(), SqsError> {
-        match &self.backend {
-            Backend::Local(_) => Ok(()),
-            Backend::Shared(b) => b.sweep().await,
-        }
+        self.queues.sweep().await
     }
 }

@@ -497,10 +497,10 @@ mod tests {
             serde_json::json!({"a": {"DataType": "String", "StringValue": ["v"]}}),
         ] {
             let e = message_attributes(Some(&bad)).expect_err(&bad.to_string());
-            assert_eq!((e.shape, e.status), ("SerializationException", 400), "{bad}: {}", e.message);
+            assert_eq!((e.shape(), e.status()), ("SerializationException", 400), "{bad}: {}", e.message);
         }
         let list = serde_json::json!([{"Name": "AWSTraceHeader"}]);
-        assert_eq!(trace_header(Some(&list)).expect_err("a list").shape, "SerializationException");
+        assert_eq!(trace_header(Some(&list)).expect_err("a list").shape(), "SerializationException");
         assert!(message_attributes(Some(&Value::Null)).expect("null is absent").is_empty());
         assert!(message_attributes(None).expect("absent").is_empty());
     }
@@ -532,7 +532,7 @@ mod tests {
             (serde_json::json!({"x": {"DataType": "String", "StringValue": "\u{1}"}}), "InvalidParameterValue"),
             (serde_json::json!({"a..b": {"DataType": "String", "StringValue": "v"}}), "InvalidParameterValue"),
         ] {
-            assert_eq!(message_attributes(Some(&bad)).expect_err("refused").code, code, "{bad}");
+            assert_eq!(message_attributes(Some(&bad)).expect_err("refused").code(), code, "{bad}");
         }
         let eleven: serde_json::Map<String, Value> =
             (0..11).map(|i| (format!("a{i}"), serde_json::json!({"DataType": "String", "StringValue": "v"}))).collect();
@@ -544,7 +544,7 @@ mod tests {
         let ok = serde_json::json!({"AWSTraceHeader": {"DataType": "String", "StringValue": "Root=1-abc"}});
         assert_eq!(trace_header(Some(&ok)).expect("valid").as_deref(), Some("Root=1-abc"));
         let bad = serde_json::json!({"SenderId": {"DataType": "String", "StringValue": "x"}});
-        assert_eq!(trace_header(Some(&bad)).expect_err("refused").code, "InvalidParameterValue");
+        assert_eq!(trace_header(Some(&bad)).expect_err("refused").code(), "InvalidParameterValue");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{Map, Value};
 
-use crate::error::SqsError;
+use crate::error::{ErrorKind, SqsError};
 use crate::xml::{self, ScopeWriter, text_el};
 
 /// The API version the query protocol's XML names.
@@ -343,25 +343,25 @@ fn result_always_present(action: &str) -> bool {
 /// The query protocol's error reply, in the namespace `xmlns` (SQS's
 /// [`XMLNS`] or SNS's).
 pub fn xml_error(xmlns: &str, err: &SqsError, request_id: &str) -> String {
-    if err.code == SqsError::unknown_operation().code {
+    if err.kind == ErrorKind::UnknownOperation {
         // What SQS answers on a queue's URL without an action.
         return "<UnknownOperationException/>".to_owned();
     }
     // The query protocol names the API version a queue is missing from.
-    let message = if err.code == SqsError::no_queue().code {
+    let message = if err.kind == ErrorKind::NonExistentQueue {
         "The specified queue does not exist for this wsdl version."
     } else {
         err.message.as_str()
     };
-    xml::error(xmlns, err.fault(), err.code, message, request_id)
+    xml::error(xmlns, err.fault(), err.code(), message, request_id)
 }
 
 /// The JSON protocol's error body.
 pub fn json_error(err: &SqsError) -> Value {
-    let kind = if err.shape == "InvalidAction" {
+    let kind = if err.kind == ErrorKind::InvalidAction {
         "com.amazon.coral.service#UnknownOperationException".to_owned()
     } else {
-        format!("com.amazonaws.sqs#{}", err.shape)
+        format!("com.amazonaws.sqs#{}", err.shape())
     };
     serde_json::json!({"__type": kind, "message": err.message})
 }

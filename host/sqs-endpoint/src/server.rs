@@ -239,17 +239,17 @@ fn reply(status: StatusCode, content_type: &'static str, body: String, request_i
 fn error(app: &App, protocol: Protocol, action: &str, queue: &str, e: &SqsError, request_id: &str) -> Response {
     Metrics::inc(
         &app.options.metrics.counter_family(&crate::REQUESTS),
-        &[("action", action), ("queue", queue), ("code", e.code)],
+        &[("action", action), ("queue", queue), ("code", e.code())],
     );
-    if e.status >= 500 {
+    if e.kind == crate::error::ErrorKind::Internal {
         tracing::warn!(action, queue, error = %e, "SQS endpoint request failed");
     }
-    let status = StatusCode::from_u16(e.status).unwrap_or(StatusCode::BAD_REQUEST);
+    let status = StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_REQUEST);
     match protocol {
         Protocol::Json => {
             let mut response =
                 reply(status, "application/x-amz-json-1.0", protocol::json_error(e).to_string(), request_id);
-            if let Ok(v) = HeaderValue::from_str(&format!("{};{}", e.code, e.fault())) {
+            if let Ok(v) = HeaderValue::from_str(&format!("{};{}", e.code(), e.fault())) {
                 response.headers_mut().insert("x-amzn-query-error", v);
             }
             response

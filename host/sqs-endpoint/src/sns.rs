@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::error::SqsError;
+use crate::error::{ErrorKind, SqsError};
 use crate::topics::{Listed, MAX_PUBLISH_BYTES, Publish, Topics};
 use crate::xml::{self, Node};
 
@@ -169,7 +169,7 @@ fn publish_input(input: &Value) -> Result<Publish, SqsError> {
         return Err(SqsError::sns_invalid("Subject"));
     }
     let attributes = crate::model::message_attributes(input.get("MessageAttributes"))
-        .map_err(|e| SqsError::sns("ParameterValueInvalid", 400, e.message))?;
+        .map_err(|e| SqsError::new(ErrorKind::SnsParameterValueInvalid, e.message))?;
     let size = message.len() + attributes.iter().map(crate::model::Attr::size).sum::<usize>();
     if size > MAX_PUBLISH_BYTES {
         return Err(SqsError::sns_invalid("Message too long"));
@@ -283,13 +283,15 @@ async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> R
     let entries = match input.get("PublishBatchRequestEntries") {
         Some(Value::Array(e)) if !e.is_empty() => e,
         _ => {
-            return Err(SqsError::sns("EmptyBatchRequest", 400, "The batch request doesn't contain any entries"));
+            return Err(SqsError::new(
+                ErrorKind::SnsEmptyBatchRequest,
+                "The batch request doesn't contain any entries",
+            ));
         }
     };
     if entries.len() > 10 {
-        return Err(SqsError::sns(
-            "TooManyEntriesInBatchRequest",
-            400,
+        return Err(SqsError::new(
+            ErrorKind::SnsTooManyEntriesInBatchRequest,
             "The batch request contains more entries than permissible",
         ));
     }
@@ -298,25 +300,22 @@ async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> R
     for e in entries {
         let id = text(e, "Id").unwrap_or_default();
         if !crate::model::valid_batch_id(id) {
-            return Err(SqsError::sns(
-                "InvalidBatchEntryId",
-                400,
+            return Err(SqsError::new(
+                ErrorKind::SnsInvalidBatchEntryId,
                 "The Id of a batch entry in a batch request doesn't abide by the specification",
             ));
         }
         if !seen.insert(id) {
-            return Err(SqsError::sns(
-                "BatchEntryIdsNotDistinct",
-                400,
+            return Err(SqsError::new(
+                ErrorKind::SnsBatchEntryIdsNotDistinct,
                 "Two or more batch entries in the request have the same Id",
             ));
         }
         total += text(e, "Message").map_or(0, str::len);
     }
     if total > MAX_PUBLISH_BYTES {
-        return Err(SqsError::sns(
-            "BatchRequestTooLong",
-            400,
+        return Err(SqsError::new(
+            ErrorKind::SnsBatchRequestTooLong,
             "The length of all the messages put together is more than the limit",
         ));
     }
@@ -333,16 +332,19 @@ async fn publish_batch(topics: &Arc<Topics>, base_url: &str, input: &Value) -> R
                 ok.push(Node::Parent("member", vec![Node::text("Id", id), Node::text("MessageId", message_id)]))
             }
             // A topic that does not exist fails the whole batch, as SNS does.
-            Err(err) if err.code == "NotFound" || err.status >= 500 => return Err(err),
-            Err(err) => failed.push(Node::Parent(
-                "member",
-                vec![
-                    Node::text("Id", id),
-                    Node::text("Code", err.code),
-                    Node::text("Message", err.message),
-                    Node::text("SenderFault", err.sender.to_string()),
-                ],
-            )),
+            Err(err) if matches!(err.kind, ErrorKind::SnsNotFound | ErrorKind::Internal) => return Err(err),
+            Err(err) => {
+                let fault = err.is_sender_fault().to_string();
+                failed.push(Node::Parent(
+                    "member",
+                    vec![
+                        Node::text("Id", id),
+                        Node::text("Code", err.code()),
+                        Node::text("Message", err.message),
+                        Node::text("SenderFault", fault),
+                    ],
+                ));
+            }
         }
     }
     Ok(vec![Node::Parent("Successful", ok), Node::Parent("Failed", failed)])
@@ -400,7 +402,7 @@ mod tests {
             ),
         ];
         for (input, code) in cases {
-            assert_eq!(publish_input(&input).map(|_| ()).expect_err("refused").code, code, "{input}");
+            assert_eq!(publish_input(&input).map(|_| ()).expect_err("refused").code(), code, "{input}");
         }
         let structured = serde_json::json!({"Message": r#"{"default": "d", "sqs": "q"}"#, "MessageStructure": "json"});
         let p = publish_input(&structured).expect("valid");

@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use crate::engine::{Engine, Outgoing};
-use crate::error::SqsError;
+use crate::error::{ErrorKind, SqsError};
 use crate::filter::{Policy, Scope};
 use crate::model::{Attr, route_queue};
 use crate::records::{decode, encode};
@@ -819,7 +819,7 @@ impl Topics {
                 Err(e) => {
                     self.count(&topic, &protocol, "failed");
                     warn!(topic = %topic, queue = %queue, error = %e, "a publish could not reach a subscribed queue");
-                    if e.status >= 500 {
+                    if e.kind == ErrorKind::Internal {
                         store_failure = Some(e);
                     }
                 }
