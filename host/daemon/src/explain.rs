@@ -25,8 +25,8 @@ use ferry_core::wire::Admitted;
 use ferry_envelope::{HeaderValue, Timestamp};
 use serde_json::Value;
 
-use crate::pipeline_test::{receive, send};
 use crate::transports;
+use crate::transports::{fixture_receive as receive, fixture_send as send};
 
 /// Every (path, value) of a JSON view, depth first.
 fn leaves(prefix: String, v: &Value, out: &mut Vec<(String, Value)>) {

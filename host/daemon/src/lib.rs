@@ -1,43 +1,29 @@
 //! The ferry daemon as a library, so the binary stays a thin CLI.
 //!
-//! - [`admin`]: the admin HTTP server (metrics, health, readiness).
-//! - [`api`]: the admin API's requests and answers as types.
-//! - [`control`]: pause, resume, drain and reload of a running daemon;
-//!   [`ctl`]: `ferry ctl`, its command line.
+//! - [`cli`]: one module per `ferry` command, each returning its exit code
+//!   through one path ([`cli::Failure`]).
+//! - [`runtime`]: what a running daemon serves beside its routes: the admin
+//!   server, readiness, the watchdog, runtime control, dead-letter
+//!   operations and the masked config.
+//! - [`api`]: the admin API's requests and answers as types, shared by the
+//!   admin server and the commands that call it.
 //! - [`wiring`]: config -> transports, plugins and routes ([`wiring::Bridge`]).
-//! - [`commands`]: `run`, `validate` and `render`.
-//! - [`telemetry`]: OTLP trace export when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
-//! - [`explain`]: `ferry validate --explain`, the fidelity report.
-//! - [`dlq`]: `ferry dlq …` and `ferry outbox stats` on the store.
-//! - [`pipeline_test`]: `ferry test`, fixture messages through a config's
-//!   routes with no broker.
-//! - [`plugins`]: `ferry plugins list` and `ferry plugins check`.
-//! - [`tap`]: `ferry tap`, live messages of a running route.
-//! - [`top`]: `ferry top`, a terminal view of a running daemon's routes.
+//! - [`telemetry`]: OTLP traces and metrics when `OTEL_EXPORTER_OTLP_ENDPOINT` is set.
+//! - [`explain`]: the fidelity report (`ferry validate --explain`, `GET /config`).
+//! - [`exposition`]: the `/metrics` text, written and read back.
 //! - [`watch`]: hot reload of plugins on changes in the plugin directory.
 //! - [`logging`]: tracing setup (`--log-format`, `--log-level`, `FERRY_LOG`).
-//! - [`watchdog`]: whether the daemon is stuck (`/healthz`, `ferry_stalled`).
 //! - [`transports`]: the one table of transports, looked up by `type`.
 
-pub mod admin;
 pub mod api;
-pub mod commands;
-pub mod control;
-pub mod ctl;
-pub mod dlq;
+pub mod cli;
 pub mod explain;
 pub mod exposition;
 pub mod logging;
 pub mod mqbridge;
-pub mod pipeline_test;
-pub mod plugins;
 pub mod process;
-pub mod readiness;
-pub mod scaffold;
-pub mod tap;
+pub mod runtime;
 pub mod telemetry;
-pub mod top;
 pub mod transports;
 pub mod watch;
-pub mod watchdog;
 pub mod wiring;

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use ferry_daemon::cli;
 use ferry_daemon::logging::{self, LogFormat};
 use ferry_daemon::telemetry::{Settings, Telemetry};
 
@@ -87,15 +88,15 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
-        format: ferry_daemon::pipeline_test::Format,
+        format: ferry_daemon::cli::test::Format,
     },
     /// Watch live messages of a running route through its admin server
     /// (sampled and rate limited; delivery is not affected).
-    Tap(ferry_daemon::tap::TapArgs),
+    Tap(ferry_daemon::cli::tap::TapArgs),
     /// A terminal view of a running daemon's routes, refreshed every
     /// second: state, rates, in flight, retries, dead letters; keys sort,
     /// pause or resume a route, or open a tap of it.
-    Top(ferry_daemon::top::TopArgs),
+    Top(ferry_daemon::cli::top::TopArgs),
     /// Print the resolved config as JSON (secrets masked).
     Render {
         #[arg(short, long)]
@@ -255,10 +256,10 @@ enum PluginsCommand {
     New {
         name: String,
         #[arg(long, value_enum)]
-        lang: ferry_daemon::scaffold::Lang,
+        lang: ferry_daemon::cli::scaffold::Lang,
         /// A processor, or a transport component (receiver and sender).
         #[arg(long, value_enum, default_value = "processor")]
-        kind: ferry_daemon::scaffold::Kind,
+        kind: ferry_daemon::cli::scaffold::Kind,
         /// Where to write it (default: ./NAME); must be empty or absent.
         #[arg(long)]
         dir: Option<PathBuf>,
@@ -577,36 +578,35 @@ fn main() -> ExitCode {
             }
         },
         Command::Validate { config, connect, explain, strict } => {
-            let code = ferry_daemon::commands::validate(&config);
-            if code != ExitCode::SUCCESS {
-                return code;
-            }
-            if explain {
-                let code = ferry_daemon::commands::explain(&config, strict);
-                if code != ExitCode::SUCCESS {
-                    return code;
+            use ferry_daemon::cli::validate;
+            let checks = validate::validate(&config)
+                .and_then(|()| if explain { validate::explain(&config, strict) } else { Ok(()) })
+                .map(|()| ExitCode::SUCCESS);
+            match checks {
+                Ok(_) if connect => {
+                    block_on(async { cli::exit(validate::probe(&config).await.map(|()| ExitCode::SUCCESS)) })
                 }
+                other => cli::exit(other),
             }
-            if connect { block_on(ferry_daemon::commands::probe(&config)) } else { ExitCode::SUCCESS }
         }
-        Command::Test { files, format } => block_on(ferry_daemon::pipeline_test::run(&files, format)),
-        Command::Tap(args) => block_on(ferry_daemon::tap::run(&args)),
-        Command::Top(args) => block_on(ferry_daemon::top::run(&args)),
-        Command::Render { config } => ferry_daemon::commands::render(&config),
-        Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::plugins::list(&dir),
-        Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::plugins::check(&file),
+        Command::Test { files, format } => block_on(ferry_daemon::cli::test::run(&files, format)),
+        Command::Tap(args) => block_on(ferry_daemon::cli::tap::run(&args)),
+        Command::Top(args) => block_on(ferry_daemon::cli::top::run(&args)),
+        Command::Render { config } => cli::exit(cli::render::render(&config).map(|()| ExitCode::SUCCESS)),
+        Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::cli::plugins::list(&dir),
+        Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::cli::plugins::check(&file),
         Command::Plugins(PluginsCommand::New { name, lang, kind, dir, sdk }) => {
-            ferry_daemon::scaffold::new(&name, lang, kind, dir.as_deref(), sdk.as_deref())
+            ferry_daemon::cli::scaffold::new(&name, lang, kind, dir.as_deref(), sdk.as_deref())
         }
-        Command::Plugins(PluginsCommand::Wit) => ferry_daemon::scaffold::wit(),
+        Command::Plugins(PluginsCommand::Wit) => ferry_daemon::cli::scaffold::wit(),
         Command::Plugins(PluginsCommand::Compile { cache_dir, files }) => {
-            ferry_daemon::plugins::compile(&cache_dir, &files)
+            ferry_daemon::cli::plugins::compile(&cache_dir, &files)
         }
         Command::Dlq(DlqCommand::List { config, route, limit, json }) => {
-            block_on(ferry_daemon::dlq::list(&config, route.as_deref(), limit, json))
+            block_on(ferry_daemon::cli::dlq::list(&config, route.as_deref(), limit, json))
         }
         Command::Ctl(command) => {
-            use ferry_daemon::ctl::Ctl;
+            use ferry_daemon::cli::ctl::Ctl;
             let (config, ctl) = match command {
                 CtlCommand::Routes { config } => (config, Ctl::Routes),
                 CtlCommand::Pause { config, route } => (config, Ctl::Pause(route)),
@@ -614,21 +614,21 @@ fn main() -> ExitCode {
                 CtlCommand::Drain { config, route, timeout_s } => (config, Ctl::Drain { route, timeout_s }),
                 CtlCommand::Reload { config } => (config, Ctl::Reload),
             };
-            block_on(ferry_daemon::ctl::run(&config, ctl))
+            block_on(ferry_daemon::cli::ctl::run(&config, ctl))
         }
-        Command::Dlq(DlqCommand::Show { config, id }) => block_on(ferry_daemon::dlq::show(&config, id)),
+        Command::Dlq(DlqCommand::Show { config, id }) => block_on(ferry_daemon::cli::dlq::show(&config, id)),
         Command::Dlq(DlqCommand::Replay { config, ids, route, dry_run }) => {
-            block_on(ferry_daemon::dlq::replay(&config, &ids, route.as_deref(), dry_run))
+            block_on(ferry_daemon::cli::dlq::replay(&config, &ids, route.as_deref(), dry_run))
         }
         Command::Dlq(DlqCommand::Purge { config, ids, route }) => {
-            block_on(ferry_daemon::dlq::purge(&config, &ids, route.as_deref()))
+            block_on(ferry_daemon::cli::dlq::purge(&config, &ids, route.as_deref()))
         }
-        Command::Outbox(OutboxCommand::Stats { config }) => block_on(ferry_daemon::dlq::outbox_stats(&config)),
+        Command::Outbox(OutboxCommand::Stats { config }) => block_on(ferry_daemon::cli::dlq::outbox_stats(&config)),
         Command::Run { config, watch, admin_listen } => {
             // Plugins are compiled by a child `ferry plugins compile`, which
             // keeps the compiler's memory out of the daemon.
             if let Ok(program) = std::env::current_exe() {
-                ferry_daemon::plugins::compile_in_child(program);
+                ferry_daemon::wiring::compile_in_child(program);
             }
             // The environment's export settings are checked before anything
             // starts; the exporters start inside the runtime (a gRPC
@@ -655,7 +655,7 @@ fn main() -> ExitCode {
                 }
             };
             let code =
-                rt.block_on(ferry_daemon::commands::run(&config, watch, admin_listen.as_deref(), settings.metrics));
+                rt.block_on(ferry_daemon::cli::run::run(&config, watch, admin_listen.as_deref(), settings.metrics));
             telemetry.shutdown();
             code
         }

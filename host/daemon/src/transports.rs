@@ -4,7 +4,11 @@
 //! and one line here.
 
 use ferry_config::{ReceiverConfig, SenderConfig};
+use ferry_core::TransportError;
+use ferry_core::ports::OutboundMessage;
 use ferry_core::transport::Transport;
+use ferry_core::wire::{Admitted, View};
+use ferry_envelope::Timestamp;
 
 /// Every built-in transport.
 pub static TRANSPORTS: &[&dyn Transport] = &[
@@ -54,6 +58,33 @@ pub fn receiver_plugin(config: &ReceiverConfig) -> Option<String> {
 /// The plugin a sender runs, if it runs one.
 pub fn sender_plugin(config: &SenderConfig) -> Option<String> {
     of_sender(config).ok()?.sender_plugin(config)
+}
+
+/// What a receiver with `config` makes of a fixture message (its ingress
+/// mapping).
+pub fn fixture_receive(config: &ReceiverConfig, input: toml::Value, now: Timestamp) -> Result<Admitted, String> {
+    let transport = of_receiver(config)?;
+    let admitted = transport.fixture_receive(config, input, now)?;
+    Ok(match admitted {
+        Admitted::Envelope(mut e)
+            if config.wire_format() == ferry_config::WireFormat::Json && !transport.receiver_reads_wire_format() =>
+        {
+            ferry_core::json_wire::unpack(&mut e);
+            Admitted::Envelope(e)
+        }
+        other => other,
+    })
+}
+
+/// What a sender with `config` would send for `msg` (its egress mapping),
+/// as JSON.
+pub fn fixture_send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
+    let transport = of_sender(config).map_err(TransportError::permanent)?;
+    if config.wire_format() == ferry_config::WireFormat::Json && !transport.sender_writes_wire_format() {
+        let packed = OutboundMessage { envelope: ferry_core::json_wire::pack(&msg.envelope), ..msg.clone() };
+        return transport.fixture_send(config, &packed, now);
+    }
+    transport.fixture_send(config, msg, now)
 }
 
 #[cfg(test)]

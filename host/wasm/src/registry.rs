@@ -132,6 +132,14 @@ pub struct LoadedPlugin {
     pub(crate) pre: Pre,
 }
 
+impl LoadedPlugin {
+    /// The full name of the world it targets, at the contract version it
+    /// was built against (`ferry:plugin/processor@1.3.0`).
+    pub fn world_at_contract(&self) -> String {
+        format!("{PLUGIN_PACKAGE}/{}@{}", self.world.name(), self.contract)
+    }
+}
+
 /// WASI interfaces whose calls can wait: a clock subscription (`sleep`),
 /// files, sockets, HTTP. The streams and poll every Rust component imports
 /// (for stderr) are not on the list: a plugin writes there only when it

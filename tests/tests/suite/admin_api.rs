@@ -63,9 +63,12 @@ async fn routes_show_links_and_the_outbox_of_a_binding_whose_target_is_down() {
     }
     assert_eq!(up.wait_for(5, WAIT, |_| true).await.len(), 5);
 
-    // The binding whose target is down holds its five records.
-    let held = wait_for_route(&admin, "hooks", "five records held for `late`", |r| {
-        binding(r, "late")["outbox_depth"] == 5 && binding(r, "late")["available"] == false
+    // The binding whose target is down holds its five records; the other
+    // has sent (and counted) all of its own.
+    let held = wait_for_route(&admin, "hooks", "five records held for `late`, none for `up`", |r| {
+        binding(r, "late")["outbox_depth"] == 5
+            && binding(r, "late")["available"] == false
+            && binding(r, "up")["outbox_depth"] == 0
     });
     assert_eq!(held["receiver"]["name"], "in", "{held}");
     assert_eq!(held["receiver"]["kind"], "mqtt", "{held}");

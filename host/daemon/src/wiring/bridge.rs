@@ -22,8 +22,8 @@ use super::plan::{
     ChainSwap, PlannedRoute, PluginState, RouteKey, RunningSender, SenderMap, Shared, prepare, warn_orphaned_records,
 };
 use crate::api::{ReloadOutcome, ReloadReply, RouteChange, RouteVersion};
-use crate::control::Controls;
-use crate::readiness::SharedReadiness;
+use crate::runtime::control::Controls;
+use crate::runtime::readiness::SharedReadiness;
 
 /// A route task.
 struct RunningRoute {
@@ -168,8 +168,8 @@ impl Bridge {
     }
 
     /// The store and config the admin server's dead-letter endpoints use.
-    pub fn store_access(&self) -> crate::admin::StoreAccess {
-        crate::admin::StoreAccess {
+    pub fn store_access(&self) -> crate::runtime::admin::StoreAccess {
+        crate::runtime::admin::StoreAccess {
             store: self.store.clone(),
             config: self.shared_config.clone(),
             bindings: self.shared_bindings.clone(),

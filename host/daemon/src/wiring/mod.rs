@@ -19,6 +19,6 @@ mod plan;
 
 pub use bridge::{Bridge, ReloadRequest};
 pub use parts::{
-    Processors, RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, leasing, store_engine,
-    validate_plugins,
+    Processors, RouteBindings, StandaloneBindings, StartError, build_processors, check_urls, compile_in_child, leasing,
+    store_engine, validate_plugins,
 };

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use ferry_config::{Config, GrantsConfig, ReceiverConfig, RouteConfig, SenderConfig, WireFormat};
@@ -20,6 +20,23 @@ use tracing::warn;
 
 use crate::api::{PluginRole, PluginStatus, PluginUse};
 use crate::transports;
+
+static CHILD_COMPILER: OnceLock<PathBuf> = OnceLock::new();
+
+/// Makes the daemon compile plugins that are not in its compile cache yet
+/// in a child process running `program plugins compile` (`program` being
+/// the `ferry` binary), so that the compiler's memory is not kept by the
+/// daemon (see `PluginEngine::compile_in_child`). `ferry run` sets it; a
+/// program that embeds the daemon without this subcommand leaves it unset
+/// and compiles in its own process.
+pub fn compile_in_child(program: PathBuf) {
+    let _ = CHILD_COMPILER.set(program);
+}
+
+/// The program [`compile_in_child`] named, if any.
+pub(crate) fn child_compiler() -> Option<PathBuf> {
+    CHILD_COMPILER.get().cloned()
+}
 
 /// A start-up problem, with the config key it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -102,7 +119,7 @@ pub(super) fn plugin_statuses(config: &Config, registry: Option<&PluginRegistry>
             let mut status = PluginStatus { name, used_by, ..PluginStatus::default() };
             match loaded {
                 Some(Ok(plugin)) => {
-                    status.world = crate::plugins::world(&plugin);
+                    status.world = plugin.world_at_contract();
                     status.contract = plugin.contract.clone();
                     status.size = plugin.size;
                     status.from_cache = plugin.from_cache;
@@ -139,7 +156,7 @@ pub(super) fn new_engine(config: &Config) -> Result<PluginEngine, StartError> {
     if let Some(dir) = plugin_cache_dir(config) {
         match PluginEngine::with_cache(limits, &dir) {
             Ok(engine) => {
-                return Ok(match crate::plugins::child_compiler() {
+                return Ok(match child_compiler() {
                     Some(program) => engine.compile_in_child(program),
                     None => engine,
                 });

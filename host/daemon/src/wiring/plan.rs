@@ -21,7 +21,7 @@ use super::parts::{
     EndpointQueues, StartError, binding_mappers, build_chain, build_mappers, chain_plugins, load_plugins,
     make_bindings, new_engine, new_receiver, plugin_limits, services, shadow_plugins, start_sender, uses_plugins,
 };
-use crate::readiness::Readiness;
+use crate::runtime::readiness::Readiness;
 
 /// What a route is made of, but for its processors' code; a reload
 /// restarts a route when this changes: its own settings, its receiver's,
@@ -155,7 +155,7 @@ pub(super) struct Shared<'a> {
     /// Where listeners record their bound addresses.
     pub listeners: &'a ferry_core::listeners::Listeners,
     /// Each route's gate, kept across reloads.
-    pub controls: &'a crate::control::Controls,
+    pub controls: &'a crate::runtime::control::Controls,
 }
 
 /// Builds what `config` needs beyond what is running: `running` maps the

@@ -48,8 +48,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::readiness::SharedReadiness;
-use crate::watchdog::Watchdog;
+use crate::runtime::readiness::SharedReadiness;
+use crate::runtime::watchdog::Watchdog;
 
 /// What `/readyz` reports: what must be up, and the bound listeners.
 #[derive(Clone)]
@@ -87,7 +87,7 @@ pub struct AdminAccess {
 /// What the control endpoints work on.
 #[derive(Clone)]
 pub struct ControlAccess {
-    pub controls: crate::control::Controls,
+    pub controls: crate::runtime::control::Controls,
     /// Where `POST /reload` sends the config it loaded.
     pub reloads: tokio::sync::mpsc::Sender<crate::wiring::ReloadRequest>,
     /// The config file `ferry run` was started with.
@@ -279,33 +279,33 @@ fn unknown_route(state: &AdminState, id: &str) -> Option<Response> {
 }
 
 async fn routes(State(state): State<AdminState>) -> Response {
-    let mut routes = state.control.controls.status(&route_ids(&state));
-    // Rendering every series is synchronous work: off the async workers.
-    let metrics = state.metrics.clone();
+    let routes = state.control.controls.status(&route_ids(&state));
     let config = state.store.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
-    let observed = tokio::task::spawn_blocking(move || {
-        crate::control::observe(&mut routes, &config, &metrics.render());
-        routes
-    })
-    .await;
-    match observed {
-        Ok(routes) => json(StatusCode::OK, &routes),
-        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-    }
+    with_metrics(&state, routes, move |routes, text| crate::runtime::control::observe(routes, &config, text)).await
 }
 
 /// `GET /plugins`: what the running config uses, with each shadow's
 /// agreement read from the metrics.
 async fn plugins(State(state): State<AdminState>) -> Response {
-    let mut plugins = state.store.plugins.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    let plugins = state.store.plugins.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+    with_metrics(&state, plugins, |plugins, text| crate::runtime::control::observe_shadows(plugins, text)).await
+}
+
+/// Answers `value` once `read` has filled it in from the metrics text.
+/// Rendering every series is synchronous work: done off the async workers.
+async fn with_metrics<T: serde::Serialize + Send + 'static>(
+    state: &AdminState,
+    mut value: T,
+    read: impl FnOnce(&mut T, &str) + Send + 'static,
+) -> Response {
     let metrics = state.metrics.clone();
     let observed = tokio::task::spawn_blocking(move || {
-        crate::control::observe_shadows(&mut plugins, &metrics.render());
-        plugins
+        read(&mut value, &metrics.render());
+        value
     })
     .await;
     match observed {
-        Ok(plugins) => json(StatusCode::OK, &plugins),
+        Ok(value) => json(StatusCode::OK, &value),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }
 }
@@ -318,7 +318,7 @@ async fn config_view(State(state): State<AdminState>) -> Response {
     let path = state.control.config_path.clone();
     let built = tokio::task::spawn_blocking(move || {
         let file_secrets = ferry_config::load_with_secrets(&path).map(|(_, s)| s).unwrap_or_default();
-        let masked = crate::commands::masked(&config, file_secrets)?;
+        let masked = crate::runtime::masking::masked(&config, file_secrets)?;
         let (explain, losses) = crate::explain::report(&config);
         Ok::<_, String>(crate::api::ConfigReply { config: masked, explain, losses })
     })
@@ -476,7 +476,7 @@ async fn dlq_replay(State(state): State<AdminState>, Query(q): Query<SelectQuery
     };
     info!(?ids, route = ?q.route, dry_run, "dead-letter replay requested");
     let route = q.route.as_deref();
-    match crate::dlq::replay_entries(
+    match crate::runtime::dead_letters::replay_entries(
         &config,
         state.store.store.as_ref(),
         &ids,
@@ -498,14 +498,14 @@ async fn dlq_purge(State(state): State<AdminState>, Query(q): Query<SelectQuery>
         Err(e) => return error(StatusCode::BAD_REQUEST, e),
     };
     info!(?ids, route = ?q.route, "dead-letter purge requested");
-    match crate::dlq::purge_entries(state.store.store.as_ref(), &ids, q.route.as_deref()).await {
+    match crate::runtime::dead_letters::purge_entries(state.store.store.as_ref(), &ids, q.route.as_deref()).await {
         Ok(purged) => json(StatusCode::OK, &crate::api::PurgeReply { purged }),
         Err(e) => error(StatusCode::BAD_REQUEST, e),
     }
 }
 
 async fn outbox_stats(State(state): State<AdminState>) -> Response {
-    match crate::dlq::stats(state.store.store.as_ref()).await {
+    match crate::runtime::dead_letters::stats(state.store.store.as_ref()).await {
         Ok(report) => json(StatusCode::OK, &report),
         Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
     }

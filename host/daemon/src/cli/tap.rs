@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
-use crate::dlq::Admin;
+use crate::cli::dlq::Admin;
 
 /// How `ferry tap` prints.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

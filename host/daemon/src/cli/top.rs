@@ -19,8 +19,8 @@ use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
 
 use crate::api::{About, ControlReply, RouteState, RouteStatus};
-use crate::ctl::call;
-use crate::dlq::Admin;
+use crate::cli::ctl::call;
+use crate::cli::dlq::Admin;
 
 /// What `ferry top` watches.
 #[derive(Debug, Clone, clap::Args)]
@@ -340,7 +340,7 @@ pub async fn run(args: &TopArgs) -> ExitCode {
     match tap {
         Some(route) => {
             println!("tap of route {route} (Ctrl-C ends it)");
-            let args = crate::tap::TapArgs {
+            let args = crate::cli::tap::TapArgs {
                 route,
                 config: args.config.clone(),
                 point: "ingress".into(),
@@ -349,9 +349,9 @@ pub async fn run(args: &TopArgs) -> ExitCode {
                 rate: 10,
                 payload_bytes: 256,
                 count: None,
-                format: crate::tap::Format::Text,
+                format: crate::cli::tap::Format::Text,
             };
-            crate::tap::run(&args).await
+            crate::cli::tap::run(&args).await
         }
         None => ExitCode::SUCCESS,
     }

@@ -41,7 +41,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ferry_config::{Config, ReceiverConfig, SenderConfig};
+use ferry_config::{Config, SenderConfig};
 use ferry_core::dlq::{DeadLetter, DeadLetterStore};
 use ferry_core::metrics::{Metrics, ReasonLabels};
 use ferry_core::ports::{
@@ -49,7 +49,7 @@ use ferry_core::ports::{
     SharedProcessor, Verdict,
 };
 use ferry_core::route::{Binding, Mode, Route, RoutePolicy};
-use ferry_core::wire::{Admitted, View};
+use ferry_core::wire::Admitted;
 use ferry_core::{FailureReason, TransportError};
 use ferry_envelope::{Envelope, Timestamp};
 use serde::Deserialize;
@@ -368,7 +368,8 @@ impl Rig {
             .receivers
             .get(&route_config.receiver)
             .ok_or_else(|| format!("no receiver {:?}", route_config.receiver))?;
-        let admitted = receive(receiver, case.input.clone(), Timestamp::now()).map_err(|e| format!("input: {e}"))?;
+        let admitted = crate::transports::fixture_receive(receiver, case.input.clone(), Timestamp::now())
+            .map_err(|e| format!("input: {e}"))?;
         let envelope = match admitted {
             Admitted::Envelope(e) => e,
             Admitted::Refused { reason, detail } => {
@@ -583,33 +584,6 @@ fn toml_to_json(value: &toml::Value) -> Value {
     }
 }
 
-/// What a receiver with `config` makes of a fixture message (its ingress
-/// mapping).
-pub(crate) fn receive(config: &ReceiverConfig, input: toml::Value, now: Timestamp) -> Result<Admitted, String> {
-    let transport = crate::transports::of_receiver(config)?;
-    let admitted = transport.fixture_receive(config, input, now)?;
-    Ok(match admitted {
-        Admitted::Envelope(mut e)
-            if config.wire_format() == ferry_config::WireFormat::Json && !transport.receiver_reads_wire_format() =>
-        {
-            ferry_core::json_wire::unpack(&mut e);
-            Admitted::Envelope(e)
-        }
-        other => other,
-    })
-}
-
-/// What a sender with `config` would send for `msg` (its egress mapping),
-/// as JSON.
-pub(crate) fn send(config: &SenderConfig, msg: &OutboundMessage, now: Timestamp) -> Result<View, TransportError> {
-    let transport = crate::transports::of_sender(config).map_err(TransportError::permanent)?;
-    if config.wire_format() == ferry_config::WireFormat::Json && !transport.sender_writes_wire_format() {
-        let packed = OutboundMessage { envelope: ferry_core::json_wire::pack(&msg.envelope), ..msg.clone() };
-        return transport.fixture_send(config, &packed, now);
-    }
-    transport.fixture_send(config, msg, now)
-}
-
 /// A receiver that never receives: fixtures are handed to the route.
 struct Idle;
 
@@ -681,7 +655,7 @@ struct Dry {
 #[async_trait]
 impl Sender for Dry {
     async fn send(&self, msg: OutboundMessage) -> Result<(), TransportError> {
-        let view = send(&self.config, &msg, Timestamp::now())?;
+        let view = crate::transports::fixture_send(&self.config, &msg, Timestamp::now())?;
         if let Ok(mut sent) = self.sent.lock() {
             sent.push((self.binding.clone(), Value::Object(view)));
         }

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use serde::de::DeserializeOwned;
 
 use crate::api::{ControlReply, ErrorReply, ReloadOutcome, ReloadReply, RouteState, RouteStatus};
-use crate::dlq::Admin;
+use crate::cli::dlq::Admin;
 
 /// What `ferry ctl` asks.
 #[derive(Debug, Clone)]

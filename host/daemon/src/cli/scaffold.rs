@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 /// The plugin contract this ferry was built with (`wit/plugin.wit`).
-pub const WIT: &str = include_str!("../../../wit/plugin.wit");
+pub const WIT: &str = include_str!("../../../../wit/plugin.wit");
 
 /// The SDK directory of the checkout this binary was built from.
 const BUILT_SDK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../processors/sdk");
@@ -48,47 +48,47 @@ const fn script(path: &'static str, text: &'static str) -> Template {
 }
 
 const RUST: &[Template] = &[
-    file("Cargo.toml", include_str!("../templates/rust/Cargo.toml")),
-    file("src/lib.rs", include_str!("../templates/rust/src/lib.rs")),
-    script("build", include_str!("../templates/rust/build")),
-    file(".gitignore", include_str!("../templates/rust/gitignore")),
+    file("Cargo.toml", include_str!("../../templates/rust/Cargo.toml")),
+    file("src/lib.rs", include_str!("../../templates/rust/src/lib.rs")),
+    script("build", include_str!("../../templates/rust/build")),
+    file(".gitignore", include_str!("../../templates/rust/gitignore")),
 ];
 
 const RUST_TRANSPORT: &[Template] = &[
-    file("Cargo.toml", include_str!("../templates/rust-transport/Cargo.toml")),
-    file("src/lib.rs", include_str!("../templates/rust-transport/src/lib.rs")),
-    script("build", include_str!("../templates/rust/build")),
-    file(".gitignore", include_str!("../templates/rust/gitignore")),
+    file("Cargo.toml", include_str!("../../templates/rust-transport/Cargo.toml")),
+    file("src/lib.rs", include_str!("../../templates/rust-transport/src/lib.rs")),
+    script("build", include_str!("../../templates/rust/build")),
+    file(".gitignore", include_str!("../../templates/rust/gitignore")),
 ];
 
 /// The JavaScript transport example, its name made the project's.
 const EXAMPLE_TRANSPORT: &str = "http-queue";
 
 const JS_TRANSPORT: &[Template] = &[
-    file("package.json", include_str!("../templates/js-transport/package.json")),
-    file("{{name}}.js", include_str!("../../../processors/js/http-queue/http-queue.js")),
-    file("queue.js", include_str!("../../../processors/js/http-queue/queue.js")),
-    file("queue.test.js", include_str!("../../../processors/js/http-queue/queue.test.js")),
+    file("package.json", include_str!("../../templates/js-transport/package.json")),
+    file("{{name}}.js", include_str!("../../../../processors/js/http-queue/http-queue.js")),
+    file("queue.js", include_str!("../../../../processors/js/http-queue/queue.js")),
+    file("queue.test.js", include_str!("../../../../processors/js/http-queue/queue.test.js")),
     file("wit/plugin.wit", WIT),
-    file(".gitignore", include_str!("../templates/js/gitignore")),
+    file(".gitignore", include_str!("../../templates/js/gitignore")),
 ];
 
 const PYTHON: &[Template] = &[
-    file("app.py", include_str!("../templates/python/app.py")),
-    file("test_app.py", include_str!("../templates/python/test_app.py")),
-    script("build", include_str!("../templates/python/build")),
-    script("test", include_str!("../templates/python/test")),
+    file("app.py", include_str!("../../templates/python/app.py")),
+    file("test_app.py", include_str!("../../templates/python/test_app.py")),
+    script("build", include_str!("../../templates/python/build")),
+    script("test", include_str!("../../templates/python/test")),
     file("wit/plugin.wit", WIT),
-    file(".gitignore", include_str!("../templates/python/gitignore")),
+    file(".gitignore", include_str!("../../templates/python/gitignore")),
 ];
 
 const JS: &[Template] = &[
-    file("package.json", include_str!("../templates/js/package.json")),
-    file("plugin.js", include_str!("../templates/js/plugin.js")),
-    file("logic.js", include_str!("../templates/js/logic.js")),
-    file("logic.test.js", include_str!("../templates/js/logic.test.js")),
+    file("package.json", include_str!("../../templates/js/package.json")),
+    file("plugin.js", include_str!("../../templates/js/plugin.js")),
+    file("logic.js", include_str!("../../templates/js/logic.js")),
+    file("logic.test.js", include_str!("../../templates/js/logic.test.js")),
     file("wit/plugin.wit", WIT),
-    file(".gitignore", include_str!("../templates/js/gitignore")),
+    file(".gitignore", include_str!("../../templates/js/gitignore")),
 ];
 
 /// Whether `name` can be a plugin name: the file `<name>.wasm`, a crate and

@@ -1,20 +1,14 @@
 //! `ferry plugins list [DIR]` and `ferry plugins check FILE`: what is in a
 //! plugin directory and whether the daemon would load it, without starting
 //! anything else; `ferry plugins compile`: fills the compile cache (what
-//! `ferry run` runs in a child process, see [`compile_in_child`]).
+//! `ferry run` runs in a child process, see
+//! [`crate::wiring::compile_in_child`]).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::OnceLock;
 
-use ferry_wasm::registry::{LoadedPlugin, PLUGIN_PACKAGE, load_file, plugin_name};
+use ferry_wasm::registry::{load_file, plugin_name};
 use ferry_wasm::{PluginEngine, PluginLimits};
-
-/// The full name of the world a plugin targets, at the contract version it
-/// was built against.
-pub(crate) fn world(plugin: &LoadedPlugin) -> String {
-    format!("{PLUGIN_PACKAGE}/{}@{}", plugin.world.name(), plugin.contract)
-}
 
 fn engine() -> Result<PluginEngine, ExitCode> {
     PluginEngine::new(PluginLimits::default()).map_err(|e| {
@@ -49,7 +43,7 @@ pub fn list(dir: &Path) -> ExitCode {
     for path in &paths {
         let size = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
         match load_file(&engine, path) {
-            Ok(p) => println!("{:<24} {:<40} {:>10}  yes", plugin_name(path), world(&p), size),
+            Ok(p) => println!("{:<24} {:<40} {:>10}  yes", plugin_name(path), p.world_at_contract(), size),
             Err(e) => {
                 all_load = false;
                 println!("{:<24} {:<40} {:>10}  no: {e}", plugin_name(path), "-", size);
@@ -74,7 +68,7 @@ pub fn check(file: &Path) -> ExitCode {
                 "{}: ok: plugin {:?}, world {}, {} bytes",
                 file.display(),
                 plugin.name,
-                world(&plugin),
+                plugin.world_at_contract(),
                 plugin.size
             );
             ExitCode::SUCCESS
@@ -84,23 +78,6 @@ pub fn check(file: &Path) -> ExitCode {
             ExitCode::from(2)
         }
     }
-}
-
-static CHILD_COMPILER: OnceLock<PathBuf> = OnceLock::new();
-
-/// Makes the daemon compile plugins that are not in its compile cache yet
-/// in a child process running `program plugins compile` (`program` being
-/// the `ferry` binary), so that the compiler's memory is not kept by the
-/// daemon (see `PluginEngine::compile_in_child`). `ferry run` sets it; a
-/// program that embeds the daemon without this subcommand leaves it unset
-/// and compiles in its own process.
-pub fn compile_in_child(program: PathBuf) {
-    let _ = CHILD_COMPILER.set(program);
-}
-
-/// The program [`compile_in_child`] named, if any.
-pub(crate) fn child_compiler() -> Option<PathBuf> {
-    CHILD_COMPILER.get().cloned()
 }
 
 /// `ferry plugins compile --cache-dir DIR FILE...`: compiles each component

@@ -31,7 +31,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::readiness::SharedReadiness;
+use crate::runtime::readiness::SharedReadiness;
 
 /// How often the runtime's heartbeat ticks and the watchdog looks.
 const BEAT: Duration = Duration::from_millis(250);
@@ -179,7 +179,7 @@ impl Watchdog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::readiness::Readiness;
+    use crate::runtime::readiness::Readiness;
     use ferry_core::outbox::{NewRecord, OutboxStore};
     use ferry_store::{Fault, Op, RedbStore, StoreOptions};
 
