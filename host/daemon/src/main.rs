@@ -231,6 +231,11 @@ enum OutboxCommand {
     },
 }
 
+/// A command's outcome as its exit code: 0, or its failure's.
+fn done(outcome: Result<(), cli::Failure>) -> ExitCode {
+    cli::exit(outcome.map(|()| ExitCode::SUCCESS))
+}
+
 fn block_on(f: impl std::future::Future<Output = ExitCode>) -> ExitCode {
     match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt.block_on(f),
@@ -583,16 +588,14 @@ fn main() -> ExitCode {
                 .and_then(|()| if explain { validate::explain(&config, strict) } else { Ok(()) })
                 .map(|()| ExitCode::SUCCESS);
             match checks {
-                Ok(_) if connect => {
-                    block_on(async { cli::exit(validate::probe(&config).await.map(|()| ExitCode::SUCCESS)) })
-                }
+                Ok(_) if connect => block_on(async { done(validate::probe(&config).await) }),
                 other => cli::exit(other),
             }
         }
         Command::Test { files, format } => block_on(ferry_daemon::cli::test::run(&files, format)),
         Command::Tap(args) => block_on(ferry_daemon::cli::tap::run(&args)),
         Command::Top(args) => block_on(ferry_daemon::cli::top::run(&args)),
-        Command::Render { config } => cli::exit(cli::render::render(&config).map(|()| ExitCode::SUCCESS)),
+        Command::Render { config } => done(cli::render::render(&config)),
         Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::cli::plugins::list(&dir),
         Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::cli::plugins::check(&file),
         Command::Plugins(PluginsCommand::New { name, lang, kind, dir, sdk }) => {
@@ -603,7 +606,7 @@ fn main() -> ExitCode {
             ferry_daemon::cli::plugins::compile(&cache_dir, &files)
         }
         Command::Dlq(DlqCommand::List { config, route, limit, json }) => {
-            block_on(ferry_daemon::cli::dlq::list(&config, route.as_deref(), limit, json))
+            block_on(async { done(cli::dlq::list(&config, route.as_deref(), limit, json).await) })
         }
         Command::Ctl(command) => {
             use ferry_daemon::cli::ctl::Ctl;
@@ -616,14 +619,16 @@ fn main() -> ExitCode {
             };
             block_on(ferry_daemon::cli::ctl::run(&config, ctl))
         }
-        Command::Dlq(DlqCommand::Show { config, id }) => block_on(ferry_daemon::cli::dlq::show(&config, id)),
+        Command::Dlq(DlqCommand::Show { config, id }) => block_on(async { done(cli::dlq::show(&config, id).await) }),
         Command::Dlq(DlqCommand::Replay { config, ids, route, dry_run }) => {
-            block_on(ferry_daemon::cli::dlq::replay(&config, &ids, route.as_deref(), dry_run))
+            block_on(async { done(cli::dlq::replay(&config, &ids, route.as_deref(), dry_run).await) })
         }
         Command::Dlq(DlqCommand::Purge { config, ids, route }) => {
-            block_on(ferry_daemon::cli::dlq::purge(&config, &ids, route.as_deref()))
+            block_on(async { done(cli::dlq::purge(&config, &ids, route.as_deref()).await) })
         }
-        Command::Outbox(OutboxCommand::Stats { config }) => block_on(ferry_daemon::cli::dlq::outbox_stats(&config)),
+        Command::Outbox(OutboxCommand::Stats { config }) => {
+            block_on(async { done(cli::dlq::outbox_stats(&config).await) })
+        }
         Command::Run { config, watch, admin_listen } => {
             // Plugins are compiled by a child `ferry plugins compile`, which
             // keeps the compiler's memory out of the daemon.

@@ -27,13 +27,7 @@ pub enum Ctl {
 }
 
 pub async fn run(config: &Path, ctl: Ctl) -> ExitCode {
-    match ask(config, ctl).await {
-        Ok(code) => code,
-        Err(message) => {
-            eprintln!("{message}");
-            ExitCode::from(2)
-        }
-    }
+    super::exit(ask(config, ctl).await.map_err(super::Failure::input))
 }
 
 async fn ask(config: &Path, ctl: Ctl) -> Result<ExitCode, String> {

@@ -4,7 +4,6 @@
 //! operations here on its open store.
 
 use std::path::Path;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +13,7 @@ use ferry_envelope::Timestamp;
 use ferry_store::{OpenError, Store, StoreOptions, StoredDeadLetter};
 use serde::Deserialize;
 
+use crate::cli::{Failure, load_config};
 use crate::runtime::dead_letters::{ReplayReport, StatsReport, purge_entries, replay_entries, stats};
 use crate::wiring::store_engine;
 
@@ -31,11 +31,8 @@ enum Access {
 /// (`through_daemon`) goes through a running daemon when `[admin] listen`
 /// names one that answers, so it sends on the daemon's own connections
 /// rather than opening second ones under the same client ids.
-async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
-    let config = ferry_config::load(path).map_err(|e| {
-        eprintln!("{}: {e}", path.display());
-        ExitCode::from(2)
-    })?;
+async fn open(path: &Path, through_daemon: bool) -> Result<Access, Failure> {
+    let config = load_config(path)?;
     let engine = store_engine(&config);
     let admin = Admin::of(&config);
     if let (ferry_store::Engine::Postgres { .. }, true, Some(admin)) = (&engine, through_daemon, &admin)
@@ -47,17 +44,11 @@ async fn open(path: &Path, through_daemon: bool) -> Result<Access, ExitCode> {
         Ok(store) => Ok(Access::Local(Box::new(config), store)),
         Err(OpenError::Locked { path }) => match admin {
             Some(admin) => Ok(Access::Remote(admin)),
-            None => {
-                eprintln!(
-                    "{path}: the store is in use by a running ferry and [admin] listen is not set, so it cannot be reached; set it or stop ferry"
-                );
-                Err(ExitCode::from(2))
-            }
+            None => Err(Failure::input(format!(
+                "{path}: the store is in use by a running ferry and [admin] listen is not set, so it cannot be reached; set it or stop ferry"
+            ))),
         },
-        Err(e) => {
-            eprintln!("{e}");
-            Err(ExitCode::from(2))
-        }
+        Err(e) => Err(Failure::input(e)),
     }
 }
 
@@ -117,21 +108,20 @@ async fn daemon_answers(admin: &Admin) -> bool {
 }
 
 /// A request to a running daemon's admin server; the JSON it answers.
-async fn remote(admin: &Admin, method: reqwest::Method, path: String) -> Result<serde_json::Value, ExitCode> {
+async fn remote(admin: &Admin, method: reqwest::Method, path: String) -> Result<serde_json::Value, Failure> {
     let client = reqwest::Client::new();
     let url = format!("{}{path}", admin.base);
-    let response = admin.request(&client, method, &path).send().await.map_err(|e| {
-        eprintln!("{url}: {e}");
-        ExitCode::from(2)
-    })?;
+    let response =
+        admin.request(&client, method, &path).send().await.map_err(|e| Failure::input(format!("{url}: {e}")))?;
     let status = response.status();
-    let text = response.text().await.map_err(fail)?;
+    let text = response.text().await.map_err(Failure::failed)?;
     let value: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text));
     if status.is_success() {
         Ok(value)
     } else {
-        eprintln!("{}", value.get("error").and_then(|e| e.as_str()).map_or_else(|| value.to_string(), str::to_owned));
-        Err(ExitCode::from(2))
+        Err(Failure::input(
+            value.get("error").and_then(|e| e.as_str()).map_or_else(|| value.to_string(), str::to_owned),
+        ))
     }
 }
 
@@ -150,45 +140,30 @@ fn join_ids(ids: &[u64]) -> Option<String> {
     (!ids.is_empty()).then(|| ids.iter().map(u64::to_string).collect::<Vec<_>>().join(","))
 }
 
-fn fail(e: impl std::fmt::Display) -> ExitCode {
-    eprintln!("{e}");
-    ExitCode::FAILURE
-}
-
 fn time(t: Timestamp) -> String {
     let secs = t.as_millis().div_euclid(1000);
     let millis = t.as_millis().rem_euclid(1000);
     format!("{secs}.{millis:03}")
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, ExitCode> {
-    serde_json::from_value(value).map_err(fail)
+fn decode<T: for<'de> Deserialize<'de>>(value: serde_json::Value) -> Result<T, Failure> {
+    serde_json::from_value(value).map_err(Failure::failed)
 }
 
 /// `ferry dlq list`: oldest first, as a table or JSON lines.
-pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) -> ExitCode {
-    let entries: Vec<StoredDeadLetter> = match open(path, false).await {
-        Ok(Access::Local(_, store)) => match store.dead_letters(route, limit).await {
-            Ok(e) => e,
-            Err(e) => return fail(e),
-        },
-        Ok(Access::Remote(admin)) => {
+pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) -> Result<(), Failure> {
+    let entries: Vec<StoredDeadLetter> = match open(path, false).await? {
+        Access::Local(_, store) => store.dead_letters(route, limit).await.map_err(Failure::failed)?,
+        Access::Remote(admin) => {
             let q = query(&[("route", route.map(str::to_owned)), ("limit", Some(limit.to_string()))]);
-            match remote(&admin, reqwest::Method::GET, format!("/dlq{q}")).await.and_then(decode) {
-                Ok(e) => e,
-                Err(code) => return code,
-            }
+            decode(remote(&admin, reqwest::Method::GET, format!("/dlq{q}")).await?)?
         }
-        Err(code) => return code,
     };
     if json {
         for e in &entries {
-            match serde_json::to_string(e) {
-                Ok(line) => println!("{line}"),
-                Err(e) => return fail(e),
-            }
+            println!("{}", serde_json::to_string(e).map_err(Failure::failed)?);
         }
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
     println!(
         "{:>8}  {:<16} {:<12} {:<18} {:>8}  {:<15}  message id",
@@ -206,30 +181,19 @@ pub async fn list(path: &Path, route: Option<&str>, limit: usize, json: bool) ->
         );
     }
     println!("{} dead letter(s)", entries.len());
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// `ferry dlq show ID`: everything about one entry, with a payload preview.
-pub async fn show(path: &Path, id: u64) -> ExitCode {
-    let found: Option<StoredDeadLetter> = match open(path, false).await {
-        Ok(Access::Local(_, store)) => match store.dead_letter(id).await {
-            Ok(e) => e,
-            Err(e) => return fail(e),
+pub async fn show(path: &Path, id: u64) -> Result<(), Failure> {
+    let found: Option<StoredDeadLetter> = match open(path, false).await? {
+        Access::Local(_, store) => store.dead_letter(id).await.map_err(Failure::failed)?,
+        Access::Remote(admin) => match remote(&admin, reqwest::Method::GET, format!("/dlq/{id}")).await? {
+            serde_json::Value::Null => None,
+            v => Some(decode(v)?),
         },
-        Ok(Access::Remote(admin)) => match remote(&admin, reqwest::Method::GET, format!("/dlq/{id}")).await {
-            Ok(serde_json::Value::Null) => None,
-            Ok(v) => match decode(v) {
-                Ok(e) => Some(e),
-                Err(code) => return code,
-            },
-            Err(code) => return code,
-        },
-        Err(code) => return code,
     };
-    let Some(StoredDeadLetter { id, entry }) = found else {
-        eprintln!("no dead letter {id}");
-        return ExitCode::from(2);
-    };
+    let StoredDeadLetter { id, entry } = found.ok_or_else(|| Failure::input(format!("no dead letter {id}")))?;
     let env = &entry.envelope;
     println!("id:            {id}");
     println!("route:         {}", entry.route);
@@ -249,79 +213,51 @@ pub async fn show(path: &Path, id: u64) -> ExitCode {
     let payload = env.payload();
     let preview: String = String::from_utf8_lossy(&payload[..payload.len().min(512)]).into_owned();
     println!("payload ({} bytes): {preview}{}", payload.len(), if payload.len() > 512 { "…" } else { "" });
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// `ferry dlq purge`: removes entries for good.
-pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> ExitCode {
-    let purged = match open(path, false).await {
-        Ok(Access::Local(_, store)) => purge_entries(store.as_ref(), ids, route).await.map_err(|e| {
-            eprintln!("{e}");
-            ExitCode::from(2)
-        }),
-        Ok(Access::Remote(admin)) => {
+pub async fn purge(path: &Path, ids: &[u64], route: Option<&str>) -> Result<(), Failure> {
+    let purged = match open(path, false).await? {
+        Access::Local(_, store) => purge_entries(store.as_ref(), ids, route).await.map_err(Failure::input)?,
+        Access::Remote(admin) => {
             let q = query(&[("ids", join_ids(ids)), ("route", route.map(str::to_owned))]);
-            match remote(&admin, reqwest::Method::POST, format!("/dlq/purge{q}")).await {
-                Ok(v) => decode::<crate::api::PurgeReply>(v).map(|r| r.purged),
-                Err(code) => Err(code),
-            }
+            decode::<crate::api::PurgeReply>(remote(&admin, reqwest::Method::POST, format!("/dlq/purge{q}")).await?)?
+                .purged
         }
-        Err(code) => Err(code),
     };
-    match purged {
-        Ok(n) => {
-            println!("purged {n} dead letter(s)");
-            ExitCode::SUCCESS
-        }
-        Err(code) => code,
-    }
+    println!("purged {purged} dead letter(s)");
+    Ok(())
 }
 
 /// `ferry dlq replay`: see [`replay_entries`].
-pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool) -> ExitCode {
-    let report: ReplayReport = match open(path, true).await {
-        Ok(Access::Local(config, store)) => {
-            match replay_entries(&config, store.as_ref(), ids, route, dry_run, None, &Metrics::new()).await {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
-            }
+pub async fn replay(path: &Path, ids: &[u64], route: Option<&str>, dry_run: bool) -> Result<(), Failure> {
+    let report: ReplayReport = match open(path, true).await? {
+        Access::Local(config, store) => {
+            replay_entries(&config, store.as_ref(), ids, route, dry_run, None, &Metrics::new())
+                .await
+                .map_err(Failure::input)?
         }
-        Ok(Access::Remote(admin)) => {
+        Access::Remote(admin) => {
             let q = query(&[
                 ("ids", join_ids(ids)),
                 ("route", route.map(str::to_owned)),
                 ("dry_run", dry_run.then(|| "true".to_owned())),
             ]);
-            match remote(&admin, reqwest::Method::POST, format!("/dlq/replay{q}")).await.and_then(decode) {
-                Ok(r) => r,
-                Err(code) => return code,
-            }
+            decode(remote(&admin, reqwest::Method::POST, format!("/dlq/replay{q}")).await?)?
         }
-        Err(code) => return code,
     };
     for line in &report.lines {
         println!("{line}");
     }
-    if report.failed == 0 { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if report.failed == 0 { Ok(()) } else { Err(Failure::failed("")) }
 }
 
 /// `ferry outbox stats`: depth and oldest record per partition.
-pub async fn outbox_stats(path: &Path) -> ExitCode {
-    let report: StatsReport = match open(path, false).await {
-        Ok(Access::Local(_, store)) => match stats(store.as_ref()).await {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        },
-        Ok(Access::Remote(admin)) => {
-            match remote(&admin, reqwest::Method::GET, "/outbox/stats".to_owned()).await.and_then(decode) {
-                Ok(r) => r,
-                Err(code) => return code,
-            }
-        }
-        Err(code) => return code,
+pub async fn outbox_stats(path: &Path) -> Result<(), Failure> {
+    let report: StatsReport = match open(path, false).await? {
+        Access::Local(_, store) => stats(store.as_ref()).await.map_err(Failure::failed)?,
+        Access::Remote(admin) => decode(remote(&admin, reqwest::Method::GET, "/outbox/stats".to_owned()).await?)?,
     };
     let now = Timestamp::now().as_millis();
     println!("{:<40} {:>10} {:>16}", "partition", "depth", "oldest age (s)");
@@ -330,5 +266,5 @@ pub async fn outbox_stats(path: &Path) -> ExitCode {
         println!("{:<40} {:>10} {:>16}", p.partition, p.depth, age);
     }
     println!("{} dead letter(s) in the store", report.dead_letters);
-    ExitCode::SUCCESS
+    Ok(())
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use serde_json::Value;
 
+use crate::cli::Failure;
 use crate::cli::dlq::Admin;
 
 /// How `ferry tap` prints.
@@ -54,13 +55,15 @@ pub struct TapArgs {
 /// Runs the tap; exit 0 when the stream ended or `--count` was reached, 2
 /// when the daemon could not be reached or refused the tap.
 pub async fn run(args: &TapArgs) -> ExitCode {
-    let admin = match Admin::of_file(&args.config) {
-        Ok(admin) => admin,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    match open(args).await {
+        Ok(response) => read_events(response, args).await,
+        Err(failure) => super::exit(Err(failure)),
+    }
+}
+
+/// The tap's event stream, or why the daemon cannot give it.
+async fn open(args: &TapArgs) -> Result<reqwest::Response, Failure> {
+    let admin = Admin::of_file(&args.config).map_err(Failure::input)?;
     let mut query = url::form_urlencoded::Serializer::new(String::new());
     query
         .append_pair("point", &args.point)
@@ -72,13 +75,11 @@ pub async fn run(args: &TapArgs) -> ExitCode {
     }
     let path = format!("/tap/{}?{}", encode(&args.route), query.finish());
     let client = reqwest::Client::new();
-    let response = match admin.request(&client, reqwest::Method::GET, &path).send().await {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("cannot reach the daemon's admin server: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    let response = admin
+        .request(&client, reqwest::Method::GET, &path)
+        .send()
+        .await
+        .map_err(|e| Failure::input(format!("cannot reach the daemon's admin server: {e}")))?;
     if !response.status().is_success() {
         let status = response.status();
         let body = response.text().await.unwrap_or_default();
@@ -86,10 +87,9 @@ pub async fn run(args: &TapArgs) -> ExitCode {
             .ok()
             .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
             .unwrap_or(body);
-        eprintln!("the daemon refused the tap ({status}): {why}");
-        return ExitCode::from(2);
+        return Err(Failure::input(format!("the daemon refused the tap ({status}): {why}")));
     }
-    read_events(response, args).await
+    Ok(response)
 }
 
 /// The data of server-sent events, read from a stream's bytes as the event

@@ -19,6 +19,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Cell, Paragraph, Row, Table, TableState};
 
 use crate::api::{About, ControlReply, RouteState, RouteStatus};
+use crate::cli::Failure;
 use crate::cli::ctl::call;
 use crate::cli::dlq::Admin;
 
@@ -255,29 +256,23 @@ pub fn render(frame: &mut Frame, view: &View) {
 
 /// Runs `ferry top` until `q`: 0, or 2 when no daemon can be reached.
 pub async fn run(args: &TopArgs) -> ExitCode {
-    let admin = match Admin::of_file(&args.config) {
-        Ok(admin) => admin,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    // Reach the daemon once before taking over the terminal, so a wrong
-    // address or token is a plain error message.
-    let about: About = match call(&admin, reqwest::Method::GET, "/about", &[200]).await {
-        Ok((_, about)) => about,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
-    let mut terminal = match ratatui::try_init() {
-        Ok(t) => t,
-        Err(e) => {
-            eprintln!("ferry top needs a terminal: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    match start(args).await {
+        Ok((admin, about, terminal)) => watch(args, admin, about, terminal).await,
+        Err(failure) => super::exit(Err(failure)),
+    }
+}
+
+/// Reaches the daemon once before taking over the terminal, so a wrong
+/// address or token is a plain error message.
+async fn start(args: &TopArgs) -> Result<(Admin, About, ratatui::DefaultTerminal), Failure> {
+    let admin = Admin::of_file(&args.config).map_err(Failure::input)?;
+    let (_, about) = call(&admin, reqwest::Method::GET, "/about", &[200]).await.map_err(Failure::input)?;
+    let terminal = ratatui::try_init().map_err(|e| Failure::input(format!("ferry top needs a terminal: {e}")))?;
+    Ok((admin, about, terminal))
+}
+
+/// The screen, until `q`.
+async fn watch(args: &TopArgs, admin: Admin, about: About, mut terminal: ratatui::DefaultTerminal) -> ExitCode {
     let mut view = View { about: Some(about), ..View::default() };
     let interval = Duration::from_millis(args.interval_ms.max(100));
     let mut next_read = Instant::now();
