@@ -32,6 +32,10 @@ pub struct RouteStatus {
     /// What the route has counted since the daemon started.
     #[serde(default)]
     pub counts: RouteCounts,
+    /// Messages a second, over the last few seconds (the daemon samples its
+    /// counters every second).
+    #[serde(default)]
+    pub rates: RouteRates,
     /// Where it takes messages from, and whether that client is connected.
     #[serde(default)]
     pub receiver: Connection,
@@ -49,6 +53,13 @@ pub struct RouteStatus {
     /// since the daemon started).
     #[serde(default)]
     pub last_progress_s: Option<f64>,
+}
+
+/// A route's messages a second.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct RouteRates {
+    pub received_per_s: f64,
+    pub acked_per_s: f64,
 }
 
 /// A transport client as `ferry_transport_connected` shows it.
@@ -78,13 +89,16 @@ pub struct BindingStatus {
 
 /// A route's message counters (the `ferry_messages_*_total` series, summed
 /// over their reasons): a client takes two readings to make rates.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RouteCounts {
     pub received: u64,
     pub acked: u64,
     pub retried: u64,
     pub dead_lettered: u64,
     pub dropped: u64,
+    /// `dropped` by its reason (`filtered`, `expired`, …).
+    #[serde(default)]
+    pub dropped_by_reason: BTreeMap<String, u64>,
 }
 
 /// `GET /about`: what runs, and what this admin server lets a client do.

@@ -62,6 +62,10 @@ async fn routes_show_links_and_the_outbox_of_a_binding_whose_target_is_down() {
         publisher.publish_with(&format!("{src}/x"), &format!("m{i}"), &[]).await;
     }
     assert_eq!(up.wait_for(5, WAIT, |_| true).await.len(), 5);
+    // The daemon's own rate (its counters sampled every second) moved.
+    wait_for_route(&admin, "hooks", "a rate of messages received", |r| {
+        r["rates"]["received_per_s"].as_f64().is_some_and(|rate| rate > 0.0)
+    });
 
     // The binding whose target is down holds its five records; the other
     // has sent (and counted) all of its own.

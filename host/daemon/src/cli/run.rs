@@ -94,6 +94,7 @@ pub async fn run(
                 controls: bridge.controls.clone(),
                 reloads: reload_tx.clone(),
                 config_path: path.to_owned(),
+                rates: crate::runtime::control::RateMeter::default(),
             },
         };
         match crate::runtime::admin::serve(addr, state, admin_stop.clone()).await {

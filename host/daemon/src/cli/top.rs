@@ -358,7 +358,7 @@ mod tests {
     use ratatui::backend::TestBackend;
 
     use super::*;
-    use crate::api::{BindingStatus, Connection, RouteCounts};
+    use crate::api::{BindingStatus, Connection, RouteCounts, RouteRates};
 
     fn route(id: &str, state: RouteState, received: u64, dead: u64) -> RouteStatus {
         RouteStatus {
@@ -367,6 +367,7 @@ mod tests {
             in_flight: 0,
             generation: 1,
             counts: RouteCounts { received, acked: received, dead_lettered: dead, ..RouteCounts::default() },
+            rates: RouteRates::default(),
             receiver: Connection { name: "in".into(), kind: "mqtt".into(), connected: true },
             bindings: vec![BindingStatus {
                 id: "out".into(),

@@ -92,6 +92,8 @@ pub struct ControlAccess {
     pub reloads: tokio::sync::mpsc::Sender<crate::wiring::ReloadRequest>,
     /// The config file `ferry run` was started with.
     pub config_path: std::path::PathBuf,
+    /// Each route's messages a second, sampled while the server runs.
+    pub rates: crate::runtime::control::RateMeter,
 }
 
 /// Everything the admin server answers from.
@@ -120,6 +122,7 @@ pub async fn serve(
     let listener = tokio::net::TcpListener::bind(listen).await?;
     let listen = listener.local_addr()?;
     state.ready.listeners.record("admin", "admin", listen);
+    tokio::spawn(sample_rates(state.clone(), shutdown.clone()));
     let changes = Router::new()
         .route("/dlq/replay", post(dlq_replay))
         .route("/dlq/purge", post(dlq_purge))
@@ -278,8 +281,34 @@ fn unknown_route(state: &AdminState, id: &str) -> Option<Response> {
     (!route_ids(state).iter().any(|r| r == id)).then(|| error(StatusCode::NOT_FOUND, format!("no route {id:?}")))
 }
 
+/// Reads every route's received and acked counters once a second, for the
+/// rates `GET /routes` answers, until `shutdown`.
+async fn sample_rates(state: AdminState, shutdown: CancellationToken) {
+    use ferry_core::metrics::RouteLabels;
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let ids = route_ids(&state);
+        let now = std::time::Instant::now();
+        for id in &ids {
+            let labels = RouteLabels::new(id);
+            let received = state.metrics.received.get(&labels).map_or(0, |c| c.get());
+            let acked = state.metrics.acked.get(&labels).map_or(0, |c| c.get());
+            state.control.rates.record(id, received, acked, now);
+        }
+        state.control.rates.retain(&ids);
+    }
+}
+
 async fn routes(State(state): State<AdminState>) -> Response {
-    let routes = state.control.controls.status(&route_ids(&state));
+    let mut routes = state.control.controls.status(&route_ids(&state));
+    for route in &mut routes {
+        route.rates = state.control.rates.rates(&route.id);
+    }
     let config = state.store.config.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
     with_metrics(&state, routes, move |routes, text| crate::runtime::control::observe(routes, &config, text)).await
 }

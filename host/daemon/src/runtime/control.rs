@@ -15,8 +15,8 @@ use ferry_core::metrics::{Metrics, RouteLabels};
 use ferry_core::route::Gate;
 
 use crate::api::{
-    BindingStatus, Connection, ControlReply, PluginRole, PluginStatus, RouteCounts, RouteState, RouteStatus,
-    ShadowAgreement,
+    BindingStatus, Connection, ControlReply, PluginRole, PluginStatus, RouteCounts, RouteRates, RouteState,
+    RouteStatus, ShadowAgreement,
 };
 
 /// One route's control: its gate, and which start of it runs.
@@ -84,6 +84,7 @@ impl Controls {
                     in_flight: control.gate.in_flight(),
                     generation: control.generation,
                     counts: RouteCounts::default(),
+                    rates: RouteRates::default(),
                     receiver: Connection::default(),
                     bindings: Vec::new(),
                     outbox_depth: 0,
@@ -143,6 +144,53 @@ impl Controls {
     }
 }
 
+/// How many one-second samples a rate spans.
+const RATE_SAMPLES: usize = 6;
+
+/// Each route's messages a second: its received and acked counters sampled
+/// every second by the admin server, the rate taken over the last
+/// [`RATE_SAMPLES`] samples (so a reading a client takes at any moment is
+/// steady, and every client reads the same).
+#[derive(Clone, Default)]
+pub struct RateMeter {
+    samples: Arc<Mutex<BTreeMap<String, std::collections::VecDeque<RateSample>>>>,
+}
+
+/// When, and the received and acked totals then.
+type RateSample = (std::time::Instant, u64, u64);
+
+impl RateMeter {
+    /// Route `id` had counted `received` and `acked` at `at`.
+    pub fn record(&self, id: &str, received: u64, acked: u64, at: std::time::Instant) {
+        let mut samples = self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let route = samples.entry(id.to_owned()).or_default();
+        route.push_back((at, received, acked));
+        while route.len() > RATE_SAMPLES {
+            route.pop_front();
+        }
+    }
+
+    /// Forgets the routes not in `ids`.
+    pub fn retain(&self, ids: &[String]) {
+        self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|id, _| ids.contains(id));
+    }
+
+    /// Route `id`'s rates over its samples (0 until it has two).
+    pub fn rates(&self, id: &str) -> RouteRates {
+        let samples = self.samples.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(route) = samples.get(id) else { return RouteRates::default() };
+        let (Some(first), Some(last)) = (route.front(), route.back()) else { return RouteRates::default() };
+        let secs = last.0.duration_since(first.0).as_secs_f64();
+        if secs <= 0.0 {
+            return RouteRates::default();
+        }
+        RouteRates {
+            received_per_s: last.1.saturating_sub(first.1) as f64 / secs,
+            acked_per_s: last.2.saturating_sub(first.2) as f64 / secs,
+        }
+    }
+}
+
 /// Fills in what the metrics text (`/metrics`) says of each route and what
 /// the running config says it is made of: its counters (the series by
 /// reason summed), its receiver's and senders' connections, each binding's
@@ -150,7 +198,7 @@ impl Controls {
 pub fn observe(routes: &mut [RouteStatus], config: &ferry_config::Config, metrics_text: &str) {
     let readings = Readings::of(metrics_text);
     for status in routes.iter_mut() {
-        status.counts = readings.counts.get(&status.id).copied().unwrap_or_default();
+        status.counts = readings.counts.get(&status.id).cloned().unwrap_or_default();
         status.last_progress_s = readings.progress.get(&status.id).copied().filter(|t| *t > 0.0);
         let Some(route) = config.routes.iter().find(|r| r.id == status.id) else { continue };
         status.receiver = readings.connection(config, "receiver", &route.receiver);
@@ -247,7 +295,11 @@ impl Readings {
                 _ => continue,
             };
             let Some(route) = sample.label("route") else { continue };
-            *count(r.counts.entry(route.to_owned()).or_default()) += sample.value as u64;
+            let counts = r.counts.entry(route.to_owned()).or_default();
+            *count(counts) += sample.value as u64;
+            if sample.name == "ferry_messages_dropped_total" {
+                *counts.dropped_by_reason.entry(label("reason")).or_default() += sample.value as u64;
+            }
         }
         r
     }
@@ -291,9 +343,12 @@ mod tests {
             ferry_messages_retried_total{route=\"a\",reason=\"timeout\"} 3\n\
             ferry_messages_retried_total{reason=\"nack\",route=\"a\"} 4\n\
             ferry_messages_acked_total{route=\"a\"} 5\n\
+            ferry_messages_dropped_total{route=\"a\",reason=\"filtered\"} 2\n\
             ferry_messages_sent_total{route=\"a\",binding=\"x\"} 9\n";
         let counts = Readings::of(text).counts;
-        assert_eq!(counts["a"], RouteCounts { received: 7, acked: 5, retried: 7, dead_lettered: 0, dropped: 0 });
+        let a = &counts["a"];
+        assert_eq!((a.received, a.acked, a.retried, a.dead_lettered, a.dropped), (7, 5, 7, 0, 2));
+        assert_eq!(a.dropped_by_reason, BTreeMap::from([("filtered".to_owned(), 2)]));
         assert_eq!(counts["b\"q"].received, 2, "escaped quote in a route id");
     }
 
@@ -367,6 +422,22 @@ mod tests {
         observe_shadows(&mut plugins, text);
         assert_eq!(plugins[0].shadow, None, "not a shadow");
         assert_eq!(plugins[1].shadow, Some(ShadowAgreement { agree: 7, disagree: 1, error: 0, skipped: 0 }));
+    }
+
+    #[test]
+    fn a_rate_spans_the_last_samples() {
+        let meter = RateMeter::default();
+        let t0 = std::time::Instant::now();
+        assert_eq!(meter.rates("a"), RouteRates::default(), "no sample yet");
+        meter.record("a", 0, 0, t0);
+        assert_eq!(meter.rates("a"), RouteRates::default(), "one sample is no rate");
+        for s in 1..=10u64 {
+            meter.record("a", s * 100, s * 50, t0 + Duration::from_secs(s));
+        }
+        // The last six samples: 5 s from 500 to 1000 received.
+        assert_eq!(meter.rates("a"), RouteRates { received_per_s: 100.0, acked_per_s: 50.0 });
+        meter.retain(&["b".to_owned()]);
+        assert_eq!(meter.rates("a"), RouteRates::default(), "a route gone from the config is forgotten");
     }
 
     #[tokio::test]
