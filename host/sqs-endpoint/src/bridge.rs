@@ -33,7 +33,7 @@ use tracing::{debug, info, warn};
 use crate::engine::{Engine, Outgoing, ReceiveOptions, Received};
 use crate::error::{ErrorKind, SqsError};
 use crate::model::{Attr, AttrValue, MAX_MESSAGE_BYTES};
-use crate::topics::Topics;
+use crate::sns::topics::Topics;
 
 /// The sender id messages a route sends carry.
 pub const SENDER_ID: &str = "ferry";

@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::model::valid_queue_name;
-use crate::topics::valid_topic_name;
+use crate::sns::topics::valid_topic_name;
 
 /// `[endpoints.sqs]`
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

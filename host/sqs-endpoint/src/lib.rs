@@ -14,9 +14,10 @@
 //! - [`auth`]: SigV4 verification of requests (`auth = "verify"`).
 //! - [`error`]: SQS's errors as each protocol names them.
 //! - [`server`]: the HTTP server.
-//! - [`topics`]: SNS topics, subscriptions and their fan-out to queues,
-//!   webhooks and routes; [`filter`]: subscription filter policies.
-//! - [`sns`]: the SNS actions (query protocol) on the same listener.
+//! - [`sns`]: SNS in a module tree of its own: its actions (query
+//!   protocol) on the same listener; [`sns::topics`]: topics,
+//!   subscriptions and their fan-out to queues, webhooks and routes;
+//!   [`sns::filter`]: subscription filter policies.
 //! - [`bridge`]: the `sqs_endpoint` receiver and sender routes use;
 //!   [`transport`]: [`SqsEndpoint`], their entry in the daemon's transport
 //!   table.
@@ -50,14 +51,12 @@ pub mod bridge;
 pub mod config;
 pub mod engine;
 pub mod error;
-pub mod filter;
 pub mod model;
 pub mod protocol;
 pub mod records;
 pub mod server;
 mod shared;
 pub mod sns;
-pub mod topics;
 pub mod transport;
 #[cfg(test)]
 mod windows_tests;
@@ -66,5 +65,5 @@ pub mod xml;
 pub use engine::{Engine, Identity};
 pub use error::SqsError;
 pub use server::{ServerOptions, serve};
-pub use topics::Topics;
+pub use sns::topics::Topics;
 pub use transport::SqsEndpoint;

@@ -20,7 +20,7 @@ use crate::engine::Engine;
 use crate::error::SqsError;
 use crate::protocol::{self, Protocol};
 use crate::records::Identity;
-use crate::topics::Topics;
+use crate::sns::topics::Topics;
 
 /// The largest request body read: a 1 MiB message grows when its binary
 /// attributes are base64 and its text is escaped or form-encoded.

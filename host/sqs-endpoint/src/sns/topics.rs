@@ -34,9 +34,9 @@ use tracing::{debug, warn};
 
 use crate::engine::{Engine, Outgoing};
 use crate::error::{ErrorKind, SqsError};
-use crate::filter::{Policy, Scope};
 use crate::model::{Attr, route_queue};
 use crate::records::{decode, encode};
+use crate::sns::filter::{Policy, Scope};
 
 const TOPICS: &str = "sns.topic";
 const SUBSCRIPTIONS: &str = "sns.subscription";

@@ -1,6 +1,11 @@
-//! The SNS actions, in the query protocol SNS clients speak (form POSTs
-//! and GETs with `Action=…`, XML replies in SNS's namespace). They share
-//! the endpoint's listener with SQS: the action's name tells them apart.
+//! SNS: its actions, in the query protocol SNS clients speak (form POSTs
+//! and GETs with `Action=…`, XML replies in SNS's namespace), which share
+//! the endpoint's listener with SQS (the action's name tells them apart);
+//! the topics and their subscriptions ([`topics`]); and subscription filter
+//! policies ([`filter`]).
+
+pub mod filter;
+pub mod topics;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -8,7 +13,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::error::{ErrorKind, SqsError};
-use crate::topics::{Listed, MAX_PUBLISH_BYTES, Publish, Topics};
+use crate::sns::topics::{Listed, MAX_PUBLISH_BYTES, Publish, Topics};
 use crate::xml::{self, Node};
 
 /// The namespace of SNS's XML.
