@@ -109,35 +109,76 @@ fn queue_attributes(input: &Value) -> Result<BTreeMap<String, String>, SqsError>
     Ok(attributes)
 }
 
-/// The actions the endpoint serves.
-pub const ACTIONS: &[&str] = &[
-    "CreateQueue",
-    "GetQueueUrl",
-    "ListQueues",
-    "DeleteQueue",
-    "PurgeQueue",
-    "GetQueueAttributes",
-    "SetQueueAttributes",
-    "TagQueue",
-    "UntagQueue",
-    "ListQueueTags",
-    "SendMessage",
-    "SendMessageBatch",
-    "ReceiveMessage",
-    "DeleteMessage",
-    "DeleteMessageBatch",
-    "ChangeMessageVisibility",
-    "ChangeMessageVisibilityBatch",
-    "ListDeadLetterSourceQueues",
-    "AddPermission",
-    "RemovePermission",
-];
+/// Declares [`Action`] with one variant per name, and its names.
+macro_rules! sqs_actions {
+    ($($name:ident),* $(,)?) => {
+        /// The SQS actions the endpoint serves.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Action {
+            $($name),*
+        }
+
+        impl Action {
+            /// Every action, in the order of the API reference.
+            pub const ALL: &'static [Action] = &[$(Action::$name),*];
+
+            /// The action's name on the wire (`SendMessage`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Action::$name => stringify!($name)),*
+                }
+            }
+        }
+    };
+}
+
+sqs_actions!(
+    CreateQueue,
+    GetQueueUrl,
+    ListQueues,
+    DeleteQueue,
+    PurgeQueue,
+    GetQueueAttributes,
+    SetQueueAttributes,
+    TagQueue,
+    UntagQueue,
+    ListQueueTags,
+    SendMessage,
+    SendMessageBatch,
+    ReceiveMessage,
+    DeleteMessage,
+    DeleteMessageBatch,
+    ChangeMessageVisibility,
+    ChangeMessageVisibilityBatch,
+    ListDeadLetterSourceQueues,
+    AddPermission,
+    RemovePermission,
+);
+
+impl Action {
+    /// The action of that name (exactly as SQS spells it).
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|a| a.name() == name)
+    }
+
+    /// Whether it names no queue: the query protocol serves it only on the
+    /// endpoint's own URL, not on a queue's.
+    pub fn names_no_queue(self) -> bool {
+        matches!(self, Action::CreateQueue | Action::ListQueues)
+    }
+
+    /// Whether its query reply has a Result element even when empty.
+    pub fn result_always_present(self) -> bool {
+        matches!(self, Action::ReceiveMessage | Action::ListQueues | Action::GetQueueAttributes | Action::ListQueueTags)
+    }
+}
 
 /// Runs one action.
-pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value, SqsError> {
+pub async fn run(cx: &Context<'_>, action: Action, input: &Value) -> Result<Value, SqsError> {
+    use Action::*;
     match action {
-        "CreateQueue" => create_queue(cx, input).await,
-        "GetQueueUrl" => {
+        CreateQueue => create_queue(cx, input).await,
+        GetQueueUrl => {
             let name = required(input, "QueueName")?;
             let key = cx.named(&name);
             if crate::model::is_internal(&name) || name.contains('/') || !cx.engine.exists(&key).await? {
@@ -145,38 +186,38 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
             }
             Ok(json!({"QueueUrl": cx.queue_url(&key)}))
         }
-        "ListQueues" => list_queues(cx, input).await,
-        "DeleteQueue" => {
+        ListQueues => list_queues(cx, input).await,
+        DeleteQueue => {
             cx.engine.delete(&queue_name(&cx.engine.identity, input)?).await?;
             Ok(json!({}))
         }
-        "PurgeQueue" => {
+        PurgeQueue => {
             cx.engine.purge(&queue_name(&cx.engine.identity, input)?).await?;
             Ok(json!({}))
         }
-        "GetQueueAttributes" => get_attributes(cx, input).await,
-        "SetQueueAttributes" => {
+        GetQueueAttributes => get_attributes(cx, input).await,
+        SetQueueAttributes => {
             cx.engine.set_attributes(&queue_name(&cx.engine.identity, input)?, queue_attributes(input)?).await?;
             Ok(json!({}))
         }
-        "TagQueue" => {
+        TagQueue => {
             cx.engine.retag(&queue_name(&cx.engine.identity, input)?, string_map(input, "Tags")?, &[]).await?;
             Ok(json!({}))
         }
-        "UntagQueue" => {
+        UntagQueue => {
             cx.engine
                 .retag(&queue_name(&cx.engine.identity, input)?, BTreeMap::new(), &strings(input, "TagKeys")?)
                 .await?;
             Ok(json!({}))
         }
-        "ListQueueTags" => {
+        ListQueueTags => {
             let tags = cx.engine.tags(&queue_name(&cx.engine.identity, input)?).await?;
             Ok(if tags.is_empty() { json!({}) } else { json!({"Tags": tags}) })
         }
-        "SendMessage" => send_message(cx, input).await,
-        "SendMessageBatch" => send_batch(cx, input).await,
-        "ReceiveMessage" => receive(cx, input).await,
-        "DeleteMessage" => {
+        SendMessage => send_message(cx, input).await,
+        SendMessageBatch => send_batch(cx, input).await,
+        ReceiveMessage => receive(cx, input).await,
+        DeleteMessage => {
             let name = queue_name(&cx.engine.identity, input)?;
             let handle = required(input, "ReceiptHandle")?;
             for answer in cx.engine.delete_messages(&name, &[handle]).await? {
@@ -184,8 +225,8 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
             }
             Ok(json!({}))
         }
-        "DeleteMessageBatch" => delete_batch(cx, input).await,
-        "ChangeMessageVisibility" => {
+        DeleteMessageBatch => delete_batch(cx, input).await,
+        ChangeMessageVisibility => {
             let name = queue_name(&cx.engine.identity, input)?;
             let handle = required(input, "ReceiptHandle")?;
             let timeout =
@@ -193,11 +234,10 @@ pub async fn run(cx: &Context<'_>, action: &str, input: &Value) -> Result<Value,
             cx.engine.change_visibility(&name, &handle, timeout).await?;
             Ok(json!({}))
         }
-        "ChangeMessageVisibilityBatch" => change_visibility_batch(cx, input).await,
-        "ListDeadLetterSourceQueues" => dead_letter_sources(cx, input).await,
-        "AddPermission" => add_permission(cx, input).await,
-        "RemovePermission" => remove_permission(cx, input).await,
-        other => Err(SqsError::invalid_action(other)),
+        ChangeMessageVisibilityBatch => change_visibility_batch(cx, input).await,
+        ListDeadLetterSourceQueues => dead_letter_sources(cx, input).await,
+        AddPermission => add_permission(cx, input).await,
+        RemovePermission => remove_permission(cx, input).await,
     }
 }
 
@@ -738,6 +778,19 @@ async fn change_visibility_batch(cx: &Context<'_>, input: &Value) -> Result<Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_action_is_named_once_and_read_back_exactly() {
+        assert_eq!(Action::ALL.len(), 20);
+        for a in Action::ALL {
+            assert_eq!(Action::parse(a.name()), Some(*a));
+        }
+        let names: std::collections::BTreeSet<&str> = Action::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(names.len(), Action::ALL.len());
+        assert_eq!(Action::parse("sendmessage"), None, "names are case-sensitive, as SQS reads them");
+        assert_eq!(Action::parse("Publish"), None, "an SNS action is not an SQS one");
+        assert!(Action::CreateQueue.names_no_queue() && !Action::SendMessage.names_no_queue());
+    }
 
     #[test]
     fn queue_urls_resolve_by_path_only() {

@@ -261,8 +261,7 @@ pub fn check_section(sqs: &SqsEndpointConfig) -> Result<(), KeyProblem> {
         if k.id.is_empty() || k.secret.is_empty() {
             return Err(KeyProblem::new(format!("access_keys[{i}]"), "id and secret must not be empty"));
         }
-        if let Some(a) =
-            k.actions.iter().find(|a| !crate::actions::ACTIONS.contains(&a.as_str()) && !crate::sns::is_sns(a))
+        if let Some(a) = k.actions.iter().find(|a| crate::actions::Action::parse(a).is_none() && !crate::sns::is_sns(a))
         {
             return Err(KeyProblem::new(format!("access_keys[{i}].actions"), format!("{a:?} is no SQS or SNS action")));
         }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use axum::http::{HeaderMap, Method, Uri};
 use serde_json::{Map, Value};
 
+use crate::actions::Action;
 use crate::error::{ErrorKind, SqsError};
 use crate::xml::{self, ScopeWriter, text_el};
 
@@ -77,7 +78,7 @@ pub fn parse(protocol: Protocol, uri: &Uri, headers: &HeaderMap, body: &[u8]) ->
                 if on_queue.is_some() { SqsError::unknown_operation() } else { SqsError::missing_parameter("Action") }
             })?;
             // The actions that name no queue are not served on a queue's URL.
-            if on_queue.is_some() && matches!(action.as_str(), "CreateQueue" | "ListQueues") {
+            if on_queue.is_some() && Action::parse(&action).is_some_and(Action::names_no_queue) {
                 return Err(SqsError::invalid_action(&action));
             }
             let params: Vec<(&str, &str)> =
@@ -322,22 +323,18 @@ fn xml_fields(scope: &mut ScopeWriter, action: &str, map: &Map<String, Value>) {
 }
 
 /// The query protocol's reply to `action` with the JSON `result`.
-pub fn xml_result(action: &str, result: &Value, request_id: &str) -> String {
-    xml::response(action, XMLNS, request_id, |response| {
-        let result_name = format!("{action}Result");
+pub fn xml_result(action: Action, result: &Value, request_id: &str) -> String {
+    let name = action.name();
+    xml::response(name, XMLNS, request_id, |response| {
+        let result_name = format!("{name}Result");
         if let Value::Object(map) = result
             && !map.is_empty()
         {
-            xml_fields(&mut response.start_el(&result_name).finish(), action, map);
-        } else if result_always_present(action) {
+            xml_fields(&mut response.start_el(&result_name).finish(), name, map);
+        } else if action.result_always_present() {
             response.start_el(&result_name).finish();
         }
     })
-}
-
-/// Actions whose query reply has a Result element even when it is empty.
-fn result_always_present(action: &str) -> bool {
-    matches!(action, "ReceiveMessage" | "ListQueues" | "GetQueueAttributes" | "ListQueueTags")
 }
 
 /// The query protocol's error reply, in the namespace `xmlns` (SQS's
@@ -402,7 +399,7 @@ mod tests {
         let result = serde_json::json!({"Messages": [{"MessageId": "m", "Body": "<a&b>",
             "Attributes": {"SentTimestamp": "1"},
             "MessageAttributes": {"c": {"DataType": "String", "StringValue": "r"}}}]});
-        let xml = xml_result("ReceiveMessage", &result, "rid");
+        let xml = xml_result(Action::ReceiveMessage, &result, "rid");
         assert!(xml.contains("<ReceiveMessageResult><Message>"), "{xml}");
         assert!(xml.contains("<MessageId>m</MessageId></Message></ReceiveMessageResult>"), "{xml}");
         assert!(xml.contains("<Body>&lt;a&amp;b&gt;</Body>"), "{xml}");
@@ -410,7 +407,7 @@ mod tests {
         assert!(xml.contains("<MessageAttribute><Name>c</Name><Value><DataType>String</DataType><StringValue>r</StringValue></Value></MessageAttribute>"), "{xml}");
         let batch =
             serde_json::json!({"Successful": [{"Id": "a"}], "Failed": [{"Id": "b", "Code": "X", "SenderFault": true}]});
-        let xml = xml_result("DeleteMessageBatch", &batch, "rid");
+        let xml = xml_result(Action::DeleteMessageBatch, &batch, "rid");
         assert!(xml.contains("<DeleteMessageBatchResultEntry><Id>a</Id></DeleteMessageBatchResultEntry>"), "{xml}");
         assert!(
             xml.contains(
@@ -426,7 +423,7 @@ mod tests {
     #[test]
     fn a_body_with_line_breaks_reaches_the_client_as_sent() {
         let body = "line\r\nnext\rand\u{85}then\u{2028}<&>";
-        let xml = xml_result("ReceiveMessage", &serde_json::json!({"Messages": [{"Body": body}]}), "rid");
+        let xml = xml_result(Action::ReceiveMessage, &serde_json::json!({"Messages": [{"Body": body}]}), "rid");
         let read = crate::xml::tests::read_text(&xml, &["ReceiveMessageResult", "Message", "Body"]);
         assert_eq!(read, body);
         assert!(!xml.contains(['\r', '\u{85}', '\u{2028}']), "{xml:?}");

@@ -190,12 +190,14 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
         Some(q) if app.engine.exists(&q).await.unwrap_or(false) => q,
         _ => String::new(),
     };
-    let action = if actions::ACTIONS.contains(&call.action.as_str()) { call.action.as_str() } else { "unknown" };
-    match actions::run(&cx, &call.action, &call.input).await {
+    let Some(action) = actions::Action::parse(&call.action) else {
+        return error(&app, protocol, "unknown", &queue, &SqsError::invalid_action(&call.action), &request_id);
+    };
+    match actions::run(&cx, action, &call.input).await {
         Ok(result) => {
             Metrics::inc(
                 &app.options.metrics.counter_family(&crate::REQUESTS),
-                &[("action", action), ("queue", &queue), ("code", "ok")],
+                &[("action", action.name()), ("queue", &queue), ("code", "ok")],
             );
             match protocol {
                 Protocol::Json => reply(StatusCode::OK, "application/x-amz-json-1.0", result.to_string(), &request_id),
@@ -205,15 +207,12 @@ async fn handle(State(app): State<Arc<App>>, request: Request) -> Response {
                     protocol::query_json_result(&call.action, result, &request_id).to_string(),
                     &request_id,
                 ),
-                Protocol::Query => reply(
-                    StatusCode::OK,
-                    "text/xml",
-                    protocol::xml_result(&call.action, &result, &request_id),
-                    &request_id,
-                ),
+                Protocol::Query => {
+                    reply(StatusCode::OK, "text/xml", protocol::xml_result(action, &result, &request_id), &request_id)
+                }
             }
         }
-        Err(e) => error(&app, protocol, action, &queue, &e, &request_id),
+        Err(e) => error(&app, protocol, action.name(), &queue, &e, &request_id),
     }
 }
 
