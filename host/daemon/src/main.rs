@@ -596,14 +596,17 @@ fn main() -> ExitCode {
         Command::Tap(args) => block_on(ferry_daemon::cli::tap::run(&args)),
         Command::Top(args) => block_on(ferry_daemon::cli::top::run(&args)),
         Command::Render { config } => done(cli::render::render(&config)),
-        Command::Plugins(PluginsCommand::List { dir }) => ferry_daemon::cli::plugins::list(&dir),
-        Command::Plugins(PluginsCommand::Check { file }) => ferry_daemon::cli::plugins::check(&file),
+        Command::Plugins(PluginsCommand::List { dir }) => done(cli::plugins::list(&dir)),
+        Command::Plugins(PluginsCommand::Check { file }) => done(cli::plugins::check(&file)),
         Command::Plugins(PluginsCommand::New { name, lang, kind, dir, sdk }) => {
-            ferry_daemon::cli::scaffold::new(&name, lang, kind, dir.as_deref(), sdk.as_deref())
+            done(cli::scaffold::new(&name, lang, kind, dir.as_deref(), sdk.as_deref()))
         }
-        Command::Plugins(PluginsCommand::Wit) => ferry_daemon::cli::scaffold::wit(),
+        Command::Plugins(PluginsCommand::Wit) => {
+            cli::scaffold::wit();
+            ExitCode::SUCCESS
+        }
         Command::Plugins(PluginsCommand::Compile { cache_dir, files }) => {
-            ferry_daemon::cli::plugins::compile(&cache_dir, &files)
+            done(cli::plugins::compile(&cache_dir, &files))
         }
         Command::Dlq(DlqCommand::List { config, route, limit, json }) => {
             block_on(async { done(cli::dlq::list(&config, route.as_deref(), limit, json).await) })

@@ -5,39 +5,29 @@
 //! [`crate::wiring::compile_in_child`]).
 
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use ferry_wasm::registry::{load_file, plugin_name};
 use ferry_wasm::{PluginEngine, PluginLimits};
 
-fn engine() -> Result<PluginEngine, ExitCode> {
-    PluginEngine::new(PluginLimits::default()).map_err(|e| {
-        eprintln!("cannot start the plugin engine: {e}");
-        ExitCode::FAILURE
-    })
+use crate::cli::Failure;
+
+fn engine() -> Result<PluginEngine, Failure> {
+    PluginEngine::new(PluginLimits::default())
+        .map_err(|e| Failure::failed(format!("cannot start the plugin engine: {e}")))
 }
 
 /// One line per `*.wasm` file in `dir`: name, world, size and whether it
 /// loads (with the reason when it does not). Exit 0 when every file loads,
 /// 1 when one does not, 2 when the directory cannot be read.
-pub fn list(dir: &Path) -> ExitCode {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("{}: {e}", dir.display());
-            return ExitCode::from(2);
-        }
-    };
+pub fn list(dir: &Path) -> Result<(), Failure> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Failure::input(format!("{}: {e}", dir.display())))?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "wasm") && p.is_file())
         .collect();
     paths.sort();
-    let engine = match engine() {
-        Ok(e) => e,
-        Err(code) => return code,
-    };
+    let engine = engine()?;
     println!("{:<24} {:<40} {:>10}  loads", "name", "world", "bytes");
     let mut all_load = true;
     for path in &paths {
@@ -53,15 +43,12 @@ pub fn list(dir: &Path) -> ExitCode {
     if paths.is_empty() {
         println!("(no *.wasm files in {})", dir.display());
     }
-    if all_load { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if all_load { Ok(()) } else { Err(Failure::failed("")) }
 }
 
 /// Whether one component would load, and why not. Exit 0 or 2.
-pub fn check(file: &Path) -> ExitCode {
-    let engine = match engine() {
-        Ok(e) => e,
-        Err(code) => return code,
-    };
+pub fn check(file: &Path) -> Result<(), Failure> {
+    let engine = engine()?;
     match load_file(&engine, file) {
         Ok(plugin) => {
             println!(
@@ -71,11 +58,11 @@ pub fn check(file: &Path) -> ExitCode {
                 plugin.world_at_contract(),
                 plugin.size
             );
-            ExitCode::SUCCESS
+            Ok(())
         }
         Err(e) => {
             println!("{}: refused: {e}", file.display());
-            ExitCode::from(2)
+            Err(Failure::input(""))
         }
     }
 }
@@ -84,14 +71,9 @@ pub fn check(file: &Path) -> ExitCode {
 /// into the compile cache the daemon reads (`plugins.cache_dir`), one line
 /// per file. Exit 0 when every file compiled (or was cached), 1 when one was
 /// refused, 2 when the cache cannot be used.
-pub fn compile(cache_dir: &Path, files: &[PathBuf]) -> ExitCode {
-    let engine = match PluginEngine::with_cache(PluginLimits::default(), cache_dir) {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("cannot use the compile cache {}: {e}", cache_dir.display());
-            return ExitCode::from(2);
-        }
-    };
+pub fn compile(cache_dir: &Path, files: &[PathBuf]) -> Result<(), Failure> {
+    let engine = PluginEngine::with_cache(PluginLimits::default(), cache_dir)
+        .map_err(|e| Failure::input(format!("cannot use the compile cache {}: {e}", cache_dir.display())))?;
     let mut all_compiled = true;
     for file in files {
         match load_file(&engine, file) {
@@ -104,5 +86,5 @@ pub fn compile(cache_dir: &Path, files: &[PathBuf]) -> ExitCode {
             }
         }
     }
-    if all_compiled { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    if all_compiled { Ok(()) } else { Err(Failure::failed("")) }
 }

@@ -7,8 +7,8 @@
 //! an HTTP polling queue, to change into the user's protocol; the
 //! JavaScript one is the `processors/js/http-queue` example itself, renamed.
 
+use crate::cli::Failure;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// The plugin contract this ferry was built with (`wit/plugin.wit`).
 pub const WIT: &str = include_str!("../../../../wit/plugin.wit");
@@ -150,17 +150,10 @@ fn write(dir: &Path, files: &[(String, String, bool)]) -> std::io::Result<()> {
 }
 
 /// `ferry plugins new`. Exit 0, or 2 with the reason.
-pub fn new(name: &str, lang: Lang, kind: Kind, dir: Option<&Path>, sdk: Option<&Path>) -> ExitCode {
-    match create(name, lang, kind, dir, sdk) {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("ferry plugins new: {e}");
-            ExitCode::from(2)
-        }
-    }
+pub fn new(name: &str, lang: Lang, kind: Kind, dir: Option<&Path>, sdk: Option<&Path>) -> Result<(), Failure> {
+    let text = create(name, lang, kind, dir, sdk).map_err(|e| Failure::input(format!("ferry plugins new: {e}")))?;
+    print!("{text}");
+    Ok(())
 }
 
 fn create(name: &str, lang: Lang, kind: Kind, dir: Option<&Path>, sdk: Option<&Path>) -> Result<String, String> {
@@ -210,9 +203,8 @@ fn create(name: &str, lang: Lang, kind: Kind, dir: Option<&Path>, sdk: Option<&P
 }
 
 /// `ferry plugins wit`: the contract on stdout.
-pub fn wit() -> ExitCode {
+pub fn wit() {
     print!("{WIT}");
-    ExitCode::SUCCESS
 }
 
 #[cfg(test)]
