@@ -643,10 +643,7 @@ fn main() -> ExitCode {
             // channel's tasks run there).
             let settings = match Settings::from_env() {
                 Ok(s) => s,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return cli::exit(Err(cli::Failure::input(e))),
             };
             let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
                 Ok(rt) => rt,
@@ -657,13 +654,9 @@ fn main() -> ExitCode {
             };
             let telemetry = match rt.block_on(async { Telemetry::start(&settings) }) {
                 Ok(t) => t,
-                Err(e) => {
-                    eprintln!("{e}");
-                    return ExitCode::from(2);
-                }
+                Err(e) => return cli::exit(Err(cli::Failure::input(e))),
             };
-            let code =
-                rt.block_on(ferry_daemon::cli::run::run(&config, watch, admin_listen.as_deref(), settings.metrics));
+            let code = cli::exit(rt.block_on(cli::run::run(&config, watch, admin_listen.as_deref(), settings.metrics)));
             telemetry.shutdown();
             code
         }

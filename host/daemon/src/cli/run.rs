@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
+use crate::cli::Failure;
 use crate::runtime::watchdog::Watchdog;
 use crate::wiring::{Bridge, ReloadRequest};
 
@@ -21,7 +22,7 @@ pub async fn run(
     watch: bool,
     admin_listen: Option<&str>,
     metrics_export: Option<crate::telemetry::metrics::MetricsSettings>,
-) -> ExitCode {
+) -> Result<ExitCode, Failure> {
     let config = match ferry_config::load(path).and_then(|c| match admin_listen {
         Some(listen) => c.with_admin_listen(listen),
         None => Ok(c),
@@ -29,8 +30,7 @@ pub async fn run(
         Ok(c) => c,
         Err(e) => {
             error!(config = %path.display(), error = %e, "invalid configuration");
-            eprintln!("{}: {e}", path.display());
-            return ExitCode::from(2);
+            return Err(Failure::input(format!("{}: {e}", path.display())));
         }
     };
     let admin_listen = config.admin.listen.clone();
@@ -52,31 +52,21 @@ pub async fn run(
         Ok(b) => b,
         Err(e) => {
             error!(config = %path.display(), error = %e, "cannot start");
-            eprintln!("{}: {e}", path.display());
-            return ExitCode::from(2);
+            return Err(Failure::input(format!("{}: {e}", path.display())));
         }
     };
     let shutdown = CancellationToken::new();
     let admin_stop = CancellationToken::new();
     let watchdog = Watchdog::new(stall_secs, bridge.store(), bridge.metrics.clone(), bridge.readiness.clone());
-    if let Err(e) = watchdog.start(admin_stop.clone()) {
-        eprintln!("cannot start the watchdog thread: {e}");
-        return ExitCode::FAILURE;
-    }
-    if let Err(e) = stop_on_signals(shutdown.clone(), shutdown_timeout, watchdog.clone()) {
-        eprintln!("cannot install the SIGTERM/SIGINT handler: {e}");
-        return ExitCode::FAILURE;
-    }
+    watchdog
+        .start(admin_stop.clone())
+        .map_err(|e| Failure::failed(format!("cannot start the watchdog thread: {e}")))?;
+    stop_on_signals(shutdown.clone(), shutdown_timeout, watchdog.clone())
+        .map_err(|e| Failure::failed(format!("cannot install the SIGTERM/SIGINT handler: {e}")))?;
     let (reload_tx, reload_rx) = mpsc::channel(4);
     let mut admin = None;
     if let Some(listen) = &admin_listen {
-        let addr = match listen.parse() {
-            Ok(a) => a,
-            Err(e) => {
-                eprintln!("{}: admin.listen: {e}", path.display());
-                return ExitCode::from(2);
-            }
-        };
+        let addr = listen.parse().map_err(|e| Failure::input(format!("{}: admin.listen: {e}", path.display())))?;
         let state = crate::runtime::admin::AdminState {
             watchdog: watchdog.clone(),
             metrics: bridge.metrics.clone(),
@@ -101,8 +91,7 @@ pub async fn run(
             Ok(task) => admin = Some(task),
             Err(e) => {
                 error!(%listen, error = %e, "cannot bind the admin server");
-                eprintln!("{}: admin.listen: cannot bind {listen}: {e}", path.display());
-                return ExitCode::from(2);
+                return Err(Failure::input(format!("{}: admin.listen: cannot bind {listen}: {e}", path.display())));
             }
         }
     }
@@ -126,7 +115,7 @@ pub async fn run(
     if let Some(task) = export {
         let _ = task.await;
     }
-    if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
 /// SIGTERM and SIGINT stop the daemon, handled on a thread of their own so
