@@ -39,6 +39,7 @@ use ferry_store::postgres::SharedDb;
 
 use crate::error::{ErrorKind, SqsError};
 use crate::model::{DEDUP_WINDOW_MS, Redrive};
+use crate::queues::QueueStore;
 pub use crate::records::{Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored};
 use crate::records::{decode, encode, parse_receipt, receipt_handle};
 use crate::shared::Shared;
@@ -672,41 +673,6 @@ fn depth_of(queue: &Queue, now: i64) -> Depth {
     depth
 }
 
-/// Where the queues are kept: in memory over the embedded store
-/// ([`Local`]) or in a shared store's tables ([`Shared`]). Each action of
-/// the API is one call here; what is the same for both (name checks,
-/// ranges, the count of receives under way) stays in [`Engine`].
-#[async_trait::async_trait]
-trait QueueStore: Send + Sync {
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError>;
-    async fn exists(&self, name: &str) -> Result<bool, SqsError>;
-    /// Creates a queue, or finds the one of that name when its attributes
-    /// are the same. Returns whether it was created.
-    async fn create(
-        &self,
-        name: &str,
-        attributes: BTreeMap<String, String>,
-        tags: BTreeMap<String, String>,
-    ) -> Result<bool, SqsError>;
-    async fn delete(&self, name: &str) -> Result<(), SqsError>;
-    async fn purge(&self, name: &str) -> Result<(), SqsError>;
-    async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError>;
-    async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError>;
-    async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError>;
-    async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError>;
-    async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError>;
-    async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError>;
-    async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError>;
-    async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError>;
-    async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError>;
-    async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError>;
-    /// Housekeeping between requests (expired messages and deduplication
-    /// entries of a shared store).
-    async fn sweep(&self) -> Result<(), SqsError>;
-    /// Whether other instances serve these queues too.
-    fn is_shared(&self) -> bool;
-}
-
 #[async_trait::async_trait]
 impl QueueStore for Local {
     async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
@@ -781,82 +747,6 @@ impl QueueStore for Local {
 
     fn is_shared(&self) -> bool {
         false
-    }
-}
-
-#[async_trait::async_trait]
-impl QueueStore for Shared {
-    async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
-        Shared::list(self, prefix).await
-    }
-
-    async fn exists(&self, name: &str) -> Result<bool, SqsError> {
-        Shared::exists(self, name).await
-    }
-
-    async fn create(
-        &self,
-        name: &str,
-        attributes: BTreeMap<String, String>,
-        tags: BTreeMap<String, String>,
-    ) -> Result<bool, SqsError> {
-        Shared::create(self, name, attributes, tags).await
-    }
-
-    async fn delete(&self, name: &str) -> Result<(), SqsError> {
-        Shared::delete(self, name).await
-    }
-
-    async fn purge(&self, name: &str) -> Result<(), SqsError> {
-        Shared::purge(self, name).await
-    }
-
-    async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
-        Shared::attributes(self, name).await
-    }
-
-    async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
-        Shared::depths(self).await
-    }
-
-    async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
-        Shared::set_attributes(self, name, attributes).await
-    }
-
-    async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
-        Ok(self.meta(name).await?.tags)
-    }
-
-    async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
-        Shared::retag(self, name, set, remove).await
-    }
-
-    async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
-        Ok(self.meta(name).await?.kind())
-    }
-
-    async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
-        Shared::send(self, name, messages).await
-    }
-
-    async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
-        Shared::receive(self, name, options).await
-    }
-
-    async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
-        Shared::delete_messages(self, name, handles).await
-    }
-
-    async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
-        Shared::change_visibility(self, name, handle, timeout_s).await
-    }
-
-    async fn sweep(&self) -> Result<(), SqsError> {
-        Shared::sweep(self).await
-    }
-
-    fn is_shared(&self) -> bool {
-        true
     }
 }
 

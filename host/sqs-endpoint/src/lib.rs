@@ -53,6 +53,7 @@ pub mod engine;
 pub mod error;
 pub mod model;
 pub mod protocol;
+mod queues;
 pub mod records;
 pub mod server;
 mod shared;

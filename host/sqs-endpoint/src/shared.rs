@@ -32,6 +32,7 @@ use tokio_postgres::error::SqlState;
 
 use crate::error::SqsError;
 use crate::model::{DEDUP_WINDOW_MS, Redrive};
+use crate::queues::QueueStore;
 use crate::records::{
     Depth, Identity, Outgoing, QueueMeta, ReceiveOptions, Received, SendResult, Stored, decode, encode, parse_receipt,
     receipt_handle,
@@ -183,107 +184,8 @@ impl Shared {
         lock(&self.waiters).entry(name.to_owned()).or_default().clone()
     }
 
-    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
-        let client = self.client().await?;
-        let rows = client
-            .query("SELECT name FROM ferry_sqs_queues WHERE starts_with(name, $1) ORDER BY name", &[&prefix])
-            .await
-            .map_err(db)?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
-    }
-
-    pub async fn exists(&self, name: &str) -> Result<bool, SqsError> {
-        let client = self.client().await?;
-        let row = client.query_opt("SELECT 1 FROM ferry_sqs_queues WHERE name = $1", &[&name]).await.map_err(db)?;
-        Ok(row.is_some())
-    }
-
     pub async fn meta(&self, name: &str) -> Result<QueueMeta, SqsError> {
         meta_of(&self.client().await?, name, "").await
-    }
-
-    pub async fn create(
-        &self,
-        name: &str,
-        attributes: BTreeMap<String, String>,
-        tags: BTreeMap<String, String>,
-    ) -> Result<bool, SqsError> {
-        let client = self.client().await?;
-        let known = names(&client).await?;
-        let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| known.contains(&k));
-        QueueMeta::check_new(name, &attributes, &dlq_exists)?;
-        let meta = QueueMeta::new(name, attributes.clone(), tags, self.now_ms());
-        let added = client
-            .execute(
-                "INSERT INTO ferry_sqs_queues (name, meta) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
-                &[&name, &encode(&meta)],
-            )
-            .await
-            .map_err(db)?;
-        if added == 1 {
-            return Ok(true);
-        }
-        meta_of(&client, name, "").await?.same_as(&attributes)?;
-        Ok(false)
-    }
-
-    pub async fn delete(&self, name: &str) -> Result<(), SqsError> {
-        let client = self.client().await?;
-        if client.execute("DELETE FROM ferry_sqs_queues WHERE name = $1", &[&name]).await.map_err(db)? == 0 {
-            return Err(SqsError::no_queue());
-        }
-        // Long polls on it answer that it is gone.
-        notify(&client, name).await
-    }
-
-    pub async fn purge(&self, name: &str) -> Result<(), SqsError> {
-        let now = self.now_ms();
-        let mut client = self.client().await?;
-        let txn = client.transaction().await.map_err(db)?;
-        let started = txn
-            .execute(
-                "UPDATE ferry_sqs_queues SET purged_ms = $2::bigint \
-                 WHERE name = $1 AND (purged_ms IS NULL OR purged_ms <= $2::bigint - 60000)",
-                &[&name, &now],
-            )
-            .await
-            .map_err(db)?;
-        if started == 0 {
-            meta_of(&txn, name, "").await?;
-            return Err(SqsError::purge_in_progress(&self.identity.arn(name)));
-        }
-        txn.execute("DELETE FROM ferry_sqs_messages WHERE queue = $1", &[&name]).await.map_err(db)?;
-        // A purge forgets the deduplication ids too, as in AWS.
-        txn.execute("DELETE FROM ferry_sqs_dedup WHERE queue = $1", &[&name]).await.map_err(db)?;
-        txn.commit().await.map_err(db)
-    }
-
-    pub async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
-        let client = self.client().await?;
-        let meta = meta_of(&client, name, "").await?;
-        let row = client
-            .query_one(
-                &format!("SELECT {DEPTH_COLUMNS} FROM ferry_sqs_messages m WHERE m.queue = $2"),
-                &[&self.now_ms(), &name],
-            )
-            .await
-            .map_err(db)?;
-        Ok(meta.report(&depth(&row, 0), self.identity.arn(name)))
-    }
-
-    pub async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
-        let client = self.client().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT q.name, {DEPTH_COLUMNS} FROM ferry_sqs_queues q \
-                     LEFT JOIN ferry_sqs_messages m ON m.queue = q.name GROUP BY q.name ORDER BY q.name"
-                ),
-                &[&self.now_ms()],
-            )
-            .await
-            .map_err(db)?;
-        Ok(rows.iter().map(|r| (r.get(0), depth(r, 1))).collect())
     }
 
     /// Changes a queue's description under its row lock.
@@ -301,111 +203,6 @@ impl Shared {
             .await
             .map_err(db)?;
         txn.commit().await.map_err(db)
-    }
-
-    pub async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
-        self.update_meta(name, |meta, known| {
-            let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| known.contains(&k));
-            meta.set(attributes, &dlq_exists, self.now_ms())
-        })
-        .await
-    }
-
-    pub async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
-        self.update_meta(name, |meta, _| meta.retag(set, remove)).await
-    }
-
-    /// Sends messages to one queue, in one transaction; each answer in the
-    /// order given.
-    pub async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
-        let now = self.now_ms();
-        let mut client = self.client().await?;
-        let txn = client.transaction().await.map_err(db)?;
-        let meta = meta_of(&txn, name, "").await?;
-        let fifo = meta.fifo();
-        let queue_delay = meta.int("DelaySeconds");
-        if fifo {
-            txn.execute(LOCK, &[&name]).await.map_err(db)?;
-            txn.execute("DELETE FROM ferry_sqs_dedup WHERE queue = $1 AND until_ms <= $2", &[&name, &now])
-                .await
-                .map_err(db)?;
-        }
-        let count = messages.len() as i32;
-        let mut seqs: Vec<i64> = txn
-            .query("SELECT nextval('ferry_sqs_seq') FROM generate_series(1, $1)", &[&count])
-            .await
-            .map_err(db)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
-        seqs.sort_unstable();
-        let mut results = Vec::with_capacity(messages.len());
-        let (mut rows, mut groups, mut visible, mut blobs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for (m, seq) in messages.into_iter().zip(seqs) {
-            let delay = m.delay_s.unwrap_or(queue_delay);
-            let stored = m.into_stored(now, fifo.then_some(seq as u64));
-            if fifo {
-                let dedup_id = meta.dedup_key(stored.group.as_deref(), stored.dedup_id.as_deref().unwrap_or_default());
-                let fresh = txn
-                    .execute(
-                        "INSERT INTO ferry_sqs_dedup (queue, dedup_id, until_ms, message_id, sequence) \
-                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (queue, dedup_id) DO NOTHING",
-                        &[&name, &dedup_id, &(now + DEDUP_WINDOW_MS), &stored.id, &seq],
-                    )
-                    .await
-                    .map_err(db)?;
-                if fresh == 0 {
-                    let row = txn
-                        .query_one(
-                            "SELECT message_id, sequence FROM ferry_sqs_dedup WHERE queue = $1 AND dedup_id = $2",
-                            &[&name, &dedup_id],
-                        )
-                        .await
-                        .map_err(db)?;
-                    let sequence: Option<i64> = row.get(1);
-                    results.push(SendResult { message_id: row.get(0), sequence: sequence.map(|s| s as u64) });
-                    continue;
-                }
-            }
-            results.push(SendResult { message_id: stored.id.clone(), sequence: stored.sequence });
-            rows.push(seq);
-            groups.push(stored.group.clone());
-            visible.push(now + delay * 1000);
-            blobs.push(encode(&stored));
-        }
-        if !rows.is_empty() {
-            txn.execute(INSERT, &[&name, &now, &rows, &groups, &visible, &blobs]).await.map_err(db)?;
-            notify(&txn, name).await?;
-        }
-        txn.commit().await.map_err(db)?;
-        Ok(results)
-    }
-
-    /// Receives up to `options.max` messages, waiting up to
-    /// `options.wait` (else the queue's ReceiveMessageWaitTimeSeconds) for
-    /// the first.
-    pub async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
-        let notify = self.waiter(name);
-        let started = tokio::time::Instant::now();
-        loop {
-            let notified = notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            let (got, next_ms, queue_wait) = self.take(name, &options).await?;
-            let deadline = started + options.wait.unwrap_or(queue_wait);
-            let now = tokio::time::Instant::now();
-            if !got.is_empty() || now >= deadline {
-                return Ok(got);
-            }
-            let mut wake = deadline.min(now + RECHECK);
-            if let Some(next) = next_ms {
-                wake = wake.min(now + Duration::from_millis((next - self.now_ms()).max(1) as u64));
-            }
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep_until(wake) => {}
-            }
-        }
     }
 
     /// FIFO: chooses up to `max` of the `candidates` (group, seq) a group
@@ -579,11 +376,218 @@ impl Shared {
         txn.execute(MOVE, &[&name, &dead, &policy.target, &now, &source]).await.map_err(db)?;
         notify(txn, &policy.target).await
     }
+}
+
+#[async_trait::async_trait]
+impl QueueStore for Shared {
+    async fn list(&self, prefix: &str) -> Result<Vec<String>, SqsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT name FROM ferry_sqs_queues WHERE starts_with(name, $1) ORDER BY name", &[&prefix])
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    async fn exists(&self, name: &str) -> Result<bool, SqsError> {
+        let client = self.client().await?;
+        let row = client.query_opt("SELECT 1 FROM ferry_sqs_queues WHERE name = $1", &[&name]).await.map_err(db)?;
+        Ok(row.is_some())
+    }
+
+    async fn create(
+        &self,
+        name: &str,
+        attributes: BTreeMap<String, String>,
+        tags: BTreeMap<String, String>,
+    ) -> Result<bool, SqsError> {
+        let client = self.client().await?;
+        let known = names(&client).await?;
+        let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| known.contains(&k));
+        QueueMeta::check_new(name, &attributes, &dlq_exists)?;
+        let meta = QueueMeta::new(name, attributes.clone(), tags, self.now_ms());
+        let added = client
+            .execute(
+                "INSERT INTO ferry_sqs_queues (name, meta) VALUES ($1, $2) ON CONFLICT (name) DO NOTHING",
+                &[&name, &encode(&meta)],
+            )
+            .await
+            .map_err(db)?;
+        if added == 1 {
+            return Ok(true);
+        }
+        meta_of(&client, name, "").await?.same_as(&attributes)?;
+        Ok(false)
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), SqsError> {
+        let client = self.client().await?;
+        if client.execute("DELETE FROM ferry_sqs_queues WHERE name = $1", &[&name]).await.map_err(db)? == 0 {
+            return Err(SqsError::no_queue());
+        }
+        // Long polls on it answer that it is gone.
+        notify(&client, name).await
+    }
+
+    async fn purge(&self, name: &str) -> Result<(), SqsError> {
+        let now = self.now_ms();
+        let mut client = self.client().await?;
+        let txn = client.transaction().await.map_err(db)?;
+        let started = txn
+            .execute(
+                "UPDATE ferry_sqs_queues SET purged_ms = $2::bigint \
+                 WHERE name = $1 AND (purged_ms IS NULL OR purged_ms <= $2::bigint - 60000)",
+                &[&name, &now],
+            )
+            .await
+            .map_err(db)?;
+        if started == 0 {
+            meta_of(&txn, name, "").await?;
+            return Err(SqsError::purge_in_progress(&self.identity.arn(name)));
+        }
+        txn.execute("DELETE FROM ferry_sqs_messages WHERE queue = $1", &[&name]).await.map_err(db)?;
+        // A purge forgets the deduplication ids too, as in AWS.
+        txn.execute("DELETE FROM ferry_sqs_dedup WHERE queue = $1", &[&name]).await.map_err(db)?;
+        txn.commit().await.map_err(db)
+    }
+
+    async fn attributes(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        let client = self.client().await?;
+        let meta = meta_of(&client, name, "").await?;
+        let row = client
+            .query_one(
+                &format!("SELECT {DEPTH_COLUMNS} FROM ferry_sqs_messages m WHERE m.queue = $2"),
+                &[&self.now_ms(), &name],
+            )
+            .await
+            .map_err(db)?;
+        Ok(meta.report(&depth(&row, 0), self.identity.arn(name)))
+    }
+
+    async fn depths(&self) -> Result<Vec<(String, Depth)>, SqsError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                &format!(
+                    "SELECT q.name, {DEPTH_COLUMNS} FROM ferry_sqs_queues q \
+                     LEFT JOIN ferry_sqs_messages m ON m.queue = q.name GROUP BY q.name ORDER BY q.name"
+                ),
+                &[&self.now_ms()],
+            )
+            .await
+            .map_err(db)?;
+        Ok(rows.iter().map(|r| (r.get(0), depth(r, 1))).collect())
+    }
+
+    async fn set_attributes(&self, name: &str, attributes: BTreeMap<String, String>) -> Result<(), SqsError> {
+        self.update_meta(name, |meta, known| {
+            let dlq_exists = |arn: &str| self.identity.key_of_arn(arn).is_some_and(|k| known.contains(&k));
+            meta.set(attributes, &dlq_exists, self.now_ms())
+        })
+        .await
+    }
+
+    async fn retag(&self, name: &str, set: BTreeMap<String, String>, remove: &[String]) -> Result<(), SqsError> {
+        self.update_meta(name, |meta, _| meta.retag(set, remove)).await
+    }
+
+    /// Sends messages to one queue, in one transaction; each answer in the
+    /// order given.
+    async fn send(&self, name: &str, messages: Vec<Outgoing>) -> Result<Vec<SendResult>, SqsError> {
+        let now = self.now_ms();
+        let mut client = self.client().await?;
+        let txn = client.transaction().await.map_err(db)?;
+        let meta = meta_of(&txn, name, "").await?;
+        let fifo = meta.fifo();
+        let queue_delay = meta.int("DelaySeconds");
+        if fifo {
+            txn.execute(LOCK, &[&name]).await.map_err(db)?;
+            txn.execute("DELETE FROM ferry_sqs_dedup WHERE queue = $1 AND until_ms <= $2", &[&name, &now])
+                .await
+                .map_err(db)?;
+        }
+        let count = messages.len() as i32;
+        let mut seqs: Vec<i64> = txn
+            .query("SELECT nextval('ferry_sqs_seq') FROM generate_series(1, $1)", &[&count])
+            .await
+            .map_err(db)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        seqs.sort_unstable();
+        let mut results = Vec::with_capacity(messages.len());
+        let (mut rows, mut groups, mut visible, mut blobs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (m, seq) in messages.into_iter().zip(seqs) {
+            let delay = m.delay_s.unwrap_or(queue_delay);
+            let stored = m.into_stored(now, fifo.then_some(seq as u64));
+            if fifo {
+                let dedup_id = meta.dedup_key(stored.group.as_deref(), stored.dedup_id.as_deref().unwrap_or_default());
+                let fresh = txn
+                    .execute(
+                        "INSERT INTO ferry_sqs_dedup (queue, dedup_id, until_ms, message_id, sequence) \
+                         VALUES ($1, $2, $3, $4, $5) ON CONFLICT (queue, dedup_id) DO NOTHING",
+                        &[&name, &dedup_id, &(now + DEDUP_WINDOW_MS), &stored.id, &seq],
+                    )
+                    .await
+                    .map_err(db)?;
+                if fresh == 0 {
+                    let row = txn
+                        .query_one(
+                            "SELECT message_id, sequence FROM ferry_sqs_dedup WHERE queue = $1 AND dedup_id = $2",
+                            &[&name, &dedup_id],
+                        )
+                        .await
+                        .map_err(db)?;
+                    let sequence: Option<i64> = row.get(1);
+                    results.push(SendResult { message_id: row.get(0), sequence: sequence.map(|s| s as u64) });
+                    continue;
+                }
+            }
+            results.push(SendResult { message_id: stored.id.clone(), sequence: stored.sequence });
+            rows.push(seq);
+            groups.push(stored.group.clone());
+            visible.push(now + delay * 1000);
+            blobs.push(encode(&stored));
+        }
+        if !rows.is_empty() {
+            txn.execute(INSERT, &[&name, &now, &rows, &groups, &visible, &blobs]).await.map_err(db)?;
+            notify(&txn, name).await?;
+        }
+        txn.commit().await.map_err(db)?;
+        Ok(results)
+    }
+
+    /// Receives up to `options.max` messages, waiting up to
+    /// `options.wait` (else the queue's ReceiveMessageWaitTimeSeconds) for
+    /// the first.
+    async fn receive(&self, name: &str, options: ReceiveOptions) -> Result<Vec<Received>, SqsError> {
+        let notify = self.waiter(name);
+        let started = tokio::time::Instant::now();
+        loop {
+            let notified = notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let (got, next_ms, queue_wait) = self.take(name, &options).await?;
+            let deadline = started + options.wait.unwrap_or(queue_wait);
+            let now = tokio::time::Instant::now();
+            if !got.is_empty() || now >= deadline {
+                return Ok(got);
+            }
+            let mut wake = deadline.min(now + RECHECK);
+            if let Some(next) = next_ms {
+                wake = wake.min(now + Duration::from_millis((next - self.now_ms()).max(1) as u64));
+            }
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep_until(wake) => {}
+            }
+        }
+    }
 
     /// Deletes received messages, one answer per handle. A handle whose
     /// message is already gone, or that is not the latest receipt,
     /// succeeds, as in SQS.
-    pub async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
+    async fn delete_messages(&self, name: &str, handles: &[String]) -> Result<Vec<Result<(), SqsError>>, SqsError> {
         let client = self.client().await?;
         let meta = meta_of(&client, name, "").await?;
         let parsed: Vec<Result<(u64, String), SqsError>> = handles.iter().map(|h| parse_receipt(name, h)).collect();
@@ -638,7 +642,7 @@ impl Shared {
 
     /// Changes how long a received message stays invisible, counted from
     /// now.
-    pub async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
+    async fn change_visibility(&self, name: &str, handle: &str, timeout_s: i64) -> Result<(), SqsError> {
         let client = self.client().await?;
         meta_of(&client, name, "").await?;
         let (seq, nonce) = parse_receipt(name, handle)?;
@@ -669,7 +673,7 @@ impl Shared {
 
     /// Removes the messages past their queue's retention period and the
     /// deduplication entries past their window.
-    pub async fn sweep(&self) -> Result<(), SqsError> {
+    async fn sweep(&self) -> Result<(), SqsError> {
         let now = self.now_ms();
         let client = self.client().await?;
         for row in client.query("SELECT name, meta FROM ferry_sqs_queues", &[]).await.map_err(db)? {
@@ -684,6 +688,18 @@ impl Shared {
         }
         client.execute("DELETE FROM ferry_sqs_dedup WHERE until_ms <= $1", &[&now]).await.map_err(db)?;
         Ok(())
+    }
+
+    async fn tags(&self, name: &str) -> Result<BTreeMap<String, String>, SqsError> {
+        Ok(self.meta(name).await?.tags)
+    }
+
+    async fn queue_kind(&self, name: &str) -> Result<(bool, bool, i64), SqsError> {
+        Ok(self.meta(name).await?.kind())
+    }
+
+    fn is_shared(&self) -> bool {
+        true
     }
 }
 
