@@ -214,6 +214,19 @@ async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
         .for_element(Locator::Css("tr[data-route='d'] li[data-binding='hook'] span.up"))
         .await
         .expect("the binding's sender shown connected");
+    // The config view opens on request, its secrets masked; nothing on the
+    // page went wrong meanwhile.
+    client.find(Locator::Css("#config-show")).await.expect("Show").click().await.expect("click");
+    client
+        .wait()
+        .at_most(PATIENCE)
+        .for_element(Locator::Css("#config-json:not([hidden])"))
+        .await
+        .expect("the config shown");
+    let shown = text(&client, "#config-json").await;
+    assert!(shown.contains("\"hook\"") && !shown.contains(TOKEN), "{shown}");
+    assert!(text(&client, "#config-explain").await.contains("route d -> binding hook"));
+    assert_eq!(text(&client, "#error").await, "", "the page reported an error");
     let rows = client.find_all(Locator::Css("#dlq tbody tr")).await.expect("rows");
     assert_eq!(rows.len(), 2, "both dead letters listed");
     let mut ids = Vec::new();
