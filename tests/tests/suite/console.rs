@@ -3,7 +3,9 @@
 //! MQTT routes on Mosquitto and an admin token. The page asks for the
 //! token, shows the routes, its rate moves while messages flow, and its
 //! Pause and Resume buttons hold and release a route with nothing lost. A
-//! screenshot is saved as `console.png` in the target directory.
+//! screenshot is saved as `console.png` in the target directory. A second
+//! daemon takes a RabbitMQ queue to an HTTP target that refuses: its dead
+//! letters are replayed and purged from the page.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 use fantoccini::{Client, ClientBuilder, Locator};
 use ferry_tests::daemon::{ANY_PORT, Daemon, Workspace};
 use ferry_tests::mqtt::{TestMqtt, TwoRoutes, broker_url};
+use ferry_tests::rabbit::{Rabbit, URL091};
 use ferry_tests::unique;
 use ferry_tests::webhook::{WebhookTarget, answer};
 
@@ -173,12 +176,15 @@ async fn the_console_shows_rates_and_pauses_and_resumes_a_route_in_a_browser() {
 }
 
 /// Dead letters in the page: a target that refuses for good dead-letters
-/// two messages; once it takes messages again, Replay in the page sends
-/// one through, and Purge (after the page asks, accepted) removes the
-/// other. The route's receiver and sender show connected.
+/// two messages from a RabbitMQ queue; once it takes messages again,
+/// Replay in the page sends one through, and Purge (after the page asks,
+/// accepted) removes the other. The route's receiver and sender show
+/// connected.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
-    let src = unique("web/dlq");
+    let queue = unique("web-dlq");
+    let rabbit = Rabbit::connect().await;
+    rabbit.declare_queue(&queue).await;
     let target = WebhookTarget::start_on_answering(
         tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind"),
         answer(400, None),
@@ -186,11 +192,9 @@ async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
     .await;
     let config = format!(
         "[admin]\nlisten = \"{ANY_PORT}\"\ntoken = \"{TOKEN}\"\n\
-         [receivers.in]\ntype = \"mqtt\"\nurl = \"{url}\"\nclient_id = \"{client}\"\ntopics = [\"{src}/#\"]\n\
+         [receivers.in]\ntype = \"amqp091\"\nurl = \"{URL091}\"\nqueue = \"{queue}\"\n\
          [senders.hook]\ntype = \"http\"\nurl = \"{hook}\"\n\
          [[routes]]\nid = \"d\"\nreceiver = \"in\"\n[[routes.bindings]]\nsender = \"hook\"\n",
-        url = broker_url(),
-        client = unique("web-dlq"),
         hook = target.url("/hook"),
     );
     let ws = Workspace::with_plugins(&[]);
@@ -198,9 +202,8 @@ async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
     let daemon = Daemon::start(&ws, 0);
     let admin = daemon.admin();
     daemon.wait_connected("receiver", "in", PATIENCE);
-    let publisher = TestMqtt::connect(&broker_url()).await;
     for body in ["first", "second"] {
-        publisher.publish_with(&format!("{src}/x"), body, &[]).await;
+        rabbit.publish("", &queue, body.as_bytes(), lapin::BasicProperties::default()).await;
     }
     daemon.wait_for_total("ferry_messages_dead_lettered_total", "route=\"d\"", 2.0, PATIENCE);
     target.answer_all(answer(200, None));
@@ -214,6 +217,8 @@ async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
         .for_element(Locator::Css("tr[data-route='d'] li[data-binding='hook'] span.up"))
         .await
         .expect("the binding's sender shown connected");
+    let receiver = text(&client, "tr[data-route='d'] td:nth-child(3)").await;
+    assert!(receiver.contains("in (amqp091)"), "{receiver}");
     // The config view opens on request, its secrets masked; nothing on the
     // page went wrong meanwhile.
     client.find(Locator::Css("#config-show")).await.expect("Show").click().await.expect("click");
@@ -270,6 +275,8 @@ async fn the_console_replays_and_purges_dead_letters_in_a_browser() {
         .expect("the list emptied");
     assert!(ws.dead_letters().is_empty());
     assert_eq!(target.count(), refused + 1, "the purged message was not sent");
+    assert_eq!(rabbit.depth(&queue).await, 0, "both were settled at the broker when dead-lettered");
+    rabbit.delete_queue(&queue).await;
     client.close().await.expect("close the browser");
     assert!(daemon.terminate().success());
 }
