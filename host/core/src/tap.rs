@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ferry_envelope::{Envelope, Timestamp};
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use crate::wire;
@@ -74,7 +74,7 @@ struct Tap {
     tokens: f64,
     refilled: Instant,
     skipped: u64,
-    tx: mpsc::Sender<Value>,
+    tx: mpsc::Sender<TapEvent>,
 }
 
 #[derive(Default)]
@@ -92,7 +92,7 @@ pub struct Taps(Arc<Inner>);
 
 /// An open tap: its events, until dropped (which closes it).
 pub struct TapStream {
-    pub events: mpsc::Receiver<Value>,
+    pub events: mpsc::Receiver<TapEvent>,
     _guard: TapGuard,
 }
 
@@ -177,44 +177,66 @@ impl Taps {
     }
 }
 
-/// One tapped message as JSON: where it was seen, its identity, subject,
-/// times, headers (typed) and a payload preview of at most `payload_bytes`.
-fn event(r: &TapRequest, binding: Option<&str>, addresses: &[&str], e: &Envelope, skipped: u64) -> Value {
-    let headers: wire::View = e.headers.iter().map(|(k, v)| (k.clone(), wire::header_value(v))).collect();
+/// One tapped message: where it was seen, its identity, subject, times,
+/// headers (typed as the JSON wire format types them) and a payload preview
+/// of at most `payload_bytes`. `GET /tap/{route}` sends it as the data of a
+/// server-sent event, `ferry tap` reads it back.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TapEvent {
+    pub at_ms: i64,
+    pub route: String,
+    /// `ingress`, `after-processors` or `egress`.
+    pub point: String,
+    pub id: String,
+    pub subject: Option<String>,
+    pub created_ms: i64,
+    pub expires_ms: Option<i64>,
+    pub headers: wire::View,
+    pub payload_size: usize,
+    /// Whether the preview is shorter than the payload.
+    pub truncated: bool,
+    /// Messages at this point the tap left out since its last event.
+    pub skipped: u64,
+    /// At egress: the binding whose copy this is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<String>,
+    /// After the processors and at egress: where it goes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub addresses: Vec<String>,
+    /// The preview as text, when it is UTF-8 (cut at a whole character) …
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload: Option<String>,
+    /// … else as base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+}
+
+fn event(r: &TapRequest, binding: Option<&str>, addresses: &[&str], e: &Envelope, skipped: u64) -> TapEvent {
     let payload = e.payload();
     let shown = &payload[..payload.len().min(r.payload_bytes)];
-    let mut v = json!({
-        "at_ms": Timestamp::now().as_millis(),
-        "route": r.route,
-        "point": r.point.name(),
-        "id": e.id,
-        "subject": e.subject,
-        "created_ms": e.created_at.as_millis(),
-        "expires_ms": e.expires_at.map(Timestamp::as_millis),
-        "headers": headers,
-        "payload_size": payload.len(),
-        "truncated": shown.len() < payload.len(),
-        "skipped": skipped,
-    });
-    if let Value::Object(o) = &mut v {
-        if let Some(b) = binding {
-            o.insert("binding".into(), json!(b));
-        }
-        if !addresses.is_empty() {
-            o.insert("addresses".into(), json!(addresses));
-        }
-        // A preview cut inside a UTF-8 character is still shown as text.
-        let text = match std::str::from_utf8(shown) {
-            Ok(t) => Some(t),
-            Err(e) if e.error_len().is_none() => std::str::from_utf8(&shown[..e.valid_up_to()]).ok(),
-            Err(_) => None,
-        };
-        match text {
-            Some(t) => o.insert("payload".into(), json!(t)),
-            None => o.insert("payload_base64".into(), json!(wire::base64(shown))),
-        };
+    // A preview cut inside a UTF-8 character is still shown as text.
+    let text = match std::str::from_utf8(shown) {
+        Ok(t) => Some(t),
+        Err(e) if e.error_len().is_none() => std::str::from_utf8(&shown[..e.valid_up_to()]).ok(),
+        Err(_) => None,
+    };
+    TapEvent {
+        at_ms: Timestamp::now().as_millis(),
+        route: r.route.clone(),
+        point: r.point.name().to_owned(),
+        id: e.id.clone(),
+        subject: e.subject.clone(),
+        created_ms: e.created_at.as_millis(),
+        expires_ms: e.expires_at.map(Timestamp::as_millis),
+        headers: e.headers.iter().map(|(k, v)| (k.clone(), wire::header_value(v))).collect(),
+        payload_size: payload.len(),
+        truncated: shown.len() < payload.len(),
+        skipped,
+        binding: binding.map(str::to_owned),
+        addresses: addresses.iter().map(|a| (*a).to_owned()).collect(),
+        payload_base64: text.is_none().then(|| wire::base64(shown)),
+        payload: text.map(str::to_owned),
     }
-    v
 }
 
 #[cfg(test)]
@@ -240,12 +262,15 @@ mod tests {
         taps.offer("r", TapPoint::Egress, Some("b"), &[], &env("b"));
         taps.offer("r", TapPoint::Ingress, None, &[], &env("c"));
         let got = stream.events.try_recv().expect("one event");
-        assert_eq!(got["id"], "c");
-        assert_eq!(got["headers"]["kind"], "temp");
+        assert_eq!(got.id, "c");
+        assert_eq!(got.headers["kind"], "temp");
         // Two bytes cut "é" in half: the whole characters are shown.
-        assert_eq!(got["payload"], "h");
-        assert_eq!(got["truncated"], true);
-        assert_eq!(got["payload_size"], 12);
+        assert_eq!(got.payload.as_deref(), Some("h"));
+        assert!(got.truncated);
+        assert_eq!(got.payload_size, 12);
+        let json = serde_json::to_value(&got).expect("JSON");
+        assert!(json.get("binding").is_none() && json.get("payload_base64").is_none(), "{json}");
+        assert_eq!(serde_json::from_value::<TapEvent>(json).expect("read back"), got);
         assert!(stream.events.try_recv().is_err());
         drop(stream);
         assert_eq!(taps.open_count(), 0);
@@ -259,16 +284,15 @@ mod tests {
         for i in 0..9 {
             taps.offer("r", TapPoint::Ingress, None, &[], &env(&i.to_string()));
         }
-        let ids: Vec<String> =
-            std::iter::from_fn(|| every_third.events.try_recv().ok()).map(|e| e["id"].to_string()).collect();
-        assert_eq!(ids, ["\"0\"", "\"3\"", "\"6\""]);
-        let limited: Vec<Value> = std::iter::from_fn(|| two_a_second.events.try_recv().ok()).collect();
+        let ids: Vec<String> = std::iter::from_fn(|| every_third.events.try_recv().ok()).map(|e| e.id).collect();
+        assert_eq!(ids, ["0", "3", "6"]);
+        let limited: Vec<TapEvent> = std::iter::from_fn(|| two_a_second.events.try_recv().ok()).collect();
         assert_eq!(limited.len(), 2, "{limited:?}");
         std::thread::sleep(std::time::Duration::from_millis(600));
         taps.offer("r", TapPoint::Ingress, None, &[], &env("late"));
         let late = two_a_second.events.try_recv().expect("a token came back");
-        assert_eq!(late["id"], "late");
-        assert_eq!(late["skipped"], 7, "the seven left out are counted on the next event");
+        assert_eq!(late.id, "late");
+        assert_eq!(late.skipped, 7, "the seven left out are counted on the next event");
     }
 
     #[test]
@@ -284,7 +308,7 @@ mod tests {
         }
         assert_eq!(n, QUEUE);
         taps.offer("r", TapPoint::Ingress, None, &[], &env("next"));
-        assert_eq!(stream.events.try_recv().expect("room again")["skipped"], 10);
+        assert_eq!(stream.events.try_recv().expect("room again").skipped, 10);
     }
 
     #[test]
@@ -296,9 +320,9 @@ mod tests {
         taps.offer("r", TapPoint::Egress, Some("b1"), &["x"], &env("one"));
         taps.offer("r", TapPoint::Egress, Some("b2"), &["y"], &env("two"));
         let got = stream.events.try_recv().expect("b2's copy");
-        assert_eq!(got["id"], "two");
-        assert_eq!(got["binding"], "b2");
-        assert_eq!(got["addresses"], json!(["y"]));
+        assert_eq!(got.id, "two");
+        assert_eq!(got.binding.as_deref(), Some("b2"));
+        assert_eq!(got.addresses, ["y"]);
         assert!(stream.events.try_recv().is_err());
     }
 }

@@ -5,7 +5,7 @@
 use std::io::Write as _;
 use std::process::ExitCode;
 
-use serde_json::Value;
+use ferry_core::tap::TapEvent;
 
 use crate::cli::Failure;
 use crate::cli::dlq::Admin;
@@ -83,10 +83,7 @@ async fn open(args: &TapArgs) -> Result<reqwest::Response, Failure> {
     if !response.status().is_success() {
         let status = response.status();
         let body = response.text().await.unwrap_or_default();
-        let why = serde_json::from_str::<Value>(&body)
-            .ok()
-            .and_then(|v| v.get("error").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or(body);
+        let why = serde_json::from_str::<crate::api::ErrorReply>(&body).map_or(body, |reply| reply.error);
         return Err(Failure::input(format!("the daemon refused the tap ({status}): {why}")));
     }
     Ok(response)
@@ -149,7 +146,7 @@ async fn read_events(mut response: reqwest::Response, args: &TapArgs) -> ExitCod
         for text in stream.feed(&chunk) {
             let line = match args.format {
                 Format::Json => text,
-                Format::Text => match serde_json::from_str::<Value>(&text) {
+                Format::Text => match serde_json::from_str::<TapEvent>(&text) {
                     Ok(event) => text_line(&event),
                     Err(_) => text,
                 },
@@ -166,43 +163,40 @@ async fn read_events(mut response: reqwest::Response, args: &TapArgs) -> ExitCod
 }
 
 /// `12:00:01.250 egress out id=m-1 -> bridged/a {kind=temp, …} (12 B) payload`
-fn text_line(e: &Value) -> String {
-    let at = e["at_ms"].as_i64().unwrap_or(0);
-    let (secs, ms) = (at.div_euclid(1000), at.rem_euclid(1000));
+fn text_line(e: &TapEvent) -> String {
+    let (secs, ms) = (e.at_ms.div_euclid(1000), e.at_ms.rem_euclid(1000));
     let clock = format!("{:02}:{:02}:{:02}.{ms:03}", secs / 3600 % 24, secs / 60 % 60, secs % 60);
-    let mut line = format!("{clock} {}", e["point"].as_str().unwrap_or("?"));
-    if let Some(b) = e["binding"].as_str() {
+    let mut line = format!("{clock} {}", e.point);
+    if let Some(b) = &e.binding {
         line.push_str(&format!(" {b}"));
     }
-    line.push_str(&format!(" id={}", e["id"].as_str().unwrap_or("?")));
-    if let Some(s) = e["subject"].as_str() {
+    line.push_str(&format!(" id={}", e.id));
+    if let Some(s) = &e.subject {
         line.push_str(&format!(" subject={s}"));
     }
-    if let Some(a) = e["addresses"].as_array() {
-        let a: Vec<&str> = a.iter().filter_map(Value::as_str).collect();
-        line.push_str(&format!(" -> {}", a.join(", ")));
+    if !e.addresses.is_empty() {
+        line.push_str(&format!(" -> {}", e.addresses.join(", ")));
     }
-    if let Some(h) = e["headers"].as_object() {
-        let h: Vec<String> = h
-            .iter()
-            .map(|(k, v)| match v.as_str() {
-                Some(s) => format!("{k}={s}"),
-                None => format!("{k}={v}"),
-            })
-            .collect();
-        line.push_str(&format!(" {{{}}}", h.join(", ")));
-    }
-    line.push_str(&format!(" ({} B)", e["payload_size"].as_u64().unwrap_or(0)));
-    match (e["payload"].as_str(), e["payload_base64"].as_str()) {
+    let h: Vec<String> = e
+        .headers
+        .iter()
+        .map(|(k, v)| match v.as_str() {
+            Some(s) => format!("{k}={s}"),
+            None => format!("{k}={v}"),
+        })
+        .collect();
+    line.push_str(&format!(" {{{}}}", h.join(", ")));
+    line.push_str(&format!(" ({} B)", e.payload_size));
+    match (&e.payload, &e.payload_base64) {
         (Some(p), _) => line.push_str(&format!(" {p:?}")),
         (None, Some(b)) => line.push_str(&format!(" base64:{b}")),
         _ => {}
     }
-    if e["truncated"].as_bool() == Some(true) {
+    if e.truncated {
         line.push('…');
     }
-    if let Some(n) = e["skipped"].as_u64().filter(|n| *n > 0) {
-        line.push_str(&format!(" [{n} skipped]"));
+    if e.skipped > 0 {
+        line.push_str(&format!(" [{} skipped]", e.skipped));
     }
     line
 }

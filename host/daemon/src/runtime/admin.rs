@@ -600,7 +600,8 @@ async fn tap(State(state): State<AdminState>, Path(route): Path<String>, Query(q
             // A stop must not wait for a tap's reader to go away.
             () = stopping.cancelled() => return None,
         };
-        Some((Ok::<_, std::convert::Infallible>(Event::default().data(event.to_string())), (stream, stopping)))
+        let data = serde_json::to_string(&event).unwrap_or_default();
+        Some((Ok::<_, std::convert::Infallible>(Event::default().data(data)), (stream, stopping)))
     });
     Sse::new(events).keep_alive(KeepAlive::default()).into_response()
 }
