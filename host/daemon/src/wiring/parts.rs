@@ -55,37 +55,18 @@ impl StartError {
 /// Whether any route uses a plugin (a processor or a header mapper), or
 /// any receiver or sender is a transport component.
 pub(super) fn uses_plugins(config: &Config) -> bool {
-    config.routes.iter().any(|r| !r.processors.is_empty() || r.bindings.iter().any(|b| b.header_mapper.is_some()))
-        || !components(config).is_empty()
-}
-
-/// The transport components of a config's receivers and senders.
-fn components(config: &Config) -> std::collections::BTreeSet<String> {
-    let receivers = config.receivers.values().filter_map(transports::receiver_plugin);
-    let senders = config.senders.values().filter_map(transports::sender_plugin);
-    receivers.chain(senders).collect()
+    !plugin_uses(config).is_empty()
 }
 
 /// Every plugin a config names: processors, header mappers and transport
 /// components.
 fn plugin_names(config: &Config) -> std::collections::BTreeSet<String> {
-    let mut names: std::collections::BTreeSet<String> = config
-        .routes
-        .iter()
-        .flat_map(|r| {
-            r.processors
-                .iter()
-                .flat_map(|p| std::iter::once(p.plugin.clone()).chain(p.shadow.clone()))
-                .chain(r.bindings.iter().filter_map(|b| b.header_mapper.clone()))
-        })
-        .collect();
-    names.extend(components(config));
-    names
+    plugin_uses(config).into_keys().collect()
 }
 
-/// What `GET /plugins` shows: every plugin the config uses, where, and
-/// what loaded of it.
-pub(super) fn plugin_statuses(config: &Config, registry: Option<&PluginRegistry>) -> Vec<PluginStatus> {
+/// Every plugin a config names, with where and as what: processors and
+/// their shadows, header mappers, transport components.
+fn plugin_uses(config: &Config) -> BTreeMap<String, Vec<PluginUse>> {
     let mut uses: BTreeMap<String, Vec<PluginUse>> = BTreeMap::new();
     let mut add = |name: &str, at: String, role: PluginRole| {
         uses.entry(name.to_owned()).or_default().push(PluginUse { at, role })
@@ -113,7 +94,14 @@ pub(super) fn plugin_statuses(config: &Config, registry: Option<&PluginRegistry>
             add(&plugin, format!("senders.{name}"), PluginRole::Sender);
         }
     }
-    uses.into_iter()
+    uses
+}
+
+/// What `GET /plugins` shows: every plugin the config uses, where, and
+/// what loaded of it.
+pub(super) fn plugin_statuses(config: &Config, registry: Option<&PluginRegistry>) -> Vec<PluginStatus> {
+    plugin_uses(config)
+        .into_iter()
         .map(|(name, used_by)| {
             let loaded = registry.map(|r| r.get(&name).map_err(|e| e.to_string()));
             let mut status = PluginStatus { name, used_by, ..PluginStatus::default() };
